@@ -1,0 +1,26 @@
+# Set-up and checks. `make demo` and `make test` work on a fresh machine.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint install
+
+$(BIN)/qbroker-installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(BIN)/qbroker-installed
+
+demo: install
+	$(BIN)/python -m broker.demo
+
+test: install
+	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server"; exit 1; }
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check broker workers tests
+	$(BIN)/ruff format --check broker workers tests
+	$(BIN)/mypy

@@ -1,0 +1,42 @@
+"""question-broker: a distributed, Redis-backed broker for AI agents' questions to humans."""
+
+from __future__ import annotations
+
+from .agents import Agent
+from .broker import Answerer, Broker, Next
+from .errors import ERROR_CODES, HarnessError, UserQuestionError
+from .provider import PendingRequest, Provider
+from .types import (
+    AskUserQuestionAnswer,
+    AskUserQuestionAnswerItem,
+    AskUserQuestionIntent,
+    AskUserQuestionItem,
+    AskUserQuestionOption,
+    AskUserQuestionRequest,
+    PlanReviewIntent,
+    UnknownIntent,
+)
+from .validation import Limits, check_answer, check_request
+
+__all__ = [
+    "ERROR_CODES",
+    "Agent",
+    "Answerer",
+    "AskUserQuestionAnswer",
+    "AskUserQuestionAnswerItem",
+    "AskUserQuestionIntent",
+    "AskUserQuestionItem",
+    "AskUserQuestionOption",
+    "AskUserQuestionRequest",
+    "Broker",
+    "HarnessError",
+    "Limits",
+    "Next",
+    "PendingRequest",
+    "PlanReviewIntent",
+    "Provider",
+    "UnknownIntent",
+    "UserQuestionError",
+    "check_answer",
+    "check_request",
+]

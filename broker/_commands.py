@@ -1,0 +1,114 @@
+"""One connection for every command a process issues: auto-pipelining and the scripts.
+
+Commands issued while a pipeline is in flight are sent together in the next one, so a
+process holds one command connection however many asks it runs at once, and a burst of
+N commands costs about one round trip rather than N.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
+
+__all__ = ["Commands", "Script", "SCRIPTS"]
+
+log = logging.getLogger(__name__)
+
+
+class Script:
+    """A Lua script from ``broker/scripts``; run by SHA, reloaded after NOSCRIPT."""
+
+    __slots__ = ("name", "source", "sha")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.source = resources.files(__package__).joinpath("scripts", f"{name}.lua").read_text()
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+
+    def __repr__(self) -> str:
+        return f"Script({self.name!r})"
+
+
+SCRIPTS = {
+    name: Script(name)
+    for name in (
+        "ask",
+        "deliver",
+        "settle",
+        "withdraw",
+        "deadletter",
+        "lease_acquire",
+        "lease_renew",
+        "lease_release",
+        "agent_register",
+        "agent_heartbeat",
+    )
+}
+
+
+class Commands:
+    """Sends commands over one client connection, batching whatever is queued."""
+
+    def __init__(self, client: Redis) -> None:
+        self._client = client
+        self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._wakeup = asyncio.Event()
+
+    async def call(self, *args: Any) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((args, future))
+        self._wakeup.set()
+        return await future
+
+    async def script(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return await self.call("EVALSHA", script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            # Redis restarted or flushed its script cache; EVAL caches the script again.
+            return await self.call("EVAL", script.source, len(keys), *keys, *args)
+
+    async def run(self) -> None:
+        """Send queued commands until cancelled; the owner runs this in its task group."""
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            batch, self._queue = self._queue, []
+            if not batch:
+                continue
+            await self._send(batch)
+
+    async def _send(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
+        pipe = self._client.pipeline(transaction=False)
+        for args, _ in batch:
+            pipe.execute_command(*args)
+        try:
+            results = await pipe.execute(raise_on_error=False)
+        except asyncio.CancelledError:
+            for _, future in batch:
+                future.cancel()
+            raise
+        except Exception as error:  # a connection failure fails the whole batch
+            log.warning("redis pipeline of %d commands failed: %s", len(batch), error)
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        for (_, future), result in zip(batch, results, strict=True):
+            if future.done():
+                continue
+            if isinstance(result, Exception):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+    def fail_pending(self) -> None:
+        """Cancel every queued command (on shutdown)."""
+        batch, self._queue = self._queue, []
+        for _, future in batch:
+            future.cancel()

@@ -1,0 +1,55 @@
+"""Every Redis key name of a namespace, built in one place.
+
+Each key carries the hash tag ``{ns}`` so that a namespace lives in one Redis Cluster
+slot and every script touches one slot.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import BAD_REQUEST, UserQuestionError
+
+__all__ = ["GROUP", "Keys"]
+
+GROUP = "providers"
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+
+
+class Keys:
+    """The key layout of DESIGN.md Part 2 for one namespace."""
+
+    __slots__ = ("namespace", "prefix", "requests", "provider", "epoch", "standbys", "lease_signal", "audit", "dead")
+
+    def __init__(self, namespace: str) -> None:
+        if not _NAMESPACE.match(namespace):
+            raise UserQuestionError(
+                f"namespace {namespace!r} must be 1-100 of letters, digits and _.:-", BAD_REQUEST
+            )
+        self.namespace = namespace
+        self.prefix = f"qb:{{{namespace}}}:"
+        self.requests = self.prefix + "requests"
+        self.provider = self.prefix + "provider"
+        self.epoch = self.prefix + "epoch"
+        self.standbys = self.prefix + "standbys"
+        self.lease_signal = self.prefix + "lease-released"
+        self.audit = self.prefix + "audit"
+        self.dead = self.prefix + "dead"
+
+    def request(self, request_id: str) -> str:
+        return f"{self.prefix}req:{request_id}"
+
+    def outcome(self, request_id: str) -> str:
+        return f"{self.prefix}ans:{request_id}"
+
+    def agent(self, agent_id: str) -> str:
+        return f"{self.prefix}agent:{agent_id}"
+
+    def inbox(self, client_id: str) -> str:
+        return f"{self.prefix}inbox:{client_id}"
+
+    def client(self, client_id: str) -> str:
+        return f"{self.prefix}client:{client_id}"
+
+    def agent_pattern(self) -> str:
+        return f"{self.prefix}agent:*"

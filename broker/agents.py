@@ -1,0 +1,88 @@
+"""Live agent instances: who may ask a human at all.
+
+An instance is an unguessable token; Redis keeps only its SHA-1 fingerprint in the agent
+record, so the token goes from the agent to Redis in an ask and nowhere else (not to
+providers, UIs, logs or the audit stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import secrets
+from typing import TYPE_CHECKING
+
+from redis.exceptions import ConnectionError, TimeoutError
+
+from ._commands import SCRIPTS, Commands
+from ._keys import Keys
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .types import AskUserQuestionAnswer, AskUserQuestionRequest
+
+__all__ = ["Agent"]
+
+log = logging.getLogger(__name__)
+
+
+class Agent:
+    """A registered, heart-beating agent instance; ask through it to ask as it."""
+
+    def __init__(self, broker: Broker, agent_id: str, owner: str | None) -> None:
+        self._broker = broker
+        self.id = agent_id
+        self.owner = owner
+        self._token = secrets.token_urlsafe(32)
+        self._fingerprint = hashlib.sha1(self._token.encode()).hexdigest()
+        self.alive = False
+        """False once the record expired or another instance took the id"""
+
+    def __repr__(self) -> str:  # the token stays out of reprs and logs
+        return f"Agent(id={self.id!r}, owner={self.owner!r}, alive={self.alive})"
+
+    @property
+    def token(self) -> str:
+        """The instance's secret capability; sent to Redis only, inside an ask."""
+        return self._token
+
+    async def ask(
+        self,
+        request: AskUserQuestionRequest,
+        *,
+        abort: asyncio.Event | None = None,
+        timeout: float | None = None,
+    ) -> AskUserQuestionAnswer:
+        """Ask as this exact instance (``request.agent`` is set to this agent's id)."""
+        return await self._broker.ask_as(self, request, abort=abort, timeout=timeout)
+
+    async def register(self, commands: Commands, keys: Keys, ttl: float) -> list[str]:
+        owner_key = keys.agent(self.owner) if self.owner else keys.agent(self.id)
+        reply = await commands.script(
+            SCRIPTS["agent_register"],
+            [keys.agent(self.id), owner_key],
+            [self._fingerprint, self.owner or "", int(ttl * 1000), "1" if self.owner else "0"],
+        )
+        self.alive = reply[0] == "ok"
+        return list(reply)
+
+    async def heartbeat(self, commands: Commands, keys: Keys, ttl: float) -> None:
+        """Refresh the record every third of its TTL until cancelled or superseded."""
+        while self.alive:
+            await asyncio.sleep(ttl / 3)
+            try:
+                held = await commands.script(
+                    SCRIPTS["agent_heartbeat"], [keys.agent(self.id)], [self._fingerprint, int(ttl * 1000)]
+                )
+            except (ConnectionError, TimeoutError, OSError) as error:
+                log.warning("agent %s heartbeat failed: %s", self.id, error)
+                continue
+            if held != 1:
+                log.warning("agent %s is no longer the live instance", self.id)
+                self.alive = False
+
+    async def remove(self, commands: Commands, keys: Keys) -> None:
+        if self.alive:
+            self.alive = False
+            await commands.script(SCRIPTS["agent_heartbeat"], [keys.agent(self.id)], [self._fingerprint, "0"])

@@ -1,0 +1,413 @@
+"""The provider side: one lease holder per namespace, fenced, with standbys.
+
+A provider holds the namespace's lease (a fencing epoch plus its own token) and renews it
+in the background; standbys block until the lease is released or lapses. Every action a
+provider takes on a request is a script that first checks the lease, so a provider that
+stalled past its lease (GC, SIGSTOP, partition) cannot answer when it wakes up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError, ResponseError, TimeoutError
+
+from ._commands import SCRIPTS, Commands
+from ._keys import GROUP, Keys
+from .errors import ASK_CANCELLED, DUPLICATE_PROVIDER, LEASE_LOST, UserQuestionError
+from .types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_request, encode
+from .validation import Limits, check_answer, check_request
+
+__all__ = ["PendingRequest", "Provider", "ProviderSettings"]
+
+log = logging.getLogger(__name__)
+
+_READ_COUNT = 256
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProviderSettings:
+    lease_ttl: float
+    result_ttl: float
+    audit_maxlen: int
+    dead_maxlen: int
+    limits: Limits
+
+
+class PendingRequest:
+    """A request delivered to this provider, waiting for a human's answer."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        request_id: str,
+        request: AskUserQuestionRequest,
+        client_id: str,
+        created_ms: int,
+    ) -> None:
+        self._provider = provider
+        self.request_id = request_id
+        self.request = request
+        self.agent_id = request.agent
+        self.created_ms = created_ms
+        """when the request was asked, unix milliseconds by the Redis clock"""
+        self._client_id = client_id
+        self.withdrawn = asyncio.Event()
+        """set when the asker withdrew the request (the UI takes it down)"""
+
+    def __repr__(self) -> str:
+        return f"PendingRequest(request_id={self.request_id!r}, agent_id={self.agent_id!r})"
+
+    async def answer(self, answer: AskUserQuestionAnswer, *, by: str = "") -> AskUserQuestionAnswer:
+        """Settle with ``answer``; ``BAD_ANSWER`` leaves the request pending. Returns it as sent."""
+        accepted = check_answer(self.request, answer, self._provider.settings.limits)
+        await self._settle("answered", Outcome(answer=accepted), by)
+        return accepted
+
+    async def cancel(self, message: str = "the human dismissed the question", *, by: str = "") -> None:
+        """Settle as dismissed: the asker gets ``ASK_CANCELLED``."""
+        error = UserQuestionError(message, ASK_CANCELLED)
+        await self._settle("cancelled", Outcome(error=error.to_payload()), by)
+
+    async def _settle(self, state: str, outcome: Outcome, by: str) -> None:
+        provider = self._provider
+        keys = provider.keys
+        reply = await provider.commands.script(
+            SCRIPTS["settle"],
+            [
+                keys.provider,
+                keys.request(self.request_id),
+                keys.outcome(self.request_id),
+                keys.requests,
+                keys.inbox(self._client_id),
+                keys.audit,
+            ],
+            [
+                provider.fence,
+                self.request_id,
+                state,
+                encode(outcome),
+                int(provider.settings.result_ttl * 1000),
+                provider.name,
+                provider.epoch,
+                GROUP,
+                provider.settings.audit_maxlen,
+                by,
+            ],
+        )
+        if reply[0] != "ok":
+            if reply[1] == LEASE_LOST:
+                provider.fenced()
+            raise UserQuestionError(reply[2], reply[1])
+        provider.forget(self.request_id)
+
+
+class Provider:
+    """The namespace's active provider: iterate it for the requests to present."""
+
+    def __init__(
+        self,
+        *,
+        keys: Keys,
+        name: str,
+        token: str,
+        epoch: int,
+        commands: Commands,
+        blocking: Redis,
+        settings: ProviderSettings,
+    ) -> None:
+        self.keys = keys
+        self.name = name
+        self.epoch = epoch
+        self.token = token
+        self.fence = f"{epoch}:{token}:"
+        self.commands = commands
+        self.settings = settings
+        self.consumer = f"{name}:{token[:12]}"
+        self._blocking = blocking
+        self._queue: asyncio.Queue[PendingRequest] = asyncio.Queue()
+        self._shown: dict[str, PendingRequest] = {}
+        self._lost = asyncio.Event()
+
+    def __repr__(self) -> str:
+        return f"Provider(name={self.name!r}, namespace={self.keys.namespace!r}, epoch={self.epoch})"
+
+    @property
+    def lost(self) -> bool:
+        """True once the lease is gone: nothing more will be delivered or accepted."""
+        return self._lost.is_set()
+
+    async def wait_lost(self) -> None:
+        await self._lost.wait()
+
+    def fenced(self) -> None:
+        if not self._lost.is_set():
+            log.warning("provider %s lost the lease of %s (epoch %s)", self.name, self.keys.namespace, self.epoch)
+        self._lost.set()
+
+    def forget(self, request_id: str) -> None:
+        self._shown.pop(request_id, None)
+
+    @property
+    def pending(self) -> list[PendingRequest]:
+        """Requests delivered here and not yet settled or withdrawn, in arrival order."""
+        return [p for p in self._shown.values() if not p.withdrawn.is_set()]
+
+    def __aiter__(self) -> AsyncIterator[PendingRequest]:
+        return self
+
+    async def __anext__(self) -> PendingRequest:
+        while True:
+            if self._lost.is_set():
+                raise UserQuestionError("this provider no longer holds the lease", LEASE_LOST)
+            getter = asyncio.ensure_future(self._queue.get())
+            loser = asyncio.ensure_future(self._lost.wait())
+            try:
+                await asyncio.wait({getter, loser}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                loser.cancel()
+                if not getter.done():
+                    getter.cancel()
+            if getter.done() and not getter.cancelled():
+                pending = getter.result()
+                if not pending.withdrawn.is_set() and pending.request_id in self._shown:
+                    return pending
+
+    # -- background work, run by Broker.provider() in its task group ------------------
+
+    async def keep_lease(self) -> None:
+        """Renew the lease every third of its TTL; fence ourselves once it is gone."""
+        ttl = self.settings.lease_ttl
+        loop = asyncio.get_running_loop()
+        valid_until = loop.time() + ttl
+        while not self._lost.is_set():
+            await asyncio.sleep(ttl / 3)
+            try:
+                renewed = await self.commands.script(
+                    SCRIPTS["lease_renew"], [self.keys.provider], [self.fence, int(ttl * 1000)]
+                )
+            except (ConnectionError, TimeoutError, OSError) as error:
+                log.warning("lease renewal failed: %s", error)
+                if loop.time() >= valid_until:
+                    self.fenced()
+                continue
+            if renewed != 1:
+                self.fenced()
+            else:
+                valid_until = loop.time() + ttl
+
+    async def read(self) -> None:
+        """Deliver the stream's requests into the local queue until the lease is lost."""
+        backoff = 0.05
+        claim_backlog = True
+        block_ms = max(100, int(self.settings.lease_ttl * 1000 / 4))
+        while not self._lost.is_set():
+            try:
+                if claim_backlog:
+                    await self._claim_backlog()
+                    claim_backlog = False
+                reply = await self._blocking.xreadgroup(
+                    GROUP, self.consumer, {self.keys.requests: ">"}, count=_READ_COUNT, block=block_ms
+                )
+                for _stream, entries in reply or ():
+                    await self._take(entries)
+                backoff = 0.05
+            except (ConnectionError, TimeoutError, OSError) as error:
+                log.warning("provider read interrupted (%s); retrying in %.2fs", error, backoff)
+                claim_backlog = True  # entries read just before the break sit in our PEL
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+            except ResponseError as error:
+                if "NOGROUP" not in str(error):
+                    raise
+                await ensure_group(self.commands, self.keys)
+
+    async def _claim_backlog(self) -> None:
+        """Take over every entry a previous holder (or we, before a reconnect) left unsettled."""
+        await ensure_group(self.commands, self.keys)
+        cursor = "0-0"
+        while True:
+            reply = await self.commands.call(
+                "XAUTOCLAIM", self.keys.requests, GROUP, self.consumer, 0, cursor, "COUNT", _READ_COUNT
+            )
+            cursor, entries = reply[0], reply[1]
+            await self._take([(e[0], _pairs(e[1])) for e in entries if e and e[1] is not None])
+            if cursor == "0-0":
+                break
+        await self._drop_idle_consumers()
+
+    async def _drop_idle_consumers(self) -> None:
+        for consumer in await self.commands.call("XINFO", "CONSUMERS", self.keys.requests, GROUP):
+            info = _pairs(consumer)
+            if info.get("name") != self.consumer and int(info.get("pending", 0)) == 0:
+                await self.commands.call("XGROUP", "DELCONSUMER", self.keys.requests, GROUP, info["name"])
+
+    async def _take(self, entries: list[tuple[str, dict[str, str]]]) -> None:
+        delivering = [self._deliver(entry_id, fields) for entry_id, fields in entries]
+        for pending in await asyncio.gather(*delivering):
+            if pending is not None:
+                self._shown[pending.request_id] = pending
+                self._queue.put_nowait(pending)
+
+    async def _deliver(self, entry_id: str, fields: dict[str, str]) -> PendingRequest | None:
+        keys = self.keys
+        kind, request_id, client_id = fields.get("kind"), fields.get("rid", ""), fields.get("client", "")
+        if kind == "withdraw" and request_id:
+            await self.commands.call("XACK", keys.requests, GROUP, entry_id)
+            await self.commands.call("XDEL", keys.requests, entry_id)
+            shown = self._shown.pop(request_id, None)
+            if shown is not None:
+                shown.withdrawn.set()
+            return None
+        if kind != "ask" or not request_id or not client_id:
+            await self._dead_letter(entry_id, fields, "malformed stream entry")
+            return None
+        if request_id in self._shown:
+            return None
+        agent_id = fields.get("agent", "")
+        request_key = keys.request(request_id)
+        reply = await self.commands.script(
+            SCRIPTS["deliver"],
+            [
+                keys.provider,
+                request_key,
+                keys.requests,
+                keys.agent(agent_id) if agent_id else request_key,
+                keys.client(client_id),
+                keys.inbox(client_id),
+                keys.outcome(request_id),
+                keys.audit,
+            ],
+            [
+                self.fence,
+                entry_id,
+                GROUP,
+                self.name,
+                self.epoch,
+                int(self.settings.result_ttl * 1000),
+                self.settings.audit_maxlen,
+                request_id,
+            ],
+        )
+        if reply[0] == "err":
+            self.fenced()
+            return None
+        if reply[0] == "gone":
+            log.info("request %s not presented: %s", request_id, reply[1])
+            return None
+        try:
+            request = decode_request(reply[1])
+            check_request(request, self.settings.limits)
+        except (msgspec.DecodeError, UserQuestionError) as error:
+            await self._dead_letter(entry_id, fields, f"undeliverable request: {error}")
+            return None
+        return PendingRequest(
+            self, request_id=request_id, request=request, client_id=client_id, created_ms=int(reply[3])
+        )
+
+    async def _dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
+        keys = self.keys
+        request_id, client_id = fields.get("rid", ""), fields.get("client", "")
+        known = bool(request_id and client_id)
+        log.warning("dead-lettering stream entry %s: %s", entry_id, reason)
+        await self.commands.script(
+            SCRIPTS["deadletter"],
+            [
+                keys.requests,
+                keys.dead,
+                keys.request(request_id) if known else keys.dead,
+                keys.outcome(request_id) if known else keys.dead,
+                keys.inbox(client_id) if known else keys.dead,
+                keys.audit,
+            ],
+            [
+                entry_id,
+                reason,
+                GROUP,
+                self.settings.dead_maxlen,
+                int(self.settings.result_ttl * 1000),
+                request_id if known else "",
+                self.settings.audit_maxlen,
+                encode(fields),
+            ],
+        )
+
+
+async def ensure_group(commands: Commands, keys: Keys) -> None:
+    """Create the providers' consumer group, reading from the stream's start."""
+    try:
+        await commands.call("XGROUP", "CREATE", keys.requests, GROUP, "0", "MKSTREAM")
+    except ResponseError as error:
+        if "BUSYGROUP" not in str(error):
+            raise
+
+
+async def acquire_lease(
+    *,
+    commands: Commands,
+    blocking: Redis,
+    keys: Keys,
+    name: str,
+    lease_ttl: float,
+    standby: bool,
+    on_standby: Callable[[str], Any] | None = None,
+) -> tuple[str, int]:
+    """Take the lease, waiting as a registered standby when ``standby``; returns (token, epoch)."""
+    token = secrets.token_hex(16)
+    ttl_ms = int(lease_ttl * 1000)
+    announced = False
+    member = f"{token}:{name}"
+    try:
+        while True:
+            reply = await commands.script(
+                SCRIPTS["lease_acquire"],
+                [keys.provider, keys.epoch, keys.standbys],
+                [token, name, ttl_ms, ttl_ms * 3 if standby else 0],
+            )
+            epoch, remaining_ms = int(reply[0]), int(reply[1])
+            if epoch:
+                return token, epoch
+            holder = _holder_name(reply[2])
+            if not standby:
+                raise UserQuestionError(
+                    f"provider {holder!r} is already active in namespace {keys.namespace!r}", DUPLICATE_PROVIDER
+                )
+            if not announced:
+                log.info("standing by: %s holds the lease of %s", holder, keys.namespace)
+                if on_standby is not None:
+                    on_standby(holder)
+                announced = True
+            # Wake at once on a clean release, else when the holder's lease would lapse,
+            # and at least every lease TTL to refresh our standby registration.
+            wait_s = max(0.01, min(remaining_ms, ttl_ms) / 1000 + 0.005)
+            await blocking.blpop([keys.lease_signal], timeout=wait_s)
+    except BaseException:
+        await commands.call("ZREM", keys.standbys, member)
+        raise
+
+
+async def release_lease(commands: Commands, keys: Keys, provider: Provider) -> None:
+    await commands.script(
+        SCRIPTS["lease_release"],
+        [keys.provider, keys.lease_signal, keys.standbys],
+        [provider.fence, f"{provider.token}:{provider.name}"],
+    )
+
+
+def _holder_name(value: str) -> str:
+    parts = value.split(":", 2)
+    return parts[2] if len(parts) == 3 else value
+
+
+def _pairs(flat: Any) -> dict[str, Any]:
+    if isinstance(flat, dict):
+        return flat
+    return dict(zip(flat[::2], flat[1::2], strict=True))

@@ -1,0 +1,12 @@
+-- agent_heartbeat: keep the record alive, or remove it, only while this instance holds it.
+-- KEYS[1] agent record   ARGV[1] token fingerprint   ARGV[2] TTL ms, or '0' to remove the record
+-- returns 1 while this instance is the live one, 0 once it is not
+if redis.call('HGET', KEYS[1], 'fp') ~= ARGV[1] then
+  return 0
+end
+if ARGV[2] == '0' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1

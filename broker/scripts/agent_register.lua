@@ -1,0 +1,13 @@
+-- agent_register: make this instance the live holder of an agent id (a newer instance replaces an older).
+-- KEYS[1] agent record   ARGV[1] token fingerprint   ARGV[2] owner id ('' for a root)   ARGV[3] TTL ms
+-- ARGV[4] owner's record key check: '1' when an owner is named and must be live
+-- KEYS[2] owner's record (the agent record when no owner)
+-- returns {'ok'} | {'err', 'CALLER_NOT_LIVE', message}
+if ARGV[4] == '1' and redis.call('EXISTS', KEYS[2]) == 0 then
+  return {'err', 'CALLER_NOT_LIVE', 'owner ' .. ARGV[2] .. ' is not a live agent'}
+end
+local t = redis.call('TIME')
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'owner', ARGV[2], 'since', t[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {'ok'}

@@ -1,0 +1,38 @@
+-- ask: the caller gate and the enqueue, as one atomic step.
+-- KEYS[1] requests stream   KEYS[2] request hash   KEYS[3] agent record (the request hash when no agent)
+-- KEYS[4] provider lease    KEYS[5] standbys zset  KEYS[6] audit stream
+-- ARGV[1] request id   ARGV[2] request JSON   ARGV[3] agent id ('' for none)   ARGV[4] agent token ('' for none)
+-- ARGV[5] client id    ARGV[6] request TTL ms ARGV[7] audit max length         ARGV[8] deadline, unix ms ('' for none)
+-- ARGV[9] '1' to check the gate only, enqueueing nothing
+-- returns {'ok', entry id} | {'err', CODE, message}
+-- Idempotent on the request id, so a retried call after a lost reply enqueues once.
+if ARGV[9] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then
+  return {'ok', redis.call('HGET', KEYS[2], 'entry') or ''}
+end
+local agent_fp = ''
+if ARGV[3] ~= '' then
+  local record = redis.call('HMGET', KEYS[3], 'fp', 'owner')
+  agent_fp = redis.sha1hex(ARGV[4])
+  if not record[1] or record[1] ~= agent_fp then
+    return {'err', 'CALLER_NOT_LIVE', 'agent ' .. ARGV[3] .. ' is not the live instance'}
+  end
+  if record[2] and record[2] ~= '' then
+    return {'err', 'DELEGATED_CALLER', 'agent ' .. ARGV[3] .. ' is owned by agent ' .. record[2] ..
+      '; put the unresolved question into your final result for your parent instead'}
+  end
+end
+if ARGV[9] == '1' then
+  return {'ok', ''}
+end
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+if redis.call('EXISTS', KEYS[4]) == 0 and redis.call('ZCOUNT', KEYS[5], now, '+inf') == 0 then
+  return {'err', 'NO_PROVIDER', 'no provider holds or stands by for this namespace'}
+end
+local entry = redis.call('XADD', KEYS[1], '*', 'kind', 'ask', 'rid', ARGV[1], 'client', ARGV[5], 'agent', ARGV[3])
+redis.call('HSET', KEYS[2], 'state', 'pending', 'request', ARGV[2], 'agent', ARGV[3], 'agent_fp', agent_fp,
+  'client', ARGV[5], 'entry', entry, 'created', now, 'deadline', ARGV[8])
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
+redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[7], '*', 'event', 'asked', 'rid', ARGV[1], 'agent', ARGV[3],
+  'client', ARGV[5])
+return {'ok', entry}

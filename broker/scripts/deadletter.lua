@@ -1,0 +1,19 @@
+-- deadletter: move a poison stream entry aside, with the reason, and fail its request if there is one.
+-- KEYS[1] requests stream   KEYS[2] dead-letter stream   KEYS[3] request hash (the dead-letter stream when none)
+-- KEYS[4] outcome key (idem)   KEYS[5] asker's inbox (idem)   KEYS[6] audit stream
+-- ARGV[1] entry id   ARGV[2] reason   ARGV[3] group   ARGV[4] dead-letter max length   ARGV[5] result TTL ms
+-- ARGV[6] request id ('' when unknown)   ARGV[7] audit max length   ARGV[8] the entry's fields as JSON
+-- returns {'ok'}
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'entry', ARGV[1], 'reason', ARGV[2], 'fields', ARGV[8])
+redis.pcall('XACK', KEYS[1], ARGV[3], ARGV[1])
+redis.call('XDEL', KEYS[1], ARGV[1])
+if ARGV[6] ~= '' and redis.call('HGET', KEYS[3], 'state') == 'pending' then
+  redis.call('HSET', KEYS[3], 'state', 'failed')
+  redis.call('PEXPIRE', KEYS[3], ARGV[5])
+  redis.call('SET', KEYS[4], cjson.encode({error = {name = 'UserQuestionError', code = 'BAD_REQUEST',
+    message = ARGV[2]}}), 'PX', ARGV[5])
+  redis.call('RPUSH', KEYS[5], ARGV[6])
+  redis.call('PEXPIRE', KEYS[5], ARGV[5])
+end
+redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[7], '*', 'event', 'dead-lettered', 'rid', ARGV[6], 'reason', ARGV[2])
+return {'ok'}

@@ -1,0 +1,19 @@
+-- lease_acquire: take the namespace's provider lease, or register as a standby while another holds it.
+-- KEYS[1] provider lease   KEYS[2] epoch counter   KEYS[3] standbys zset
+-- ARGV[1] token   ARGV[2] name   ARGV[3] lease TTL ms   ARGV[4] standby TTL ms ('0': do not stand by)
+-- returns {epoch, lease TTL ms} on acquisition | {0, the holder's remaining ms, holder value} when busy
+-- The epoch counter never expires and increases on every acquisition: it is the fencing token.
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local current = redis.call('GET', KEYS[1])
+if current then
+  if ARGV[4] ~= '0' then
+    redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[1] .. ':' .. ARGV[2])
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  end
+  return {0, redis.call('PTTL', KEYS[1]), current}
+end
+local epoch = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], epoch .. ':' .. ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3])
+redis.call('ZREM', KEYS[3], ARGV[1] .. ':' .. ARGV[2])
+return {epoch, tonumber(ARGV[3])}

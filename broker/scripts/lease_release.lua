@@ -1,0 +1,13 @@
+-- lease_release: give the lease up at once and wake one standby.
+-- KEYS[1] provider lease   KEYS[2] lease-released signal list   KEYS[3] standbys zset
+-- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] standby member ('<token>:<name>')
+-- returns 1 when released, 0 when it was not ours
+redis.call('ZREM', KEYS[3], ARGV[2])
+local current = redis.call('GET', KEYS[1])
+if current and string.sub(current, 1, #ARGV[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('RPUSH', KEYS[2], '1')
+  redis.call('PEXPIRE', KEYS[2], 10000)
+  return 1
+end
+return 0

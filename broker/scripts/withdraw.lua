@@ -1,0 +1,22 @@
+-- withdraw: the asker goes away (abort, timeout, cancellation); the first terminal transition wins.
+-- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] audit stream
+-- ARGV[1] request id   ARGV[2] state ('withdrawn' | 'aborted' | 'timed_out' | 'expired')   ARGV[3] reason
+-- ARGV[4] group        ARGV[5] audit max length
+-- returns {'ok'} | {'settled', state} | {'gone'}
+-- The request hash is deleted: nobody waits for it any more. A provider that showed it gets
+-- a withdraw notice on the stream so its UI takes the card down.
+local r = redis.call('HMGET', KEYS[1], 'state', 'entry', 'delivered')
+if not r[1] then
+  return {'gone'}
+end
+if r[1] ~= 'pending' then
+  return {'settled', r[1]}
+end
+redis.call('DEL', KEYS[1])
+redis.pcall('XACK', KEYS[2], ARGV[4], r[2])
+redis.call('XDEL', KEYS[2], r[2])
+if r[3] then
+  redis.call('XADD', KEYS[2], '*', 'kind', 'withdraw', 'rid', ARGV[1], 'reason', ARGV[2])
+end
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', ARGV[2], 'rid', ARGV[1], 'reason', ARGV[3])
+return {'ok'}

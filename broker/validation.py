@@ -1,0 +1,140 @@
+"""The rules a request and an answer must meet, each refusal with its code.
+
+Pure functions over wire types: no I/O, so the asking side, the provider side and a
+UI worker can all call them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from .errors import BAD_ANSWER, BAD_INTENT, BAD_REQUEST, UserQuestionError
+from .types import (
+    AskUserQuestionAnswer,
+    AskUserQuestionAnswerItem,
+    AskUserQuestionRequest,
+    PlanReviewIntent,
+    encode,
+)
+
+__all__ = ["Limits", "check_answer", "check_request"]
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """Size limits on a request, enforced before anything is written."""
+
+    max_questions: int = 20
+    max_options: int = 50
+    max_id_chars: int = 200
+    max_label_chars: int = 500
+    max_text_chars: int = 5_000
+    """question, header and option descriptions"""
+    max_detail_chars: int = 200_000
+    max_custom_chars: int = 20_000
+    max_request_bytes: int = 512 * 1024
+
+
+def check_request(request: AskUserQuestionRequest, limits: Limits) -> None:
+    """Check the intent rules (``BAD_INTENT``), then structure and size (``BAD_REQUEST``).
+
+    Emptiness and the caller gate are checked by ``ask()`` before this, in the seeds'
+    order.
+    """
+    for item in request.questions:
+        intent = item.intent
+        if isinstance(intent, PlanReviewIntent) and intent.approve not in item.labels:
+            raise _bad_intent(f"question {item.id!r}: approve {intent.approve!r} names none of its options")
+        if intent is not None and item.detail is None:
+            raise _bad_intent(f"question {item.id!r}: an intent needs `detail`")
+
+    if len(request.questions) > limits.max_questions:
+        raise _bad_request(f"{len(request.questions)} questions; at most {limits.max_questions}")
+    seen_ids: set[str] = set()
+    for item in request.questions:
+        if not item.id.strip():
+            raise _bad_request("a question id is empty")
+        if item.id in seen_ids:
+            raise _bad_request(f"question id {item.id!r} appears twice")
+        seen_ids.add(item.id)
+        _within(f"question {item.id!r} id", item.id, limits.max_id_chars)
+        _within(f"question {item.id!r} text", item.question, limits.max_text_chars)
+        _within(f"question {item.id!r} header", item.header, limits.max_text_chars)
+        _within(f"question {item.id!r} detail", item.detail, limits.max_detail_chars)
+        options = item.options or ()
+        if len(options) > limits.max_options:
+            raise _bad_request(f"question {item.id!r} has {len(options)} options; at most {limits.max_options}")
+        labels: set[str] = set()
+        for option in options:
+            if not option.label.strip():
+                raise _bad_request(f"question {item.id!r} has an empty option label")
+            if option.label in labels:
+                raise _bad_request(f"question {item.id!r}: option label {option.label!r} appears twice")
+            labels.add(option.label)
+            _within(f"question {item.id!r} option label", option.label, limits.max_label_chars)
+            _within(f"question {item.id!r} option description", option.description, limits.max_text_chars)
+    if request.agent is not None and not request.agent.strip():
+        raise _bad_request("`agent` is empty")
+    size = len(encode(request))
+    if size > limits.max_request_bytes:
+        raise _bad_request(f"request is {size} bytes; at most {limits.max_request_bytes}")
+
+
+def check_answer(
+    request: AskUserQuestionRequest, answer: AskUserQuestionAnswer, limits: Limits | None = None
+) -> AskUserQuestionAnswer:
+    """Return ``answer`` with its items in question order, or raise ``BAD_ANSWER``."""
+    limits = limits or Limits()
+    by_id: dict[str, AskUserQuestionAnswerItem] = {}
+    for given in answer.answers:
+        if given.id in by_id:
+            raise _bad_answer(f"question {given.id!r} is answered twice")
+        by_id[given.id] = given
+    known = {item.id for item in request.questions}
+    unknown = sorted(set(by_id) - known)
+    if unknown:
+        raise _bad_answer(f"unknown question ids: {', '.join(map(repr, unknown))}")
+    ordered: list[AskUserQuestionAnswerItem] = []
+    for item in request.questions:
+        given = by_id.get(item.id)
+        if given is None:
+            raise _bad_answer(f"question {item.id!r} has no answer item")
+        _check_selection(item.id, item.labels, item.multi_select, given.selected)
+        if given.custom is not None:
+            if not given.custom.strip():
+                raise _bad_answer(f"question {item.id!r}: `custom` is blank")
+            if len(given.custom) > limits.max_custom_chars:
+                raise _bad_answer(f"question {item.id!r}: `custom` is over {limits.max_custom_chars} characters")
+            if not item.multi_select and given.selected:
+                raise _bad_answer(f"question {item.id!r}: single-select `custom` replaces the choice")
+        ordered.append(given)
+    return AskUserQuestionAnswer(answers=tuple(ordered))
+
+
+def _check_selection(item_id: str, labels: Iterable[str], multi: bool, selected: tuple[str, ...]) -> None:
+    offered = set(labels)
+    if len(set(selected)) != len(selected):
+        raise _bad_answer(f"question {item_id!r}: a label is selected twice")
+    stray = [label for label in selected if label not in offered]
+    if stray:
+        raise _bad_answer(f"question {item_id!r}: {', '.join(map(repr, stray))} is not one of its options")
+    if not multi and len(selected) > 1:
+        raise _bad_answer(f"question {item_id!r} is single-select; {len(selected)} labels selected")
+
+
+def _within(what: str, text: str | None, limit: int) -> None:
+    if text is not None and len(text) > limit:
+        raise _bad_request(f"{what} is {len(text)} characters; at most {limit}")
+
+
+def _bad_intent(message: str) -> UserQuestionError:
+    return UserQuestionError(message, BAD_INTENT)
+
+
+def _bad_request(message: str) -> UserQuestionError:
+    return UserQuestionError(message, BAD_REQUEST)
+
+
+def _bad_answer(message: str) -> UserQuestionError:
+    return UserQuestionError(message, BAD_ANSWER)

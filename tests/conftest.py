@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from broker import Broker
+from tests.redis_server import RedisServer
+
+_namespaces = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """Start private servers (to kill, pause or restart); all are stopped at teardown."""
+    servers: list[RedisServer] = []
+
+    def start(*extra: str) -> RedisServer:
+        server = RedisServer(tmp_path / f"redis{len(servers)}", *extra).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        if server.process is not None:
+            server.resume()
+        server.kill()
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"t{os.getpid()}-{next(_namespaces)}"
+
+
+@pytest.fixture
+async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_server.url, decode_responses=True)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def make_broker(redis_server: RedisServer, namespace: str) -> AsyncIterator[Callable[..., Any]]:
+    """Open brokers on the shared server (same namespace unless told); closed at teardown."""
+    opened: list[Broker] = []
+
+    async def make(**options: Any) -> Broker:
+        options.setdefault("namespace", namespace)
+        url = options.pop("url", redis_server.url)
+        broker = Broker(url, **options)
+        await broker.__aenter__()
+        opened.append(broker)
+        return broker
+
+    yield make
+    for broker in reversed(opened):
+        await broker.aclose()

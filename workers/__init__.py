@@ -1,0 +1,1 @@
+"""Provider and maintenance processes built on the public ``broker`` API."""
