@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 class Script:
     """A Lua script from ``broker/scripts``; run by SHA, reloaded after NOSCRIPT."""
 
-    __slots__ = ("name", "source", "sha")
+    __slots__ = ("name", "sha", "source")
 
     def __init__(self, name: str) -> None:
         self.name = name

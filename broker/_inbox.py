@@ -80,10 +80,10 @@ class Inbox:
                     await self._catch_up()
                     catch_up = False
                 timeout = max(0.01, next_beat - self._clock())
-                popped = await self._blocking.blpop([self._inbox_key], timeout=timeout)
+                popped = await self._blocking.execute_command("BLPOP", self._inbox_key, timeout)  # type: ignore[no-untyped-call]
                 if popped is not None:
                     ids = [popped[1]]
-                    more = await self._blocking.lpop(self._inbox_key, _DRAIN)
+                    more = await self._blocking.execute_command("LPOP", self._inbox_key, _DRAIN)  # type: ignore[no-untyped-call]
                     ids.extend(more or ())
                     await self._resolve(ids)
                 if self._clock() >= next_beat:

@@ -19,13 +19,11 @@ _NAMESPACE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 class Keys:
     """The key layout of DESIGN.md Part 2 for one namespace."""
 
-    __slots__ = ("namespace", "prefix", "requests", "provider", "epoch", "standbys", "lease_signal", "audit", "dead")
+    __slots__ = ("audit", "dead", "epoch", "lease_signal", "namespace", "prefix", "provider", "requests", "standbys")
 
     def __init__(self, namespace: str) -> None:
         if not _NAMESPACE.match(namespace):
-            raise UserQuestionError(
-                f"namespace {namespace!r} must be 1-100 of letters, digits and _.:-", BAD_REQUEST
-            )
+            raise UserQuestionError(f"namespace {namespace!r} must be 1-100 of letters, digits and _.:-", BAD_REQUEST)
         self.namespace = namespace
         self.prefix = f"qb:{{{namespace}}}:"
         self.requests = self.prefix + "requests"

@@ -47,6 +47,11 @@ class Agent:
         """The instance's secret capability; sent to Redis only, inside an ask."""
         return self._token
 
+    @property
+    def fingerprint(self) -> str:
+        """SHA-1 of the token: what the agent record holds in its place."""
+        return self._fingerprint
+
     async def ask(
         self,
         request: AskUserQuestionRequest,

@@ -48,16 +48,18 @@ class _Registration:
     agent_id: str | None
 
 
-def redis_client(url: str) -> Redis:
+def redis_client(url: str, name: str | None = None) -> Redis:
     """A client that reconnects with backoff; scripts are idempotent, so retries are safe."""
-    return Redis.from_url(
+    client: Redis = Redis.from_url(
         url,
+        client_name=name,
         decode_responses=True,
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=8),
         retry_on_error=[ConnectionError, TimeoutError],
         socket_connect_timeout=5.0,
         socket_keepalive=True,
     )
+    return client
 
 
 class Broker:
@@ -87,7 +89,7 @@ class Broker:
         self.limits = limits or Limits()
         self.client_id = secrets.token_hex(8)
         self._url = url
-        self._connect = connect or (lambda: redis_client(url))
+        self._connect = connect or (lambda: redis_client(url, f"qb-{self.client_id}"))
         self._provider_settings = ProviderSettings(
             lease_ttl=lease_ttl,
             result_ttl=result_ttl,
@@ -287,6 +289,7 @@ class Broker:
                 self._provider_settings.audit_maxlen,
                 deadline_ms,
                 "1" if gate_only else "0",
+                agent.fingerprint if agent is not None else "",
             ],
         )
 
@@ -381,7 +384,9 @@ class _Ask:
         except Exception as error:
             raise UserQuestionError(why, code) from error
 
-    async def _stop(self, work: asyncio.Future[AskUserQuestionAnswer], withdrawal: _Withdrawal) -> AskUserQuestionAnswer:
+    async def _stop(
+        self, work: asyncio.Future[AskUserQuestionAnswer], withdrawal: _Withdrawal
+    ) -> AskUserQuestionAnswer:
         self.withdrawal = withdrawal
         work.cancel()
         return await work
@@ -407,7 +412,8 @@ class _Ask:
                 reply = await broker._script("ask", self.request, self.agent, self.request_id)
                 if reply[0] != "ok":
                     raise UserQuestionError(reply[2], reply[1])
-                outcome = await future
+                # Shielded: cancelling this task must not cancel the future the inbox resolves.
+                outcome = await asyncio.shield(future)
             except asyncio.CancelledError:
                 settled = await self._withdraw(future)
                 if settled is None:
@@ -428,12 +434,20 @@ class _Ask:
         reply = await broker.commands.script(
             SCRIPTS["withdraw"],
             [keys.request(self.request_id), keys.requests, keys.audit],
-            [self.request_id, self.withdrawal, f"the asker {self.withdrawal}", "providers", broker._provider_settings.audit_maxlen],
+            [
+                self.request_id,
+                self.withdrawal,
+                f"the asker {self.withdrawal}",
+                "providers",
+                broker._provider_settings.audit_maxlen,
+            ],
         )
         if reply[0] != "settled":
-            return None
+            return future.result() if future.done() and not future.cancelled() else None
         outcome_key = keys.outcome(self.request_id)
         outcome: str | None = await broker.commands.call("GET", outcome_key)
+        if outcome is None and future.done() and not future.cancelled():
+            return future.result()  # the inbox waiter took the outcome meanwhile
         await broker.commands.call("UNLINK", outcome_key, keys.request(self.request_id))
         return outcome
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ __all__ = ["PendingRequest", "Provider", "ProviderSettings"]
 log = logging.getLogger(__name__)
 
 _READ_COUNT = 256
+_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +103,7 @@ class PendingRequest:
                 GROUP,
                 provider.settings.audit_maxlen,
                 by,
+                secrets.token_hex(8),
             ],
         )
         if reply[0] != "ok":
@@ -267,7 +270,7 @@ class Provider:
             if shown is not None:
                 shown.withdrawn.set()
             return None
-        if kind != "ask" or not request_id or not client_id:
+        if kind != "ask" or not _ID.match(request_id) or not _ID.match(client_id):
             await self._dead_letter(entry_id, fields, "malformed stream entry")
             return None
         if request_id in self._shown:
@@ -316,7 +319,7 @@ class Provider:
     async def _dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
         keys = self.keys
         request_id, client_id = fields.get("rid", ""), fields.get("client", "")
-        known = bool(request_id and client_id)
+        known = bool(_ID.match(request_id) and _ID.match(client_id))
         log.warning("dead-lettering stream entry %s: %s", entry_id, reason)
         await self.commands.script(
             SCRIPTS["deadletter"],
@@ -388,7 +391,7 @@ async def acquire_lease(
             # Wake at once on a clean release, else when the holder's lease would lapse,
             # and at least every lease TTL to refresh our standby registration.
             wait_s = max(0.01, min(remaining_ms, ttl_ms) / 1000 + 0.005)
-            await blocking.blpop([keys.lease_signal], timeout=wait_s)
+            await blocking.execute_command("BLPOP", keys.lease_signal, wait_s)  # type: ignore[no-untyped-call]
     except BaseException:
         await commands.call("ZREM", keys.standbys, member)
         raise

@@ -61,7 +61,7 @@ class UnknownIntent(AskUserQuestionIntent):
     The fields are kept as received so a router passes them on unchanged.
     """
 
-    __slots__ = ("kind", "fields")
+    __slots__ = ("fields", "kind")
 
     def __init__(self, kind: str, fields: dict[str, Any]) -> None:
         self.kind = kind
@@ -81,14 +81,14 @@ class _Wire(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defa
     pass
 
 
-class AskUserQuestionOption(_Wire):
+class AskUserQuestionOption(_Wire, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
     """One selectable answer; ``label`` is both what a human sees and the value returned."""
 
     label: str
     description: str | None = None
 
 
-class AskUserQuestionItem(_Wire):
+class AskUserQuestionItem(_Wire, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
     """One question of a request; ``id`` is caller-chosen and echoed in the answer."""
 
     id: str
@@ -104,18 +104,19 @@ class AskUserQuestionItem(_Wire):
         return tuple(option.label for option in self.options or ())
 
 
-class AskUserQuestionRequest(_Wire):
+class AskUserQuestionRequest(_Wire, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
     """A batch of questions, optionally from a named agent (its id)."""
 
     questions: tuple[AskUserQuestionItem, ...]
     agent: str | None = None
 
 
-class AskUserQuestionAnswerItem(_Wire):
+class AskUserQuestionAnswerItem(_Wire, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
     """The answer to one question: chosen labels and/or free "Other" text."""
 
     id: str
-    selected: tuple[str, ...] = ()
+    selected: tuple[str, ...]
+    """always on the wire, as in the seeds (empty when skipped or replaced by ``custom``)"""
     custom: str | None = None
 
     @property
@@ -123,7 +124,7 @@ class AskUserQuestionAnswerItem(_Wire):
         return not self.selected and self.custom is None
 
 
-class AskUserQuestionAnswer(_Wire):
+class AskUserQuestionAnswer(_Wire, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
     """The human's answer: one item per question, in question order."""
 
     answers: tuple[AskUserQuestionAnswerItem, ...]

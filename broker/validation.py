@@ -87,10 +87,10 @@ def check_answer(
     """Return ``answer`` with its items in question order, or raise ``BAD_ANSWER``."""
     limits = limits or Limits()
     by_id: dict[str, AskUserQuestionAnswerItem] = {}
-    for given in answer.answers:
-        if given.id in by_id:
-            raise _bad_answer(f"question {given.id!r} is answered twice")
-        by_id[given.id] = given
+    for offered in answer.answers:
+        if offered.id in by_id:
+            raise _bad_answer(f"question {offered.id!r} is answered twice")
+        by_id[offered.id] = offered
     known = {item.id for item in request.questions}
     unknown = sorted(set(by_id) - known)
     if unknown:

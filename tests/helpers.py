@@ -30,7 +30,10 @@ def plan_review(approve: str = "Approve", *labels: str) -> AskUserQuestionReques
     return AskUserQuestionRequest(
         questions=(
             question(
-                "plan", *(labels or ("Approve", "Refuse")), detail="# Plan\n1. do it", intent=PlanReviewIntent(approve=approve)
+                "plan",
+                *(labels or ("Approve", "Refuse")),
+                detail="# Plan\n1. do it",
+                intent=PlanReviewIntent(approve=approve),
             ),
         )
     )

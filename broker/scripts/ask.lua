@@ -4,6 +4,7 @@
 -- ARGV[1] request id   ARGV[2] request JSON   ARGV[3] agent id ('' for none)   ARGV[4] agent token ('' for none)
 -- ARGV[5] client id    ARGV[6] request TTL ms ARGV[7] audit max length         ARGV[8] deadline, unix ms ('' for none)
 -- ARGV[9] '1' to check the gate only, enqueueing nothing
+-- ARGV[10] the token's SHA-1, used only where the Lua runtime lacks redis.sha1hex (fakeredis)
 -- returns {'ok', entry id} | {'err', CODE, message}
 -- Idempotent on the request id, so a retried call after a lost reply enqueues once.
 if ARGV[9] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then
@@ -12,7 +13,7 @@ end
 local agent_fp = ''
 if ARGV[3] ~= '' then
   local record = redis.call('HMGET', KEYS[3], 'fp', 'owner')
-  agent_fp = redis.sha1hex(ARGV[4])
+  if redis.sha1hex then agent_fp = redis.sha1hex(ARGV[4]) else agent_fp = ARGV[10] end
   if not record[1] or record[1] ~= agent_fp then
     return {'err', 'CALLER_NOT_LIVE', 'agent ' .. ARGV[3] .. ' is not the live instance'}
   end
