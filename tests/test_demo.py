@@ -41,7 +41,10 @@ async def test_the_broker_round_trip_on_fakeredis(monkeypatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     with embedded_redis() as redis:
         assert redis.connect is not None
-        asking, answering = Broker(redis.url, "fast", connect=redis.connect), Broker(redis.url, "fast", connect=redis.connect)
+        asking, answering = (
+            Broker(redis.url, "fast", connect=redis.connect),
+            Broker(redis.url, "fast", connect=redis.connect),
+        )
         async with asking, answering, answering.provider("ui") as provider:
             task = asyncio.create_task(asking.ask(one_question(), timeout=5))
             pending = await asyncio.wait_for(anext(aiter(provider)), 5)

@@ -67,7 +67,9 @@ def automatic_answer(pending: PendingRequest) -> AskUserQuestionAnswer:
         if isinstance(intent, PlanReviewIntent):
             items.append(AskUserQuestionAnswerItem(id=item.id, selected=(intent.approve,)))
         elif item.options and item.multi_select:
-            items.append(AskUserQuestionAnswerItem(id=item.id, selected=(item.options[0].label,), custom="and nothing else"))
+            items.append(
+                AskUserQuestionAnswerItem(id=item.id, selected=(item.options[0].label,), custom="and nothing else")
+            )
         elif item.options:
             items.append(AskUserQuestionAnswerItem(id=item.id, selected=(item.options[0].label,)))
         else:

@@ -59,7 +59,9 @@ def embedded_redis() -> Iterator[EmbeddedRedis]:
     try:
         import fakeredis
     except ImportError as error:
-        raise OSError("no redis-server installed and fakeredis missing: pip install 'question-broker[embedded]'") from error
+        raise OSError(
+            "no redis-server installed and fakeredis missing: pip install 'question-broker[embedded]'"
+        ) from error
     fake = fakeredis.FakeServer()
     yield EmbeddedRedis(
         "fakeredis in this process (no redis-server installed)",
