@@ -19,6 +19,7 @@ from redis.exceptions import ConnectionError, TimeoutError
 
 from ._commands import Commands
 from ._keys import Keys
+from .errors import BROKER_UNAVAILABLE, UserQuestionError
 
 __all__ = ["Inbox"]
 
@@ -38,6 +39,7 @@ class Inbox:
         commands: Commands,
         blocking: Redis,
         liveness_ttl: float,
+        unavailable_after: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._keys = keys
@@ -48,6 +50,7 @@ class Inbox:
         self._blocking = blocking
         self._ttl_ms = int(liveness_ttl * 1000)
         self._beat_every = liveness_ttl / 3
+        self._unavailable_after = unavailable_after
         self._clock = clock
         self._waiting: dict[str, asyncio.Future[str]] = {}
 
@@ -74,6 +77,7 @@ class Inbox:
         next_beat = self._clock() + self._beat_every
         catch_up = False
         backoff = 0.05
+        down_since: float | None = None
         while True:
             try:
                 if catch_up:
@@ -90,13 +94,24 @@ class Inbox:
                     await self.beat()
                     next_beat = self._clock() + self._beat_every
                 backoff = 0.05
+                down_since = None
             except (ConnectionError, TimeoutError, OSError) as error:
                 # A notice popped just before the connection broke is lost with it: re-read
                 # every outcome still awaited once Redis answers again.
                 log.warning("inbox wait interrupted (%s); retrying in %.2fs", error, backoff)
                 catch_up = True
+                down_since = down_since if down_since is not None else self._clock()
+                if self._clock() - down_since >= self._unavailable_after:
+                    self._fail_waiting(f"Redis unreachable for {self._clock() - down_since:.0f}s: {error}")
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+
+    def _fail_waiting(self, why: str) -> None:
+        """Redis is gone for good (as far as we can wait): no ask hangs on it."""
+        waiting, self._waiting = self._waiting, {}
+        for future in waiting.values():
+            if not future.done():
+                future.set_exception(UserQuestionError(why, BROKER_UNAVAILABLE))
 
     async def _catch_up(self) -> None:
         ids = list(self._waiting)

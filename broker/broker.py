@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 import msgspec
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
-from redis.retry import Retry
 
 from ._commands import SCRIPTS, Commands
 from ._inbox import Inbox
@@ -48,11 +48,16 @@ class _Registration:
     agent_id: str | None
 
 
-def redis_client(url: str, name: str | None = None) -> Redis:
-    """A client that reconnects with backoff; scripts are idempotent, so retries are safe."""
+def redis_client(url: str, name: str | None = None, *, socket_timeout: float | None = None) -> Redis:
+    """A client that reconnects with backoff; scripts are idempotent, so retries are safe.
+
+    ``socket_timeout`` bounds a reply's wait, so a hung (paused) Redis is noticed; a client
+    for blocking commands needs it longer than its longest block.
+    """
     client: Redis = Redis.from_url(
         url,
         client_name=name,
+        socket_timeout=socket_timeout,
         decode_responses=True,
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=8),
         retry_on_error=[ConnectionError, TimeoutError],
@@ -77,6 +82,7 @@ class Broker:
         result_ttl: float = 600.0,
         audit_maxlen: int = 10_000,
         dead_maxlen: int = 10_000,
+        unavailable_after: float = 30.0,
         limits: Limits | None = None,
         connect: Callable[[], Redis] | None = None,
     ) -> None:
@@ -88,8 +94,11 @@ class Broker:
         self.request_ttl = request_ttl
         self.limits = limits or Limits()
         self.client_id = secrets.token_hex(8)
-        self._url = url
-        self._connect = connect or (lambda: redis_client(url, f"qb-{self.client_id}"))
+        self.unavailable_after = unavailable_after
+        name = f"qb-{self.client_id}"
+        self._connect_commands = connect or (lambda: redis_client(url, name, socket_timeout=10.0))
+        longest_block = max(lease_ttl, client_ttl) + 10.0
+        self._connect = connect or (lambda: redis_client(url, name, socket_timeout=longest_block))
         self._provider_settings = ProviderSettings(
             lease_ttl=lease_ttl,
             result_ttl=result_ttl,
@@ -112,7 +121,7 @@ class Broker:
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:
-            client = self._connect()
+            client = self._connect_commands()
             stack.push_async_callback(client.aclose)
             blocking = self._connect()
             stack.push_async_callback(blocking.aclose)
@@ -123,6 +132,7 @@ class Broker:
                 commands=self._commands,
                 blocking=blocking,
                 liveness_ttl=self.client_ttl,
+                unavailable_after=self.unavailable_after,
             )
             tasks = await stack.enter_async_context(asyncio.TaskGroup())
             stack.callback(self._commands.fail_pending)
