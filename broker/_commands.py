@@ -59,11 +59,14 @@ class Commands:
         self._client = client
         self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
         self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     async def call(self, *args: Any) -> Any:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((args, future))
         self._wakeup.set()
+        self._idle.clear()
         return await future
 
     async def script(self, script: Script, keys: list[str], args: list[Any]) -> Any:
@@ -79,9 +82,14 @@ class Commands:
             await self._wakeup.wait()
             self._wakeup.clear()
             batch, self._queue = self._queue, []
-            if not batch:
-                continue
-            await self._send(batch)
+            if batch:
+                await self._send(batch)
+            if not self._queue:
+                self._idle.set()
+
+    async def drain(self) -> None:
+        """Wait until every queued command has been sent and answered."""
+        await self._idle.wait()
 
     async def _send(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
         pipe = self._client.pipeline(transaction=False)

@@ -1,7 +1,7 @@
 """The asking process's single answer waiter (DESIGN.md invariant 6).
 
-Every settled request pushes its id onto this process's inbox list; one task blocks on
-that list and resolves the matching future, so waiting costs one connection and O(1)
+Every settled request pushes a notice (its id and outcome) onto this process's inbox list;
+one task blocks on that list and resolves the matching future, so waiting costs one connection and O(1)
 Redis work per answer however many asks wait. The outcome itself is durable in the
 per-request key, so after a lost connection the waiter re-reads every outcome it still
 waits for and nothing is missed.
@@ -84,12 +84,11 @@ class Inbox:
                     await self._catch_up()
                     catch_up = False
                 timeout = max(0.01, next_beat - self._clock())
-                popped = await self._blocking.execute_command("BLPOP", self._inbox_key, timeout)  # type: ignore[no-untyped-call]
+                popped = await self._blocking.execute_command(  # type: ignore[no-untyped-call]
+                    "BLMPOP", timeout, 1, self._inbox_key, "LEFT", "COUNT", _DRAIN
+                )
                 if popped is not None:
-                    ids = [popped[1]]
-                    more = await self._blocking.execute_command("LPOP", self._inbox_key, _DRAIN)  # type: ignore[no-untyped-call]
-                    ids.extend(more or ())
-                    await self._resolve(ids)
+                    await self._take(popped[1])
                 if self._clock() >= next_beat:
                     await self.beat()
                     next_beat = self._clock() + self._beat_every
@@ -119,6 +118,29 @@ class Inbox:
             await self._resolve(ids[start : start + _DRAIN], notified=False)
         await self.beat()
 
+    async def _take(self, notices: list[str]) -> None:
+        """Resolve from the notices: ``<request id> <outcome JSON>``, or a bare id to look up."""
+        done: list[str] = []
+        bare: list[str] = []
+        for notice in notices:
+            request_id, _, outcome = notice.partition(" ")
+            if not outcome:
+                bare.append(request_id)
+                continue
+            done.append(request_id)
+            future = self._waiting.pop(request_id, None)
+            if future is not None and not future.done():
+                future.set_result(outcome)
+        if bare:
+            await self._resolve(bare)
+        await self._clean(done)
+
+    async def _clean(self, done: list[str]) -> None:
+        if done:
+            # The asker has its outcome: nothing of the request need stay in Redis.
+            stale = [self._keys.outcome(i) for i in done] + [self._keys.request(i) for i in done]
+            await self._commands.call("UNLINK", *stale)
+
     async def _resolve(self, ids: list[str], *, notified: bool = True) -> None:
         outcomes = await self._commands.call("MGET", *(self._keys.outcome(i) for i in ids))
         done: list[str] = []
@@ -131,7 +153,4 @@ class Inbox:
             future = self._waiting.pop(request_id, None)
             if future is not None and not future.done():
                 future.set_result(outcome)
-        if done:
-            # The asker has its outcome: nothing of the request need stay in Redis.
-            stale = [self._keys.outcome(i) for i in done] + [self._keys.request(i) for i in done]
-            await self._commands.call("UNLINK", *stale)
+        await self._clean(done)

@@ -10,8 +10,9 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import hiredis
 import msgspec
-from redis.asyncio import Redis
+from redis.asyncio import Connection, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
@@ -48,6 +49,16 @@ class _Registration:
     agent_id: str | None
 
 
+class _HiredisPackingConnection(Connection):
+    """redis-py's asyncio connection packs commands in Python; hiredis does it in C.
+
+    Packing was the largest single cost of a busy provider in the benchmark's profile.
+    """
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        return [hiredis.pack_command(args)]
+
+
 def redis_client(url: str, name: str | None = None, *, socket_timeout: float | None = None) -> Redis:
     """A client that reconnects with backoff; scripts are idempotent, so retries are safe.
 
@@ -64,6 +75,8 @@ def redis_client(url: str, name: str | None = None, *, socket_timeout: float | N
         socket_connect_timeout=5.0,
         socket_keepalive=True,
     )
+    if url.startswith("redis://"):  # TLS and socket URLs keep their own connection classes
+        client.connection_pool.connection_class = _HiredisPackingConnection
     return client
 
 
@@ -97,8 +110,9 @@ class Broker:
         self.unavailable_after = unavailable_after
         name = f"qb-{self.client_id}"
         self._connect_commands = connect or (lambda: redis_client(url, name, socket_timeout=10.0))
-        longest_block = max(lease_ttl, client_ttl) + 10.0
-        self._connect = connect or (lambda: redis_client(url, name, socket_timeout=longest_block))
+        # No socket timeout on blocking reads: with one, redis-py's read timeout swallowed the
+        # cancellation of a blocked XREADGROUP (seen on Python 3.11), so a provider never stopped.
+        self._connect = connect or (lambda: redis_client(url, name))
         self._provider_settings = ProviderSettings(
             lease_ttl=lease_ttl,
             result_ttl=result_ttl,
@@ -109,6 +123,7 @@ class Broker:
         self._answerers: list[_Registration] = []
         self._agents: dict[str, Agent] = {}
         self._stack: AsyncExitStack | None = None
+        self._cleanups: set[asyncio.Task[Any]] = set()
         self._commands: Commands | None = None
         self._inbox: Inbox | None = None
 
@@ -153,8 +168,25 @@ class Broker:
 
     async def aclose(self) -> None:
         stack, self._stack = self._stack, None
-        if stack is not None:
+        if stack is None:
+            return
+        try:
+            # Withdrawals in flight and queued clean-ups (an answered request's keys) finish first.
+            if self._cleanups:
+                await asyncio.wait(self._cleanups, timeout=5.0)
+            if self._commands is not None:
+                await asyncio.wait_for(self._commands.drain(), timeout=5.0)
+        except TimeoutError:
+            log.warning("closing with Redis commands unsent; their keys expire by TTL")
+        finally:
             await stack.aclose()
+
+    def track(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
+        """Run clean-up work that must finish even if its caller is cancelled; awaited on close."""
+        task = asyncio.ensure_future(work)
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+        return task
 
     @property
     def commands(self) -> Commands:
@@ -257,7 +289,7 @@ class Broker:
         if problem is not None:
             raise problem
 
-        ask = _Ask(self, request, agent)
+        ask = _Ask(self, request, agent, deadline)
         if not answerers and abort is None and deadline is None:
             return await ask.remote()
         return await ask.run(answerers, abort, deadline)
@@ -275,7 +307,7 @@ class Broker:
         request_id: str,
         *,
         gate_only: bool = False,
-        deadline_ms: str = "",
+        timeout_ms: str = "",
     ) -> Any:
         keys = self.keys
         request_key = keys.request(request_id)
@@ -297,7 +329,7 @@ class Broker:
                 self.client_id,
                 int(self.request_ttl * 1000),
                 self._provider_settings.audit_maxlen,
-                deadline_ms,
+                timeout_ms,
                 "1" if gate_only else "0",
                 agent.fingerprint if agent is not None else "",
             ],
@@ -353,10 +385,13 @@ class Broker:
 class _Ask:
     """One ask in flight: enqueue, wait, and withdraw on every way out."""
 
-    def __init__(self, broker: Broker, request: AskUserQuestionRequest, agent: Agent | None) -> None:
+    def __init__(
+        self, broker: Broker, request: AskUserQuestionRequest, agent: Agent | None, deadline: float | None
+    ) -> None:
         self.broker = broker
         self.request = request
         self.agent = agent
+        self.deadline = deadline
         self.request_id = secrets.token_hex(12)
         self.withdrawal: _Withdrawal = "withdrawn"
 
@@ -419,13 +454,19 @@ class _Ask:
         future = inbox.expect(self.request_id)
         try:
             try:
-                reply = await broker._script("ask", self.request, self.agent, self.request_id)
+                timeout_ms = ""
+                if self.deadline is not None:
+                    remaining = self.deadline - asyncio.get_running_loop().time()
+                    timeout_ms = str(max(1, int(remaining * 1000)))
+                reply = await broker._script("ask", self.request, self.agent, self.request_id, timeout_ms=timeout_ms)
                 if reply[0] != "ok":
                     raise UserQuestionError(reply[2], reply[1])
                 # Shielded: cancelling this task must not cancel the future the inbox resolves.
                 outcome = await asyncio.shield(future)
             except asyncio.CancelledError:
-                settled = await self._withdraw(future)
+                # Shielded in a task of the broker's: a caller that keeps cancelling (an anyio
+                # cancel scope does) must not stop the withdrawal half-way.
+                settled = await asyncio.shield(broker.track(self._withdraw(future)))
                 if settled is None:
                     raise
                 outcome = settled

@@ -171,6 +171,11 @@ class Provider:
         while True:
             if self._lost.is_set():
                 raise UserQuestionError("this provider no longer holds the lease", LEASE_LOST)
+            if not self._queue.empty():  # the common case under load: no tasks to race
+                pending = self._queue.get_nowait()
+                if not pending.withdrawn.is_set() and pending.request_id in self._shown:
+                    return pending
+                continue
             getter = asyncio.ensure_future(self._queue.get())
             loser = asyncio.ensure_future(self._lost.wait())
             try:

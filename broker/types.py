@@ -36,7 +36,10 @@ class AskUserQuestionIntent:
     """Base of every presentation intent; ``kind`` is its tag."""
 
     __slots__ = ()
-    kind: str
+
+    @property
+    def kind(self) -> str:
+        raise NotImplementedError
 
 
 class PlanReviewIntent(
@@ -54,6 +57,10 @@ class PlanReviewIntent(
 
     approve: str
 
+    @property
+    def kind(self) -> str:  # the tag is not a field; UIs still read `intent.kind`
+        return "plan-review"
+
 
 class UnknownIntent(AskUserQuestionIntent):
     """An intent of a kind this version does not know: a UI shows the generic list.
@@ -61,17 +68,21 @@ class UnknownIntent(AskUserQuestionIntent):
     The fields are kept as received so a router passes them on unchanged.
     """
 
-    __slots__ = ("fields", "kind")
+    __slots__ = ("_kind", "fields")
 
     def __init__(self, kind: str, fields: dict[str, Any]) -> None:
-        self.kind = kind
+        self._kind = kind
         self.fields = fields
+
+    @property
+    def kind(self) -> str:
+        return self._kind
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, UnknownIntent) and other.fields == self.fields
 
     def __hash__(self) -> int:
-        return hash(self.kind)
+        return hash(self._kind)
 
     def __repr__(self) -> str:
         return f"UnknownIntent(kind={self.kind!r}, fields={self.fields!r})"

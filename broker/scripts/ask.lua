@@ -2,7 +2,7 @@
 -- KEYS[1] requests stream   KEYS[2] request hash   KEYS[3] agent record (the request hash when no agent)
 -- KEYS[4] provider lease    KEYS[5] standbys zset  KEYS[6] audit stream
 -- ARGV[1] request id   ARGV[2] request JSON   ARGV[3] agent id ('' for none)   ARGV[4] agent token ('' for none)
--- ARGV[5] client id    ARGV[6] request TTL ms ARGV[7] audit max length         ARGV[8] deadline, unix ms ('' for none)
+-- ARGV[5] client id    ARGV[6] request TTL ms ARGV[7] audit max length         ARGV[8] the asker's timeout ms ('' for none)
 -- ARGV[9] '1' to check the gate only, enqueueing nothing
 -- ARGV[10] the token's SHA-1, used only where the Lua runtime lacks redis.sha1hex (fakeredis)
 -- returns {'ok', entry id} | {'err', CODE, message}
@@ -30,9 +30,11 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if redis.call('EXISTS', KEYS[4]) == 0 and redis.call('ZCOUNT', KEYS[5], now, '+inf') == 0 then
   return {'err', 'NO_PROVIDER', 'no provider holds or stands by for this namespace'}
 end
+local deadline = ''
+if ARGV[8] ~= '' then deadline = now + tonumber(ARGV[8]) end
 local entry = redis.call('XADD', KEYS[1], '*', 'kind', 'ask', 'rid', ARGV[1], 'client', ARGV[5], 'agent', ARGV[3])
 redis.call('HSET', KEYS[2], 'state', 'pending', 'request', ARGV[2], 'agent', ARGV[3], 'agent_fp', agent_fp,
-  'client', ARGV[5], 'entry', entry, 'created', now, 'deadline', ARGV[8])
+  'client', ARGV[5], 'entry', entry, 'created', now, 'deadline', deadline)
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[7], '*', 'event', 'asked', 'rid', ARGV[1], 'agent', ARGV[3],
   'client', ARGV[5])

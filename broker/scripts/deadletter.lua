@@ -10,9 +10,9 @@ redis.call('XDEL', KEYS[1], ARGV[1])
 if ARGV[6] ~= '' and redis.call('HGET', KEYS[3], 'state') == 'pending' then
   redis.call('HSET', KEYS[3], 'state', 'failed')
   redis.call('PEXPIRE', KEYS[3], ARGV[5])
-  redis.call('SET', KEYS[4], cjson.encode({error = {name = 'UserQuestionError', code = 'BAD_REQUEST',
-    message = ARGV[2]}}), 'PX', ARGV[5])
-  redis.call('RPUSH', KEYS[5], ARGV[6])
+  local outcome = cjson.encode({error = {name = 'UserQuestionError', code = 'BAD_REQUEST', message = ARGV[2]}})
+  redis.call('SET', KEYS[4], outcome, 'PX', ARGV[5])
+  redis.call('RPUSH', KEYS[5], ARGV[6] .. ' ' .. outcome)
   redis.call('PEXPIRE', KEYS[5], ARGV[5])
 end
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[7], '*', 'event', 'dead-lettered', 'rid', ARGV[6], 'reason', ARGV[2])

@@ -25,9 +25,9 @@ end
 if why then
   redis.call('HSET', KEYS[2], 'state', 'withdrawn')
   redis.call('PEXPIRE', KEYS[2], ARGV[6])
-  redis.call('SET', KEYS[7], cjson.encode({error = {name = 'UserQuestionError', code = 'CALLER_NOT_LIVE',
-    message = why}}), 'PX', ARGV[6])
-  redis.call('RPUSH', KEYS[6], ARGV[8])
+  local outcome = cjson.encode({error = {name = 'UserQuestionError', code = 'CALLER_NOT_LIVE', message = why}})
+  redis.call('SET', KEYS[7], outcome, 'PX', ARGV[6])
+  redis.call('RPUSH', KEYS[6], ARGV[8] .. ' ' .. outcome)
   redis.call('PEXPIRE', KEYS[6], ARGV[6])
   redis.pcall('XACK', KEYS[3], ARGV[3], ARGV[2])
   redis.call('XDEL', KEYS[3], ARGV[2])

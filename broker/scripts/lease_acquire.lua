@@ -3,6 +3,8 @@
 -- ARGV[1] token   ARGV[2] name   ARGV[3] lease TTL ms   ARGV[4] standby TTL ms ('0': do not stand by)
 -- returns {epoch, lease TTL ms} on acquisition | {0, the holder's remaining ms, holder value} when busy
 -- The epoch counter never expires and increases on every acquisition: it is the fencing token.
+-- It is at least the Redis clock in ms, so it keeps increasing even when the counter itself is
+-- lost (a restart without persistence, a failover that dropped the last writes).
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local current = redis.call('GET', KEYS[1])
@@ -14,6 +16,10 @@ if current then
   return {0, redis.call('PTTL', KEYS[1]), current}
 end
 local epoch = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], epoch .. ':' .. ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3])
+if epoch < now then
+  epoch = now
+  redis.call('SET', KEYS[2], string.format('%.0f', now))
+end
+redis.call('SET', KEYS[1], string.format('%.0f', epoch) .. ':' .. ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[1] .. ':' .. ARGV[2])
 return {epoch, tonumber(ARGV[3])}

@@ -27,7 +27,7 @@ redis.call('PEXPIRE', KEYS[2], ARGV[5])
 redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[5])
 redis.pcall('XACK', KEYS[4], ARGV[8], r[2])
 redis.call('XDEL', KEYS[4], r[2])
-redis.call('RPUSH', KEYS[5], ARGV[2])
+redis.call('RPUSH', KEYS[5], ARGV[2] .. ' ' .. ARGV[4])
 redis.call('PEXPIRE', KEYS[5], ARGV[5])
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[9], '*', 'event', ARGV[3], 'rid', ARGV[2],
   'provider', ARGV[6], 'epoch', ARGV[7], 'by', ARGV[10], 'outcome', ARGV[4])
