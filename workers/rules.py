@@ -112,7 +112,7 @@ class Rules:
         delay = 0.0
         for item in request.questions:
             rule = next((r for r in self.rules if r.matches(namespace, request.agent, item)), self.default)
-            lines.append(rule.line)
+            lines.append(0 if rule is self.default else rule.line)
             delay = max(delay, rule.delay)
             if rule.action == "cancel":
                 return Decision(answer=None, cancel=str(rule.value), delay=delay, lines=tuple(lines))

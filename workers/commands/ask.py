@@ -164,7 +164,12 @@ async def run(args: argparse.Namespace) -> int:
         try:
             request = build_request(args)
             async with settings.broker() as broker, _as_agent(broker, args.agent, args.owner):
-                answer = await broker.ask(request, abort=abort, timeout=args.timeout)
+                # Caught inside the block: `broker.agent()` wraps what its body raises in an
+                # ExceptionGroup (its TaskGroup).
+                try:
+                    answer = await broker.ask(request, abort=abort, timeout=args.timeout)
+                except UserQuestionError as error:
+                    return _fail(error)
         except UserQuestionError as error:
             return _fail(error)
         except (OSError, RedisError) as error:  # unreachable, refused AUTH, ...

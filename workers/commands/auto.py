@@ -86,17 +86,18 @@ async def _serve_forever(broker: Broker, rules: Rules, name: str, args: argparse
         try:
             async with broker.provider(name, standby=not args.no_standby, on_standby=on_standby) as provider:
                 say(f"holding the lease of {broker.namespace} as {name} (epoch {provider.epoch})")
+                # Returns (rather than raises) on lease loss: `broker.provider()` wraps what
+                # its body raises in an ExceptionGroup (its TaskGroup).
                 await _serve(provider, rules, broker.namespace, name)
         except UserQuestionError as error:
             if error.code == DUPLICATE_PROVIDER:
                 say(str(error))
                 return EXIT_STATUS[DUPLICATE_PROVIDER]
-            if error.code != LEASE_LOST:
-                raise
-            if args.exit_on_lease_loss:
-                say("lost the lease: exiting")
-                return EXIT_STATUS[LEASE_LOST]
-            say("lost the lease: standing by again")
+            raise
+        if args.exit_on_lease_loss:
+            say("lost the lease: exiting")
+            return EXIT_STATUS[LEASE_LOST]
+        say("lost the lease: standing by again")
 
 
 async def _serve(provider: Provider, rules: Rules, namespace: str, name: str) -> None:
@@ -108,10 +109,6 @@ async def _serve(provider: Provider, rules: Rules, namespace: str, name: str) ->
         except UserQuestionError as error:
             if error.code != LEASE_LOST:
                 raise
-            lost = error
-        else:  # pragma: no cover - the iterator only ends by raising
-            return
-    raise lost
 
 
 async def _handle(pending: PendingRequest, rules: Rules, namespace: str, name: str) -> None:
