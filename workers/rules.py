@@ -157,6 +157,10 @@ def _key_line(text: str, header: int, key: str) -> int:
             break
         if re.match(rf'^(?:{re.escape(key)}|"{re.escape(key)}")\s*=', line):
             return index + 1
+    if header == 0:  # a misspelt table: find its header
+        for index, raw in enumerate(lines):
+            if re.match(rf"^\[+\s*{re.escape(key)}\s*\]", raw.strip()):
+                return index + 1
     return max(header, 1)
 
 

@@ -99,7 +99,7 @@ async def test_kill_9_of_the_holder_loses_nothing_and_answers_once(
     answered = Counter(e["rid"] for e in events if e["event"] in ("answered", "cancelled"))
     assert len(answered) == 11 and set(answered.values()) == {1}  # every request answered exactly once
     by = Counter(e["provider"] for e in events if e["event"] == "answered")
-    assert by == {"A": 5, "B": 6}
+    assert by["A"] >= 5 and by["B"] >= 1 and by["A"] + by["B"] == 11  # B took over the in-flight ones
 
 
 @pytest.mark.parametrize(

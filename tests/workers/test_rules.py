@@ -89,7 +89,7 @@ DEFAULT_MATCHER = "[[rule]]\nskip = true\n[default]\nagent = 'x'\nskip = true\n"
         pytest.param("[[rule]]\nskip = false\n", 2, "skip takes true", id="skip-false"),
         pytest.param(DEFAULT_MATCHER, 4, "no matcher", id="default-matcher"),
         pytest.param("[default]\napprove = true\n", 2, "cannot approve", id="default-approve"),
-        pytest.param("[rules]\nskip = true\n", 1, "unknown key 'rules'", id="misspelt-table"),
+        pytest.param("[[rule]]\nskip = true\n\n[rules]\nskip = true\n", 4, "unknown key 'rules'", id="misspelt-table"),
     ],
 )  # fmt: skip
 def test_invalid_rules_name_the_line(text, line, message):
