@@ -17,6 +17,7 @@ from msgspec.structs import replace
 from broker import AskUserQuestionOption, AskUserQuestionRequest, UserQuestionError
 from broker._keys import Keys
 from tests.helpers import answer, one_question, plan_review, question
+from tests.workers.procs import run_qbroker
 
 pytestmark = [
     pytest.mark.slow,
@@ -43,6 +44,9 @@ class Screen:
 
     def text(self) -> str:
         return self._tmux("capture-pane", "-p", "-J", "-t", "main", "-S", "-2000")
+
+    def press(self, key: str) -> None:
+        self._tmux("send-keys", "-t", "main", key)
 
     def send(self, *keys: str) -> None:
         for key in keys:
@@ -173,3 +177,21 @@ async def test_losing_the_lease_stops_presenting_and_says_so(screen, make_broker
     await screen.expect("Choice:", count=2)
     screen.send("2")
     assert await asyncio.wait_for(asking, 10) == answer(("q1", ("b",), None))
+
+
+async def test_ctrl_c_at_a_prompt_quits_and_hands_the_question_on(screen, make_broker):
+    asker, standby = await make_broker(), await make_broker()
+    asking = asyncio.create_task(asker.ask(one_question("a", "b")))
+    await screen.expect("Choice:")
+    screen.press("C-c")
+    await screen.expect("Stopped; the lease is handed on.")
+    async with standby.provider("spare", standby=False) as provider:  # released: free at once
+        pending = await asyncio.wait_for(anext(aiter(provider)), 15)
+        await pending.answer(answer(("q1", ("a",), None)))
+    assert await asyncio.wait_for(asking, 10) == answer(("q1", ("a",), None))
+    await screen.expect("EXITED 0")
+
+
+async def test_provide_refuses_a_stdin_that_is_not_a_terminal(redis_server, namespace):
+    status, _, err = await run_qbroker("provide", url=redis_server.url, namespace=namespace, stdin=b"")
+    assert status == 2 and b"needs a terminal" in err

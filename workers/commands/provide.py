@@ -12,6 +12,7 @@ import asyncio
 import getpass
 import os
 import socket
+import sys
 from typing import Literal
 
 from broker import Broker, PendingRequest, Provider, UserQuestionError
@@ -46,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def run(args: argparse.Namespace) -> int:
     settings: Settings = args.settings
     name = args.name or f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}"
+    if not sys.stdin.isatty():
+        print("qbroker provide: needs a terminal on stdin (for policies use `qbroker auto`)", file=sys.stderr)
+        return 2
     terminal = Terminal()
     try:
         async with settings.broker() as broker:
