@@ -13,14 +13,16 @@ import getpass
 import os
 import socket
 import sys
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from broker import Broker, PendingRequest, Provider, UserQuestionError
 from broker.errors import BAD_ANSWER, DUPLICATE_PROVIDER, LEASE_LOST, NOT_PENDING
 
 from ..settings import Settings
-from ..terminal import Decision, Quit, Terminal
 from .ask import EXIT_STATUS
+
+if TYPE_CHECKING:
+    from ..terminal import Decision, Terminal
 
 __all__ = ["register"]
 
@@ -50,6 +52,8 @@ async def run(args: argparse.Namespace) -> int:
     if not sys.stdin.isatty():
         print("qbroker provide: needs a terminal on stdin (for policies use `qbroker auto`)", file=sys.stderr)
         return 2
+    from ..terminal import Quit, Terminal  # prompt_toolkit and rich load only for this command
+
     terminal = Terminal()
     try:
         async with settings.broker() as broker:
@@ -117,6 +121,8 @@ async def _present(provider: Provider, terminal: Terminal, pending: PendingReque
             return "lost"
         terminal.say("The asker withdrew this request; it is gone.")
         return "next"
+    from ..terminal import Quit
+
     try:
         decision = showing.result()
     except Quit:
