@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from broker import AskUserQuestionRequest
+from broker import AskUserQuestionRequest, Broker
 from broker._keys import Keys
 from tests.helpers import answer, question
 from tests.workers.procs import Worker, run_qbroker
@@ -149,3 +149,18 @@ async def test_a_second_provider_without_standby_exits_duplicate_provider(
             "auto", "--rules", rules_file, "--no-standby", url=redis_server.url, namespace=namespace
         )
     assert status == 16 and "DUPLICATE_PROVIDER" in err.decode()
+
+
+async def test_survives_a_redis_restart(redis_factory, namespace, rules_file, start_worker):
+    server = redis_factory()
+    worker = await start_worker("auto", "--rules", rules_file, "--name", "A", "--lease-ttl", "1",
+                                url=server.url, namespace=namespace)  # fmt: skip
+    await worker.expect(r"holding the lease .* \(epoch 1\)")
+    server.kill()
+    seen = len(worker.lines)
+    await worker.expect(r"lost the lease", after=seen)  # it notices while Redis is away
+    await worker.expect(r"Redis unavailable .*; retrying in", after=seen)  # and keeps trying, not crashing
+    server.start()  # nothing persisted: the lease, the epoch counter and the group are gone
+    await worker.expect(r"holding the lease .* \(epoch 1\)", after=len(worker.lines))  # taken anew
+    async with Broker(server.url, namespace) as asker:
+        assert await asker.ask(_ask("after the restart?"), timeout=15) == answer(("q1", ("yes",), None))

@@ -19,6 +19,7 @@ import sys
 from broker import Broker, PendingRequest, Provider, UserQuestionError
 from broker.errors import BAD_ANSWER, DUPLICATE_PROVIDER, LEASE_LOST, NOT_PENDING
 
+from .._redis import Backoff, describe, redis_trouble
 from ..rules import Decision, Rules, RulesError, load_rules
 from ..settings import Settings
 from .ask import EXIT_STATUS
@@ -82,9 +83,11 @@ async def _serve_forever(broker: Broker, rules: Rules, name: str, args: argparse
     def on_standby(holder: str) -> None:
         say(f"standing by: {holder} holds the lease of {broker.namespace}")
 
+    backoff = Backoff()
     while True:
         try:
             async with broker.provider(name, standby=not args.no_standby, on_standby=on_standby) as provider:
+                backoff.reset()
                 say(f"holding the lease of {broker.namespace} as {name} (epoch {provider.epoch})")
                 # Returns (rather than raises) on lease loss: `broker.provider()` wraps what
                 # its body raises in an ExceptionGroup (its TaskGroup).
@@ -94,6 +97,13 @@ async def _serve_forever(broker: Broker, rules: Rules, name: str, args: argparse
                 say(str(error))
                 return EXIT_STATUS[DUPLICATE_PROVIDER]
             raise
+        except Exception as error:  # Redis away (a restart, a network blip): stand by again once it is back
+            if not redis_trouble(error):
+                raise
+            delay = backoff.next()
+            say(f"Redis unavailable ({describe(error)}); retrying in {delay:.1f}s")
+            await asyncio.sleep(delay)
+            continue
         if args.exit_on_lease_loss:
             say("lost the lease: exiting")
             return EXIT_STATUS[LEASE_LOST]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from broker import Broker, PendingRequest, Provider, UserQuestionError
 from broker.errors import BAD_ANSWER, DUPLICATE_PROVIDER, LEASE_LOST, NOT_PENDING
 
+from .._redis import Backoff, describe, redis_trouble
 from ..settings import Settings
 from .ask import EXIT_STATUS
 
@@ -70,9 +71,11 @@ async def _serve_forever(broker: Broker, terminal: Terminal, name: str, *, stand
     def on_standby(holder: str) -> None:
         terminal.say(f"Standing by: {holder} answers namespace {broker.namespace}; taking over when it goes.")
 
+    backoff = Backoff()
     while True:
         try:
             async with broker.provider(name, standby=standby, on_standby=on_standby) as provider:
+                backoff.reset()
                 terminal.say(
                     f"Answering namespace {broker.namespace} as {name} (epoch {provider.epoch}).", "bold green"
                 )
@@ -87,6 +90,13 @@ async def _serve_forever(broker: Broker, terminal: Terminal, name: str, *, stand
                 terminal.say(str(error))
                 return EXIT_STATUS[DUPLICATE_PROVIDER]
             raise
+        except Exception as error:  # Redis away (a restart, a network blip): stand by again once it is back
+            if not redis_trouble(error):
+                raise
+            delay = backoff.next()
+            terminal.say(f"Redis unavailable ({describe(error)}); retrying in {delay:.1f}s")
+            await asyncio.sleep(delay)
+            continue
         terminal.say("Lease lost: another provider answers now. Stopped presenting; standing by again.", "bold red")
 
 
