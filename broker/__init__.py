@@ -6,6 +6,7 @@ from .agents import Agent
 from .broker import Answerer, Broker, Next
 from .errors import ERROR_CODES, HarnessError, UserQuestionError
 from .provider import PendingRequest, Provider
+from .status import NamespaceStatus, namespace_status
 from .types import (
     AskUserQuestionAnswer,
     AskUserQuestionAnswerItem,
@@ -31,6 +32,7 @@ __all__ = [
     "Broker",
     "HarnessError",
     "Limits",
+    "NamespaceStatus",
     "Next",
     "PendingRequest",
     "PlanReviewIntent",
@@ -39,4 +41,5 @@ __all__ = [
     "UserQuestionError",
     "check_answer",
     "check_request",
+    "namespace_status",
 ]

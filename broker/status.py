@@ -1,0 +1,138 @@
+"""A read-only snapshot of one namespace: who provides, what waits, who may ask."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ._keys import Keys
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+__all__ = ["AgentInfo", "NamespaceStatus", "PendingInfo", "namespace_status"]
+
+_PAGE = 500
+
+
+class PendingInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A request waiting for an answer."""
+
+    request_id: str
+    agent: str | None
+    age_s: float
+    """seconds since it was asked, by the Redis clock"""
+    questions: int
+    delivered_epoch: int | None = None
+    """the lease epoch under which a provider took it, if one did"""
+
+
+class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A live agent instance (its token never leaves Redis; it is not shown)."""
+
+    agent_id: str
+    owner: str | None
+    since: int
+    """unix seconds of its registration"""
+
+
+class NamespaceStatus(msgspec.Struct, frozen=True, kw_only=True):
+    namespace: str
+    holder: str | None
+    """the name of the provider holding the lease, None when nobody does"""
+    epoch: int | None
+    lease_ttl_s: float | None
+    """seconds left on the lease"""
+    standbys: tuple[str, ...]
+    pending: tuple[PendingInfo, ...]
+    agents: tuple[AgentInfo, ...]
+    stream_length: int
+    dead_letters: int
+    last_epoch: int = 0
+    """the epoch counter: how many times the lease was taken"""
+
+
+async def namespace_status(broker: Broker) -> NamespaceStatus:
+    """Read the namespace's state; writes nothing. Pending requests are read from the stream."""
+    call = broker.commands.call
+    keys: Keys = broker.keys
+    seconds, micros = await call("TIME")
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    lease, pttl, last_epoch, standbys, stream_length, dead_letters = await asyncio.gather(
+        call("GET", keys.provider),
+        call("PTTL", keys.provider),
+        call("GET", keys.epoch),
+        call("ZRANGEBYSCORE", keys.standbys, now_ms, "+inf"),
+        call("XLEN", keys.requests),
+        call("XLEN", keys.dead),
+    )
+    holder = epoch = None
+    if lease:
+        epoch_text, _token, holder = str(lease).split(":", 2)
+        epoch = int(epoch_text)
+    return NamespaceStatus(
+        namespace=keys.namespace,
+        holder=holder,
+        epoch=epoch,
+        lease_ttl_s=int(pttl) / 1000 if lease and int(pttl) >= 0 else None,
+        standbys=tuple(str(member).split(":", 1)[-1] for member in standbys),
+        pending=await _pending(call, keys, now_ms),
+        agents=await _agents(call, keys),
+        stream_length=int(stream_length),
+        dead_letters=int(dead_letters),
+        last_epoch=int(last_epoch or 0),
+    )
+
+
+async def _pending(call: Any, keys: Keys, now_ms: int) -> tuple[PendingInfo, ...]:
+    found: list[PendingInfo] = []
+    start = "-"
+    while True:
+        entries = await call("XRANGE", keys.requests, start, "+", "COUNT", _PAGE)
+        stream_fields = [_pairs(flat) for _id, flat in entries]
+        asks = [fields["rid"] for fields in stream_fields if fields.get("kind") == "ask" and fields.get("rid")]
+        records = await asyncio.gather(
+            *(call("HMGET", keys.request(rid), "state", "agent", "created", "delivered", "request") for rid in asks)
+        )  # issued together: one round trip
+        for request_id, (state, agent, created, delivered, request) in zip(asks, records, strict=True):
+            if state != "pending":
+                continue
+            try:
+                questions = len(msgspec.json.decode(request or "{}").get("questions", ()))
+            except (msgspec.DecodeError, AttributeError):
+                questions = 0
+            found.append(
+                PendingInfo(
+                    request_id=request_id,
+                    agent=agent or None,
+                    age_s=max(0, now_ms - int(created or now_ms)) / 1000,
+                    questions=questions,
+                    delivered_epoch=int(delivered) if delivered else None,
+                )
+            )
+        if len(entries) < _PAGE:
+            return tuple(found)
+        start = "(" + entries[-1][0]
+
+
+def _pairs(flat: Any) -> dict[str, str]:
+    if isinstance(flat, dict):
+        return flat
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+async def _agents(call: Any, keys: Keys) -> tuple[AgentInfo, ...]:
+    found: list[AgentInfo] = []
+    cursor: Any = 0
+    prefix = len(keys.agent(""))
+    while True:
+        cursor, names = await call("SCAN", cursor, "MATCH", keys.agent_pattern(), "COUNT", _PAGE)
+        records = await asyncio.gather(*(call("HMGET", name, "owner", "since") for name in names))
+        for name, (owner, since) in zip(names, records, strict=True):
+            if since is None:
+                continue  # expired between SCAN and HMGET
+            found.append(AgentInfo(agent_id=name[prefix:], owner=owner or None, since=int(since)))
+        if int(cursor) == 0:
+            return tuple(sorted(found, key=lambda agent: agent.agent_id))

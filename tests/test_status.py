@@ -1,0 +1,55 @@
+"""``broker.namespace_status``: a read-only snapshot of a namespace."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from broker import namespace_status
+from broker._keys import Keys
+from tests.helpers import one_question
+
+
+async def test_an_idle_namespace(make_broker):
+    broker = await make_broker()
+    status = await namespace_status(broker)
+    assert (status.holder, status.epoch, status.standbys, status.pending, status.agents) == (None, None, (), (), ())
+    assert (status.stream_length, status.dead_letters, status.last_epoch) == (0, 0, 0)
+
+
+async def test_holder_standby_pending_agents_and_dead_letters(make_broker, redis, namespace):
+    holder_broker, standby_broker, asker = await make_broker(), await make_broker(), await make_broker()
+    async with contextlib.AsyncExitStack() as stack:
+        provider = await stack.enter_async_context(holder_broker.provider("desk"))
+        announced = asyncio.Event()
+
+        async def stand_by() -> None:
+            async with standby_broker.provider("spare", on_standby=lambda _holder: announced.set()):
+                pass
+
+        waiting = asyncio.create_task(stand_by())
+        stack.callback(waiting.cancel)
+        await asyncio.wait_for(announced.wait(), 5)
+        parent = await stack.enter_async_context(asker.agent("parent"))
+        await stack.enter_async_context(asker.agent("child", owner=parent))
+        asks = [
+            asyncio.create_task(asker.ask(one_question(agent="parent"))),
+            asyncio.create_task(asker.ask(one_question())),
+        ]
+        for task in asks:
+            stack.callback(task.cancel)
+        delivered = [await asyncio.wait_for(anext(aiter(provider)), 5) for _ in asks]
+        await redis.xadd(Keys(namespace).requests, {"kind": "garbage"})
+        assert await redis.xread({Keys(namespace).dead: "0-0"}, block=5000)  # the reader dead-letters it
+
+        status = await namespace_status(asker)
+
+    assert (status.holder, status.epoch, status.last_epoch) == ("desk", provider.epoch, provider.epoch)
+    assert status.lease_ttl_s is not None and 0 < status.lease_ttl_s <= holder_broker.lease_ttl
+    assert status.standbys == ("spare",)
+    assert {(p.request_id, p.agent, p.questions, p.delivered_epoch) for p in status.pending} == {
+        (d.request_id, d.agent_id, 1, provider.epoch) for d in delivered
+    }
+    assert all(p.age_s >= 0 for p in status.pending)
+    assert [(a.agent_id, a.owner) for a in status.agents] == [("child", "parent"), ("parent", None)]
+    assert status.stream_length == 2 and status.dead_letters == 1

@@ -1,0 +1,108 @@
+"""Run ``qbroker`` as a real process and follow its stderr."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from typing import Any
+
+
+def env_for(url: str, namespace: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_")}
+    env.update(QBROKER_REDIS_URL=url, QBROKER_NAMESPACE=namespace, **extra)
+    return env
+
+
+async def run_qbroker(
+    *args: str, url: str, namespace: str, stdin: bytes | None = None, limit: float = 20.0
+) -> tuple[int, bytes, bytes]:
+    """Run to completion; returns (status, stdout, stderr)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "workers",
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env_for(url, namespace),
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(stdin), limit)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    assert process.returncode is not None
+    return process.returncode, out, err
+
+
+class Worker:
+    """A long-running ``qbroker`` process whose stderr lines are collected as they come."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self._changed = asyncio.Event()
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    @classmethod
+    async def start(cls, *args: str, url: str, namespace: str, **env: str) -> Worker:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "workers",
+            *args,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env=env_for(url, namespace, **env),
+        )
+        return cls(process)
+
+    async def _read(self) -> None:
+        assert self.process.stderr is not None
+        async for raw in self.process.stderr:
+            self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+            self._changed.set()
+        self._changed.set()
+
+    async def expect(self, pattern: str, *, within: float = 15.0, after: int = 0) -> re.Match[str]:
+        """Wait for a stderr line (from index ``after``) matching ``pattern``."""
+        regex = re.compile(pattern)
+
+        async def scan() -> re.Match[str]:
+            while True:
+                for line in self.lines[after:]:
+                    if found := regex.search(line):
+                        return found
+                if self._reader.done():
+                    raise AssertionError(f"exited without {pattern!r}; stderr:\n" + "\n".join(self.lines))
+                self._changed.clear()
+                await self._changed.wait()
+
+        try:
+            return await asyncio.wait_for(scan(), within)
+        except TimeoutError:
+            raise AssertionError(f"no {pattern!r} in time; stderr:\n" + "\n".join(self.lines)) from None
+
+    def signal(self, sig: signal.Signals) -> None:
+        self.process.send_signal(sig)
+
+    async def stop(self) -> Any:
+        if self.process.returncode is None:
+            try:
+                self.process.send_signal(signal.SIGCONT)
+                self.process.terminate()
+            except ProcessLookupError:
+                pass
+            try:
+                await asyncio.wait_for(self.process.wait(), 10)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+        await self._reader
+        return self.process.returncode

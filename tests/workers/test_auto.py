@@ -1,0 +1,166 @@
+"""``qbroker auto`` as real processes: failover under kill -9, fencing under SIGSTOP."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections import Counter
+
+import pytest
+
+from broker import AskUserQuestionRequest, Broker
+from broker._keys import Keys
+from tests.helpers import answer, question
+from tests.workers.procs import Worker, run_qbroker
+
+pytestmark = pytest.mark.slow
+
+RULES = """\
+[default]
+first = true
+
+[[rule]]
+question = "slow"
+first = true
+delay = 1.5
+"""
+
+
+def _ask(text: str) -> AskUserQuestionRequest:
+    from msgspec.structs import replace
+
+    return AskUserQuestionRequest(questions=(replace(question("q1", "yes", "no"), question=text),))
+
+
+async def _audit(redis, namespace: str) -> list[dict[str, str]]:
+    return [fields for _id, fields in await redis.xrange(Keys(namespace).audit)]
+
+
+async def _until_delivered(redis, namespace: str, count: int, provider: str) -> None:
+    async def poll() -> None:
+        while True:
+            events = await _audit(redis, namespace)
+            if sum(1 for e in events if e["event"] == "delivered" and e.get("provider") == provider) >= count:
+                return
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(poll(), 15)
+
+
+@pytest.fixture
+def rules_file(tmp_path):
+    path = tmp_path / "rules.toml"
+    path.write_text(RULES)
+    return str(path)
+
+
+@pytest.fixture
+async def start_worker():
+    workers: list[Worker] = []
+
+    async def start(*args: str, url: str, namespace: str) -> Worker:
+        worker = await Worker.start(*args, url=url, namespace=namespace)
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        await worker.stop()
+
+
+async def _pair(start_worker, rules_file, url, namespace, *extra):
+    holder = await start_worker(
+        "auto", "--rules", rules_file, "--name", "A", "--lease-ttl", "1", *extra, url=url, namespace=namespace
+    )
+    await holder.expect(r"holding the lease .* as A \(epoch \d+\)")
+    standby = await start_worker(
+        "auto", "--rules", rules_file, "--name", "B", "--lease-ttl", "1", *extra, url=url, namespace=namespace
+    )
+    await standby.expect(r"standing by: A holds the lease")
+    return holder, standby
+
+
+async def test_kill_9_of_the_holder_loses_nothing_and_answers_once(
+    make_broker, redis, redis_server, namespace, rules_file, start_worker
+):
+    holder, standby = await _pair(start_worker, rules_file, redis_server.url, namespace)
+    asker = await make_broker()
+    quick = await asyncio.wait_for(asyncio.gather(*(asker.ask(_ask(f"quick {i}?")) for i in range(5))), 15)
+    assert quick == [answer(("q1", ("yes",), None))] * 5
+
+    in_flight = [asyncio.create_task(asker.ask(_ask(f"slow {i}?"), timeout=30)) for i in range(6)]
+    await _until_delivered(redis, namespace, 6 + 5, "A")
+    holder.signal(signal.SIGKILL)
+    results = await asyncio.wait_for(asyncio.gather(*in_flight), 30)
+    assert results == [answer(("q1", ("yes",), None))] * 6
+    await standby.expect(r"holding the lease .* as B")
+
+    events = await _audit(redis, namespace)
+    answered = Counter(e["rid"] for e in events if e["event"] in ("answered", "cancelled"))
+    assert len(answered) == 11 and set(answered.values()) == {1}  # every request answered exactly once
+    by = Counter(e["provider"] for e in events if e["event"] == "answered")
+    assert by["A"] >= 5 and by["B"] >= 1 and by["A"] + by["B"] == 11  # B took over the in-flight ones
+
+
+@pytest.mark.parametrize(
+    ("extra", "after_loss"),
+    [
+        pytest.param((), r"lost the lease: standing by again", id="stands-by-again"),
+        pytest.param(("--exit-on-lease-loss",), r"lost the lease: exiting", id="exits"),
+    ],
+)
+async def test_a_paused_holder_is_fenced_and_its_late_answer_refused(
+    make_broker, redis, redis_server, namespace, rules_file, start_worker, extra, after_loss
+):
+    holder, standby = await _pair(start_worker, rules_file, redis_server.url, namespace, *extra)
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(_ask("slow one?"), timeout=30))
+    await _until_delivered(redis, namespace, 1, "A")
+    holder.signal(signal.SIGSTOP)
+    await standby.expect(r"holding the lease .* as B")
+    assert await asyncio.wait_for(asking, 20) == answer(("q1", ("yes",), None))
+    holder.signal(signal.SIGCONT)
+
+    await holder.expect(r"late answer to [0-9a-f]+ refused: LEASE_LOST")
+    await holder.expect(after_loss)
+    if extra:
+        assert await asyncio.wait_for(holder.process.wait(), 10) == 15
+    else:
+        await holder.expect(r"standing by: B holds the lease")
+    events = await _audit(redis, namespace)
+    settled = [e for e in events if e["event"] in ("answered", "cancelled")]
+    assert [(e["event"], e["provider"]) for e in settled] == [("answered", "B")]
+
+
+async def test_invalid_rules_fail_at_start_naming_the_line(redis_server, namespace, tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[[rule]]\nskip = true\n\n[[rule]]\nquestion = '(unclosed'\nskip = true\n")
+    status, _, err = await run_qbroker("auto", "--rules", str(path), url=redis_server.url, namespace=namespace)
+    assert status == 2
+    assert f"{path}:5: question is not a valid regular expression" in err.decode()
+
+
+async def test_a_second_provider_without_standby_exits_duplicate_provider(
+    make_broker, redis_server, namespace, rules_file
+):
+    broker = await make_broker()
+    async with broker.provider("first"):
+        status, _, err = await run_qbroker(
+            "auto", "--rules", rules_file, "--no-standby", url=redis_server.url, namespace=namespace
+        )
+    assert status == 16 and "DUPLICATE_PROVIDER" in err.decode()
+
+
+async def test_survives_a_redis_restart(redis_factory, namespace, rules_file, start_worker):
+    server = redis_factory()
+    worker = await start_worker("auto", "--rules", rules_file, "--name", "A", "--lease-ttl", "1",
+                                url=server.url, namespace=namespace)  # fmt: skip
+    await worker.expect(r"holding the lease .* \(epoch 1\)")
+    server.kill()
+    seen = len(worker.lines)
+    await worker.expect(r"lost the lease", after=seen)  # it notices while Redis is away
+    await worker.expect(r"Redis unavailable .*; retrying in", after=seen)  # and keeps trying, not crashing
+    server.start()  # nothing persisted: the lease, the epoch counter and the group are gone
+    await worker.expect(r"holding the lease .* \(epoch 1\)", after=len(worker.lines))  # taken anew
+    async with Broker(server.url, namespace) as asker:
+        assert await asker.ask(_ask("after the restart?"), timeout=15) == answer(("q1", ("yes",), None))

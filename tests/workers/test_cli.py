@@ -1,0 +1,70 @@
+"""The ``qbroker`` entry point: discovery of sub-commands, help, logging set-up."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import types
+
+import pytest
+
+from workers import cli
+from workers.settings import Settings
+
+
+def test_help_lists_every_installed_command(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    for name in ("provide", "auto", "ask", "status"):
+        assert name in out
+    assert "QBROKER_REDIS_URL" in out and "QBROKER_NAMESPACE" in out
+
+
+@pytest.mark.parametrize("command", ["provide", "auto", "ask", "status"])
+def test_each_command_has_help_with_the_shared_flags(capsys, command):
+    with pytest.raises(SystemExit) as done:
+        cli.main([command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert f"usage: qbroker {command}" in out and "--redis-url" in out and "--namespace" in out
+
+
+def test_missing_command_modules_are_skipped_but_broken_ones_are_not(monkeypatch):
+    monkeypatch.setattr(cli, "COMMANDS", ("ask", "no_such_command"))
+    parser = cli.build_parser()
+    assert "ask" in parser.format_help() and "no_such_command" not in parser.format_help()
+
+    broken = types.ModuleType("workers.commands.broken")
+
+    def register(_subparsers):
+        import this_dependency_is_missing  # type: ignore[import-not-found]  # noqa: F401
+
+    broken.register = register  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "workers.commands.broken", broken)
+    monkeypatch.setattr(cli, "COMMANDS", ("broken",))
+    with pytest.raises(ModuleNotFoundError):
+        cli.build_parser()
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--lease-ttl", "-3", "status"])
+    assert done.value.code == 2
+    assert "lease TTL" in capsys.readouterr().err
+
+
+def test_json_logging(capsys):
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        cli.configure_logging(Settings(log_json=True, log_level="INFO"))
+        logging.getLogger("workers.test").info("hello %s", "there")
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    entry = json.loads(line)
+    assert (entry["level"], entry["logger"], entry["message"]) == ("INFO", "workers.test", "hello there")

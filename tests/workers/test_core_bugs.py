@@ -1,0 +1,30 @@
+"""Core behaviour the workers had to work around (reported; xfail until fixed in broker/)."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker import UserQuestionError
+
+
+@pytest.mark.xfail(strict=True, reason="broker.agent()/provider() wrap body exceptions in an ExceptionGroup")
+async def test_an_error_raised_inside_broker_agent_is_not_wrapped(make_broker):
+    broker = await make_broker()
+    with pytest.raises(UserQuestionError):
+        async with broker.agent("a"):
+            raise UserQuestionError("from the body", "ASK_CANCELLED")
+
+
+@pytest.mark.xfail(strict=True, reason="broker.agent()/provider() wrap body exceptions in an ExceptionGroup")
+async def test_an_error_raised_inside_broker_provider_is_not_wrapped(make_broker):
+    broker = await make_broker()
+    with pytest.raises(UserQuestionError):
+        async with broker.provider("p"):
+            raise UserQuestionError("from the body", "LEASE_LOST")
+
+
+@pytest.mark.xfail(strict=True, reason="PlanReviewIntent has no `kind` attribute though its base declares one")
+def test_plan_review_intent_has_its_kind():
+    from broker import PlanReviewIntent
+
+    assert PlanReviewIntent(approve="x").kind == "plan-review"

@@ -1,0 +1,197 @@
+"""``qbroker provide`` driven through a real pseudo-terminal (tmux); the asker gets the seeds' encoding."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+
+import pytest
+from msgspec.structs import replace
+
+from broker import AskUserQuestionOption, AskUserQuestionRequest, UserQuestionError
+from broker._keys import Keys
+from tests.helpers import answer, one_question, plan_review, question
+from tests.workers.procs import run_qbroker
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("tmux") is None, reason="tmux is not installed (.ci/run must apt-get install tmux)"
+    ),
+]
+
+_sessions = itertools.count()
+
+
+class Screen:
+    """A tmux session on a private server, running one command."""
+
+    def __init__(self, command: list[str], env: dict[str, str]) -> None:
+        self.socket = f"qbtest-{os.getpid()}-{next(_sessions)}"
+        exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
+        line = f"env {exports} {shlex.join(command)}; echo EXITED $?; sleep 60"
+        self._tmux("new-session", "-d", "-s", "main", "-x", "160", "-y", "60", line)
+
+    def _tmux(self, *args: str) -> str:
+        done = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=True)
+        return done.stdout
+
+    def text(self) -> str:
+        return self._tmux("capture-pane", "-p", "-J", "-t", "main", "-S", "-2000")
+
+    def press(self, key: str) -> None:
+        self._tmux("send-keys", "-t", "main", key)
+
+    def send(self, *keys: str) -> None:
+        for key in keys:
+            self._tmux("send-keys", "-t", "main", "-l", key)
+            self._tmux("send-keys", "-t", "main", "Enter")
+
+    async def expect(self, snippet: str, count: int = 1, within: float = 15.0) -> None:
+        """Wait until ``snippet`` shows ``count`` times (tmux offers no change notification: poll)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        text = self.text()
+        while text.count(snippet) < count:
+            if loop.time() > deadline:
+                raise AssertionError(f"{snippet!r} x{count} never showed; screen:\n{text}")
+            await asyncio.sleep(0.05)
+            text = self.text()
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False)
+
+
+@pytest.fixture
+async def screen(redis_server, namespace) -> AsyncIterator[Screen]:
+    env = {"QBROKER_REDIS_URL": redis_server.url, "QBROKER_NAMESPACE": namespace, "QBROKER_LEASE_TTL": "1",
+           "PYTHONPATH": os.getcwd()}  # fmt: skip
+    screen = Screen([sys.executable, "-m", "workers", "provide", "--name", "desk"], env)
+    try:
+        await screen.expect("Waiting for questions")
+        yield screen
+    finally:
+        screen.close()
+
+
+async def test_single_select(screen, make_broker):
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(one_question("yes", "no")))
+    await screen.expect("Choice:")
+    screen.send("2")
+    assert await asyncio.wait_for(asking, 10) == answer(("q1", ("no",), None))
+
+
+async def test_multi_select_with_other(screen, make_broker):
+    options = (AskUserQuestionOption(label="red", description="warm"),
+               AskUserQuestionOption(label="blue"), AskUserQuestionOption(label="green"))  # fmt: skip
+    item = replace(question("paint", multi=True, header="Paint", detail="**bold** idea"), options=options)
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,))))
+    await screen.expect("Toggle:")
+    text = screen.text()
+    assert "Paint · question paint?" in text and "1. red — warm" in text and "bold idea" in text
+    screen.send("1 3")
+    await screen.expect("[x] 3. green")
+    screen.send("o")
+    await screen.expect("Other (empty to go back):")
+    screen.send("teal")
+    await screen.expect("Other: teal")
+    screen.send("")
+    assert await asyncio.wait_for(asking, 10) == answer(("paint", ("red", "green"), "teal"))
+
+
+async def test_single_select_other_replaces_the_choice_and_skip_leaves_a_question_empty(screen, make_broker):
+    request = AskUserQuestionRequest(questions=(question("a", "x", "y"), question("b", "z"), question("c")))
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(request, timeout=30))
+    await screen.expect("[1/3]")
+    screen.send("s")
+    await screen.expect("[2/3]")
+    screen.send("o")
+    await screen.expect("Other (empty to go back):")
+    screen.send("my own")
+    await screen.expect("[3/3]")
+    screen.send("free words")
+    assert await asyncio.wait_for(asking, 10) == answer(("a", (), None), ("b", (), "my own"), ("c", (), "free words"))
+
+
+async def test_cancel_gives_the_asker_ask_cancelled(screen, make_broker):
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(one_question()))
+    await screen.expect("Choice:")
+    screen.send("c")
+    with pytest.raises(UserQuestionError) as error:
+        await asyncio.wait_for(asking, 10)
+    assert error.value.code == "ASK_CANCELLED"
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [pytest.param("1", "Approve", id="approve"), pytest.param("2", "Refuse", id="decline"),
+     pytest.param("3", None, id="chat-about-it")],
+)  # fmt: skip
+async def test_plan_review_card(screen, make_broker, key, expected):
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(plan_review("Approve", "Refuse", "Approve")))
+    await screen.expect("Verdict:")
+    text = screen.text()
+    assert "1. Approve (approve)" in text and "2. Refuse (decline)" in text and "3. Chat about it" in text
+    assert "Plan" in text and "do it" in text  # the plan markdown
+    screen.send(key)
+    if expected is None:
+        with pytest.raises(UserQuestionError, match="ASK_CANCELLED"):
+            await asyncio.wait_for(asking, 10)
+    else:
+        assert await asyncio.wait_for(asking, 10) == answer(("plan", (expected,), None))
+
+
+async def test_a_withdrawn_request_leaves_the_screen_and_the_next_one_shows(screen, make_broker):
+    asker = await make_broker()
+    abort = asyncio.Event()
+    first = asyncio.create_task(asker.ask(one_question("a", "b"), abort=abort))
+    await screen.expect("Choice:")
+    abort.set()
+    with pytest.raises(UserQuestionError, match="ASK_ABORTED"):
+        await asyncio.wait_for(first, 10)
+    await screen.expect("The asker withdrew this request")
+    second = asyncio.create_task(asker.ask(one_question("c", "d")))
+    await screen.expect("Choice:", count=2)
+    screen.send("1")
+    assert await asyncio.wait_for(second, 10) == answer(("q1", ("c",), None))
+
+
+async def test_losing_the_lease_stops_presenting_and_says_so(screen, make_broker, redis, namespace):
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(one_question("a", "b")))
+    await screen.expect("Choice:")
+    await redis.delete(Keys(namespace).provider)  # the lease lapses under the provider
+    await screen.expect("Lease lost")
+    await screen.expect("(epoch 2)")  # nobody else holds it: it takes the lease back, and the question
+    await screen.expect("Choice:", count=2)
+    screen.send("2")
+    assert await asyncio.wait_for(asking, 10) == answer(("q1", ("b",), None))
+
+
+async def test_ctrl_c_at_a_prompt_quits_and_hands_the_question_on(screen, make_broker):
+    asker, standby = await make_broker(), await make_broker()
+    asking = asyncio.create_task(asker.ask(one_question("a", "b")))
+    await screen.expect("Choice:")
+    screen.press("C-c")
+    await screen.expect("Stopped; the lease is handed on.")
+    async with standby.provider("spare", standby=False) as provider:  # released: free at once
+        pending = await asyncio.wait_for(anext(aiter(provider)), 15)
+        await pending.answer(answer(("q1", ("a",), None)))
+    assert await asyncio.wait_for(asking, 10) == answer(("q1", ("a",), None))
+    await screen.expect("EXITED 0")
+
+
+async def test_provide_refuses_a_stdin_that_is_not_a_terminal(redis_server, namespace):
+    status, _, err = await run_qbroker("provide", url=redis_server.url, namespace=namespace, stdin=b"")
+    assert status == 2 and b"needs a terminal" in err

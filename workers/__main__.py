@@ -1,0 +1,9 @@
+"""``python -m workers`` runs the ``qbroker`` CLI."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,37 @@
+"""Telling "Redis is away for a moment" from real failures, for workers that must keep serving."""
+
+from __future__ import annotations
+
+from redis.exceptions import RedisError
+
+__all__ = ["Backoff", "describe", "redis_trouble"]
+
+
+def redis_trouble(error: BaseException) -> bool:
+    """True when ``error`` (or every error of a group) is a connection or Redis failure."""
+    if isinstance(error, BaseExceptionGroup):
+        return all(redis_trouble(inner) for inner in error.exceptions)
+    return isinstance(error, OSError | RedisError)
+
+
+def describe(error: BaseException) -> str:
+    """The first leaf error's text (a TaskGroup's group says nothing useful itself)."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return str(error) or type(error).__name__
+
+
+class Backoff:
+    """Exponential delays, reset after a success."""
+
+    def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
+        self.first = first
+        self.cap = cap
+        self.delay = first
+
+    def next(self) -> float:
+        delay, self.delay = self.delay, min(self.delay * 2, self.cap)
+        return delay
+
+    def reset(self) -> None:
+        self.delay = self.first

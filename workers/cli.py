@@ -1,0 +1,111 @@
+"""``qbroker``: the command-line entry point.
+
+Sub-commands live in ``workers/commands/<name>.py``; each exposes
+``register(subparsers)``, which adds its parser and sets ``func`` (sync or async, taking
+the parsed arguments, returning an exit status or ``None``). Modules missing from this
+installation are skipped. Only this module configures logging.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import inspect
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .settings import Settings, add_arguments
+
+__all__ = ["COMMANDS", "build_parser", "configure_logging", "main"]
+
+COMMANDS = ("provide", "auto", "ask", "status", "web", "worker", "mcp", "bench")
+
+log = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qbroker",
+        description="Ask humans structured questions through Redis, and answer them: "
+        "providers (provide, auto, ...), asking from a shell (ask), and status.",
+        epilog="Run `qbroker COMMAND --help` for a command's own flags. See docs/cli.md.",
+    )
+    add_arguments(parser)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"workers.commands.{name}")
+        except ModuleNotFoundError as error:
+            if error.name not in (f"workers.commands.{name}", "workers.commands"):
+                raise  # the module exists but a dependency of it is missing: say so
+            continue
+        module.register(subparsers)
+    for sub in subparsers.choices.values():
+        _add_shared(sub)
+    return parser
+
+
+def _add_shared(parser: argparse.ArgumentParser) -> None:
+    """Accept the shared flags after the sub-command too, unless the command defines them."""
+    scratch = argparse.ArgumentParser(add_help=False)
+    add_arguments(scratch, suppress=True)
+    taken = set(parser._option_string_actions)
+    group = parser.add_argument_group("connection and logging (also accepted before the sub-command)")
+    for action in scratch._actions:
+        if any(option in taken for option in action.option_strings):
+            continue
+        group._add_action(action)
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(settings: Settings) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if settings.log_json:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(settings.log_level)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = Settings.build(args)
+        level = logging.getLevelName(settings.log_level)
+        if not isinstance(level, int):
+            raise ValueError(f"unknown log level {settings.log_level!r}")
+    except ValueError as error:
+        parser.error(str(error))
+    configure_logging(settings)
+    args.settings = settings
+    log.debug("running %s with %r", args.command, settings)
+    func = args.func
+    try:
+        result = asyncio.run(func(args)) if inspect.iscoroutinefunction(func) else func(args)
+    except KeyboardInterrupt:
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""One frozen settings object, built once at the process edge from flags and environment.
+
+Precedence: a command-line flag, then the environment variable, then the default.
+The library never reads ``os.environ``; only this module does, for the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+from broker import Broker
+
+__all__ = ["ENV_VARS", "Settings", "add_arguments", "redact_url"]
+
+ENV_VARS: Mapping[str, str] = {
+    "redis_url": "QBROKER_REDIS_URL",
+    "namespace": "QBROKER_NAMESPACE",
+    "lease_ttl": "QBROKER_LEASE_TTL",
+    "log_level": "QBROKER_LOG_LEVEL",
+    "log_json": "QBROKER_LOG_JSON",
+}
+_DEFAULTS: Mapping[str, str] = {
+    "redis_url": "redis://localhost:6379/0",
+    "namespace": "default",
+    "lease_ttl": "10",
+    "log_level": "WARNING",
+    "log_json": "",
+}
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (for reprs and logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """What every sub-command shares: where Redis is, which namespace, how to log."""
+
+    redis_url: str = field(default=_DEFAULTS["redis_url"], repr=False)
+    namespace: str = _DEFAULTS["namespace"]
+    lease_ttl: float = 10.0
+    log_level: str = _DEFAULTS["log_level"]
+    log_json: bool = False
+
+    def __repr__(self) -> str:  # the URL may carry a password
+        return (
+            f"Settings(redis_url={redact_url(self.redis_url)!r}, namespace={self.namespace!r}, "
+            f"lease_ttl={self.lease_ttl!r}, log_level={self.log_level!r}, log_json={self.log_json!r})"
+        )
+
+    @classmethod
+    def build(cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
+        """Flags win over the environment, which wins over the defaults."""
+        env = os.environ if environ is None else environ
+
+        def pick(name: str) -> str:
+            flag = getattr(args, name, None)
+            if flag is not None:
+                return str(flag)
+            return env.get(ENV_VARS[name]) or _DEFAULTS[name]
+
+        lease_ttl_text = pick("lease_ttl")
+        try:
+            lease_ttl = float(lease_ttl_text)
+        except ValueError:
+            raise ValueError(f"lease TTL must be a number of seconds, not {lease_ttl_text!r}") from None
+        if lease_ttl <= 0:
+            raise ValueError(f"lease TTL must be positive, not {lease_ttl}")
+        log_json = getattr(args, "log_json", None)
+        return cls(
+            redis_url=pick("redis_url"),
+            namespace=pick("namespace"),
+            lease_ttl=lease_ttl,
+            log_level=pick("log_level").upper(),
+            log_json=bool(log_json) if log_json is not None else pick("log_json").lower() in _TRUE,
+        )
+
+    def broker(self, *, namespace: str | None = None) -> Broker:
+        """A broker on these settings (open it with ``async with``)."""
+        return Broker(self.redis_url, namespace or self.namespace, lease_ttl=self.lease_ttl)
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
+    """The shared flags; with ``suppress`` an absent flag leaves no attribute (sub-parsers)."""
+    default = argparse.SUPPRESS if suppress else None
+    group = parser.add_argument_group("connection and logging (also accepted after the sub-command)")
+    group.add_argument(
+        "--redis-url",
+        metavar="URL",
+        default=default,
+        help=f"Redis URL, redis:// or rediss:// with credentials (env {ENV_VARS['redis_url']}; "
+        f"default {_DEFAULTS['redis_url']})",
+    )
+    group.add_argument(
+        "--namespace",
+        "-n",
+        metavar="NS",
+        default=default,
+        help=f"namespace: one provider per namespace (env {ENV_VARS['namespace']}; default {_DEFAULTS['namespace']})",
+    )
+    group.add_argument(
+        "--lease-ttl",
+        metavar="SECONDS",
+        default=default,
+        help=f"provider lease TTL; a dead holder is replaced after it (env {ENV_VARS['lease_ttl']}; default 10)",
+    )
+    group.add_argument(
+        "--log-level",
+        metavar="LEVEL",
+        default=default,
+        help=f"DEBUG, INFO, WARNING or ERROR, logged to stderr (env {ENV_VARS['log_level']}; default WARNING)",
+    )
+    group.add_argument(
+        "--log-json",
+        action="store_true",
+        default=default,
+        help=f"log one JSON object a line (env {ENV_VARS['log_json']}=1)",
+    )

@@ -1,0 +1,205 @@
+"""The terminal provider's presentation: one request at a time, one question at a time.
+
+``Terminal`` renders with rich (markdown for ``detail`` and plans) and reads with
+prompt_toolkit, whose prompt can be cancelled when the asker withdraws or the lease is
+lost. ``present()`` returns what the human decided; the caller settles it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from prompt_toolkit import PromptSession
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.markup import escape
+from rich.rule import Rule
+
+from broker import (
+    AskUserQuestionAnswer,
+    AskUserQuestionAnswerItem,
+    AskUserQuestionItem,
+    PendingRequest,
+    PlanReviewIntent,
+)
+
+__all__ = ["Decision", "Quit", "Terminal", "is_plan_review"]
+
+Prompt = Callable[[str], Awaitable[str]]
+
+_SKIP = ("s", "/skip")
+_CANCEL = ("c", "/cancel")
+_OTHER = ("o", "/other")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The human's verdict on a whole request: an answer, or a cancel."""
+
+    answer: AskUserQuestionAnswer | None = None
+    cancelled: bool = False
+
+
+class _Cancel(Exception):
+    """The human cancelled the whole request."""
+
+
+class Quit(Exception):
+    """The human pressed Ctrl-C or Ctrl-D at a prompt: stop providing."""
+
+
+def is_plan_review(pending: PendingRequest) -> bool:
+    """One question with a plan-review intent and a plan in ``detail``: shown as a card."""
+    questions = pending.request.questions
+    if len(questions) != 1:
+        return False
+    item = questions[0]
+    return isinstance(item.intent, PlanReviewIntent) and item.detail is not None and item.intent.approve in item.labels
+
+
+class Terminal:
+    def __init__(self, console: Console | None = None, prompt: Prompt | None = None) -> None:
+        self.console = console or Console(highlight=False)
+        if prompt is None:
+            session: PromptSession[str] = PromptSession()
+            prompt = session.prompt_async
+        self._prompt = prompt
+
+    def say(self, message: str, style: str = "bold yellow") -> None:
+        self.console.print(message, style=style, markup=False)
+
+    async def ask(self, message: str) -> str:
+        try:
+            return (await self._prompt(message)).strip()
+        except (EOFError, KeyboardInterrupt):
+            raise Quit from None
+
+    async def present(self, pending: PendingRequest, queued: int) -> Decision:
+        """Show the request and collect the answer (or a cancel)."""
+        self._banner(pending, queued)
+        try:
+            if is_plan_review(pending):
+                return await self._plan_review(pending.request.questions[0])
+            items = []
+            total = len(pending.request.questions)
+            for index, item in enumerate(pending.request.questions, start=1):
+                items.append(await self._question(item, index, total))
+            return Decision(answer=AskUserQuestionAnswer(answers=tuple(items)))
+        except _Cancel:
+            return Decision(cancelled=True)
+
+    def _banner(self, pending: PendingRequest, queued: int) -> None:
+        waited = max(0.0, time.time() - pending.created_ms / 1000)
+        who = f"agent {pending.agent_id}" if pending.agent_id else "an agentless asker"
+        more = f" · {queued} more waiting" if queued else ""
+        self.console.print()
+        self.console.print(Rule(escape(f"Request from {who} · waiting {waited:.0f}s{more}"), style="cyan"))
+
+    def _heading(self, item: AskUserQuestionItem, index: int, total: int) -> None:
+        counter = f"[{index}/{total}] " if total > 1 else ""
+        header = f"{item.header} · " if item.header else ""
+        self.console.print(f"{counter}{header}", style="bold cyan", markup=False, end="")
+        self.console.print(item.question, style="bold", markup=False)
+        if item.detail:
+            self.console.print(Markdown(item.detail), style="dim")
+
+    def _options(self, item: AskUserQuestionItem, chosen: set[str] | None = None) -> None:
+        for number, option in enumerate(item.options or (), start=1):
+            mark = "" if chosen is None else ("[x] " if option.label in chosen else "[ ] ")
+            line = f"  {mark}{number}. {option.label}"
+            if option.description:
+                line += f" — {option.description}"
+            self.console.print(line, markup=False)
+
+    async def _question(self, item: AskUserQuestionItem, index: int, total: int) -> AskUserQuestionAnswerItem:
+        self._heading(item, index, total)
+        if not item.options:
+            return await self._free_text(item)
+        if item.multi_select:
+            return await self._multi(item)
+        return await self._single(item)
+
+    async def _free_text(self, item: AskUserQuestionItem) -> AskUserQuestionAnswerItem:
+        self.say("Type your answer; /skip skips this question, /cancel cancels the request.", "dim")
+        while True:
+            text = await self.ask("Answer: ")
+            if text == "/skip":
+                return AskUserQuestionAnswerItem(id=item.id)
+            if text == "/cancel":
+                raise _Cancel
+            if text:
+                return AskUserQuestionAnswerItem(id=item.id, custom=text)
+
+    def _pick(self, item: AskUserQuestionItem, text: str) -> str | None:
+        if text.isdigit() and 1 <= int(text) <= len(item.labels):
+            return item.labels[int(text) - 1]
+        return None
+
+    async def _other(self) -> str | None:
+        text = await self.ask("Other (empty to go back): ")
+        return text or None
+
+    async def _single(self, item: AskUserQuestionItem) -> AskUserQuestionAnswerItem:
+        self._options(item)
+        self.say("Pick a number; o: Other (free text), s: skip this question, c: cancel the request.", "dim")
+        while True:
+            text = (await self.ask("Choice: ")).lower()
+            if (label := self._pick(item, text)) is not None:
+                return AskUserQuestionAnswerItem(id=item.id, selected=(label,))
+            if text in _OTHER and (custom := await self._other()) is not None:
+                return AskUserQuestionAnswerItem(id=item.id, custom=custom)  # replaces the choice
+            if text in _SKIP:
+                return AskUserQuestionAnswerItem(id=item.id)
+            if text in _CANCEL:
+                raise _Cancel
+            if text not in _OTHER:
+                self.say(f"Type a number from 1 to {len(item.labels)}, or o, s, c.")
+
+    async def _multi(self, item: AskUserQuestionItem) -> AskUserQuestionAnswerItem:
+        chosen: set[str] = set()
+        custom: str | None = None
+        self._options(item, chosen)
+        self.say("Toggle with numbers (e.g. 1 3); o: add Other text; Enter: confirm; s: skip; c: cancel.", "dim")
+        while True:
+            text = (await self.ask("Toggle: ")).lower()
+            if not text:
+                selected = tuple(label for label in item.labels if label in chosen)
+                return AskUserQuestionAnswerItem(id=item.id, selected=selected, custom=custom)
+            if text in _SKIP:
+                return AskUserQuestionAnswerItem(id=item.id)
+            if text in _CANCEL:
+                raise _Cancel
+            if text in _OTHER:
+                custom = await self._other()
+            else:
+                picks = [self._pick(item, word) for word in text.replace(",", " ").split()]
+                if None in picks:
+                    self.say(f"Type numbers from 1 to {len(item.labels)}, or o, s, c, or Enter to confirm.")
+                    continue
+                chosen.symmetric_difference_update(label for label in picks if label is not None)
+            self._options(item, chosen)
+            if custom is not None:
+                self.console.print(f"  Other: {custom}", markup=False)
+
+    async def _plan_review(self, item: AskUserQuestionItem) -> Decision:
+        assert isinstance(item.intent, PlanReviewIntent) and item.detail is not None
+        approve = item.intent.approve
+        self.console.print(f"Plan review · {item.header or ''}".rstrip(" ·"), style="bold magenta", markup=False)
+        self.console.print(item.question, style="bold", markup=False)
+        self.console.print(Markdown(item.detail))
+        choices = [approve, *(label for label in item.labels if label != approve)]
+        for number, label in enumerate(choices, start=1):
+            verdict = "approve" if label == approve else "decline"
+            self.console.print(f"  {number}. {label} ({verdict})", markup=False)
+        chat = len(choices) + 1
+        self.console.print(f"  {chat}. Chat about it (cancel: the agent asks again after talking)", markup=False)
+        while True:
+            text = await self.ask("Verdict: ")
+            if text.isdigit() and 1 <= int(text) <= len(choices):
+                picked = AskUserQuestionAnswerItem(id=item.id, selected=(choices[int(text) - 1],))
+                return Decision(answer=AskUserQuestionAnswer(answers=(picked,)))
+            if text == str(chat) or text.lower() in _CANCEL:
+                return Decision(cancelled=True)
+            self.say(f"Type a number from 1 to {chat}.")
