@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -207,12 +207,8 @@ class Broker:
             raise UserQuestionError(reply[2], reply[1])
         self._agents[agent_id] = agent
         try:
-            async with asyncio.TaskGroup() as tasks:
-                beating = tasks.create_task(agent.heartbeat(commands, self.keys, self.agent_ttl))
-                try:
-                    yield agent
-                finally:
-                    beating.cancel()
+            async with _running(agent.heartbeat(commands, self.keys, self.agent_ttl)):
+                yield agent
         finally:
             if self._agents.get(agent_id) is agent:
                 del self._agents[agent_id]
@@ -365,14 +361,8 @@ class Broker:
             )
             log.info("provider %s holds the lease of %s (epoch %d)", name, self.namespace, epoch)
             try:
-                async with asyncio.TaskGroup() as tasks:
-                    renewing = tasks.create_task(provider.keep_lease(), name="qb-lease")
-                    reading = tasks.create_task(provider.read(), name="qb-read")
-                    try:
-                        yield provider
-                    finally:
-                        renewing.cancel()
-                        reading.cancel()
+                async with _running(provider.keep_lease(), provider.read()):
+                    yield provider
             finally:
                 try:
                     await release_lease(commands, self.keys, provider)
@@ -380,6 +370,28 @@ class Broker:
                     log.warning("could not release the lease: %s (it lapses after its TTL)", error)
         finally:
             await blocking.aclose()
+
+
+@asynccontextmanager
+async def _running(*work: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
+    """Run background work for the block; cancel and await it on the way out.
+
+    Not a TaskGroup: that would wrap whatever the caller's block raises in an ExceptionGroup.
+    """
+    tasks = [asyncio.ensure_future(coroutine) for coroutine in work]
+    for task in tasks:
+        task.add_done_callback(_log_crash)
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _log_crash(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background task %s failed", task.get_coro(), exc_info=task.exception())
 
 
 class _Ask:

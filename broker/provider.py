@@ -214,6 +214,13 @@ class Provider:
 
     async def read(self) -> None:
         """Deliver the stream's requests into the local queue until the lease is lost."""
+        try:
+            await self._read()
+        except Exception:
+            self.fenced()  # stop presenting rather than wait on a reader that is gone
+            raise
+
+    async def _read(self) -> None:
         backoff = 0.05
         claim_backlog = True
         block_ms = max(100, int(self.settings.lease_ttl * 1000 / 4))

@@ -129,10 +129,10 @@ def _answer(rule: Rule, item: AskUserQuestionItem) -> AskUserQuestionAnswerItem:
         assert isinstance(item.intent, PlanReviewIntent)
         return AskUserQuestionAnswerItem(id=item.id, selected=(item.intent.approve,))
     if rule.action == "custom":
-        return AskUserQuestionAnswerItem(id=item.id, custom=str(rule.value))
+        return AskUserQuestionAnswerItem(id=item.id, selected=(), custom=str(rule.value))
     if rule.action == "first" and item.labels:
         return AskUserQuestionAnswerItem(id=item.id, selected=item.labels[:1])
-    return AskUserQuestionAnswerItem(id=item.id)  # skip (or `first` without options)
+    return AskUserQuestionAnswerItem(id=item.id, selected=())  # skip (or `first` without options)
 
 
 def _table_lines(text: str) -> tuple[int, list[int]]:

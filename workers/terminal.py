@@ -126,11 +126,11 @@ class Terminal:
         while True:
             text = await self.ask("Answer: ")
             if text == "/skip":
-                return AskUserQuestionAnswerItem(id=item.id)
+                return AskUserQuestionAnswerItem(id=item.id, selected=())
             if text == "/cancel":
                 raise _Cancel
             if text:
-                return AskUserQuestionAnswerItem(id=item.id, custom=text)
+                return AskUserQuestionAnswerItem(id=item.id, selected=(), custom=text)
 
     def _pick(self, item: AskUserQuestionItem, text: str) -> str | None:
         if text.isdigit() and 1 <= int(text) <= len(item.labels):
@@ -149,9 +149,9 @@ class Terminal:
             if (label := self._pick(item, text)) is not None:
                 return AskUserQuestionAnswerItem(id=item.id, selected=(label,))
             if text in _OTHER and (custom := await self._other()) is not None:
-                return AskUserQuestionAnswerItem(id=item.id, custom=custom)  # replaces the choice
+                return AskUserQuestionAnswerItem(id=item.id, selected=(), custom=custom)  # replaces the choice
             if text in _SKIP:
-                return AskUserQuestionAnswerItem(id=item.id)
+                return AskUserQuestionAnswerItem(id=item.id, selected=())
             if text in _CANCEL:
                 raise _Cancel
             if text not in _OTHER:
@@ -168,7 +168,7 @@ class Terminal:
                 selected = tuple(label for label in item.labels if label in chosen)
                 return AskUserQuestionAnswerItem(id=item.id, selected=selected, custom=custom)
             if text in _SKIP:
-                return AskUserQuestionAnswerItem(id=item.id)
+                return AskUserQuestionAnswerItem(id=item.id, selected=())
             if text in _CANCEL:
                 raise _Cancel
             if text in _OTHER:

@@ -7,7 +7,6 @@ import pytest
 from broker import UserQuestionError
 
 
-@pytest.mark.xfail(strict=True, reason="broker.agent()/provider() wrap body exceptions in an ExceptionGroup")
 async def test_an_error_raised_inside_broker_agent_is_not_wrapped(make_broker):
     broker = await make_broker()
     with pytest.raises(UserQuestionError):
@@ -15,7 +14,6 @@ async def test_an_error_raised_inside_broker_agent_is_not_wrapped(make_broker):
             raise UserQuestionError("from the body", "ASK_CANCELLED")
 
 
-@pytest.mark.xfail(strict=True, reason="broker.agent()/provider() wrap body exceptions in an ExceptionGroup")
 async def test_an_error_raised_inside_broker_provider_is_not_wrapped(make_broker):
     broker = await make_broker()
     with pytest.raises(UserQuestionError):
@@ -23,7 +21,6 @@ async def test_an_error_raised_inside_broker_provider_is_not_wrapped(make_broker
             raise UserQuestionError("from the body", "LEASE_LOST")
 
 
-@pytest.mark.xfail(strict=True, reason="PlanReviewIntent has no `kind` attribute though its base declares one")
 def test_plan_review_intent_has_its_kind():
     from broker import PlanReviewIntent
 
