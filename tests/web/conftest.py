@@ -22,7 +22,8 @@ _HASHES = {user: hash_password(password) for user, password in PASSWORDS.items()
 
 
 def write_users_file(path: Path) -> Path:
-    lines = ["[users]", *(f'{user} = "{hashed}"' for user, hashed in _HASHES.items()), "[tokens]", f'ci-bot = "{TOKEN}"']
+    users = [f'{user} = "{hashed}"' for user, hashed in _HASHES.items()]
+    lines = ["[users]", *users, "[tokens]", f'ci-bot = "{TOKEN}"']
     path.write_text("\n".join(lines) + "\n")
     return path
 
