@@ -61,6 +61,15 @@ def plan_review(item: AskUserQuestionItem, count: int) -> dict[str, Any] | None:
     return {"approve": intent.approve, "refuse": refuse}
 
 
+def _intent_kind(item: AskUserQuestionItem) -> str | None:
+    intent = item.intent
+    if intent is None:
+        return None
+    if isinstance(intent, PlanReviewIntent):  # a msgspec tag, not an attribute
+        return "plan-review"
+    return str(getattr(intent, "kind", "unknown"))
+
+
 def _item_view(item: AskUserQuestionItem, count: int) -> dict[str, Any]:
     return {
         "id": item.id,
@@ -69,7 +78,7 @@ def _item_view(item: AskUserQuestionItem, count: int) -> dict[str, Any]:
         "detailHtml": None if item.detail is None else render_markdown(item.detail),
         "options": [{"label": o.label, "description": o.description} for o in item.options or ()],
         "multiSelect": item.multi_select,
-        "intent": None if item.intent is None else item.intent.kind,
+        "intent": _intent_kind(item),
         "planReview": plan_review(item, count),
     }
 

@@ -148,8 +148,12 @@ class WebProvider:
         self._remove(request_id, state, by)
 
     def _add(self, pending: PendingRequest) -> None:
+        try:
+            view = request_view(pending)
+        except Exception:  # never let one odd request stop the others being served
+            log.exception("cannot show request %s", pending.request_id)
+            return
         self._pending[pending.request_id] = pending
-        view = request_view(pending)
         self._views[pending.request_id] = view
         self._publish({"type": "added", "request": view})
 
@@ -174,6 +178,10 @@ class WebProvider:
                     log.warning("web provider %s stopped serving: %s", self.name, group.exceptions[0])
                 except* _REDIS_DOWN as group:
                     log.warning("web provider %s lost Redis: %s", self.name, group.exceptions[0])
+                    self._set_status("connecting")
+                    await asyncio.sleep(self._retry_delay)
+                except* Exception as group:  # a bug must not leave the namespace unserved
+                    log.error("web provider %s failed; standing by again", self.name, exc_info=group)
                     self._set_status("connecting")
                     await asyncio.sleep(self._retry_delay)
         finally:

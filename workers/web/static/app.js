@@ -199,7 +199,10 @@
       headers.length ? el("span", { class: "headers", text: headers.join(" · ") }) : null,
       el("span", { text: request.questions.length + (request.questions.length === 1 ? " question" : " questions") })));
     const card = { id: request.id, request, root, age: ageNode, dirty: false, closed: false, submitting: false };
-    root.addEventListener("input", () => { card.dirty = true; });
+    root.addEventListener("input", () => {
+      card.dirty = true;
+      if (!card.closed && !card.submitting && card.notice) notice(card, "");
+    });
     state.cards.set(request.id, card);
     const only = request.questions.length === 1 ? request.questions[0] : null;
     if (only && only.planReview) renderPlan(card, only);
