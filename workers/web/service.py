@@ -119,14 +119,13 @@ class WebProvider:
         # apart here, and the second is told who was first.
         lock = self._locks.setdefault(request_id, asyncio.Lock())
         async with lock:
+            provider = self._provider
+            if provider is None or provider.lost:
+                message = "this web provider does not hold the lease; answers are not accepted"
+                raise UserQuestionError(message, LEASE_LOST)
             pending = self._pending.get(request_id)
             if pending is None:
                 raise self._not_pending(request_id)
-            provider = self._provider
-            if provider is None or provider.lost:
-                raise UserQuestionError(
-                    "this web provider does not hold the lease; answers are not accepted", LEASE_LOST
-                )
             try:
                 yield pending
             except UserQuestionError as error:
