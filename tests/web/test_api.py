@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
@@ -291,3 +292,17 @@ async def test_fenced_provider_refuses_and_stands_by(
     assert response.json()["code"] == "LEASE_LOST"
     assert not asked.done()
     asked.cancel()
+
+
+async def test_page_has_a_strict_policy_and_no_inline_script(client: httpx.AsyncClient) -> None:
+    page = await client.get("/")
+    assert page.status_code == 200
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy and "default-src 'none'" in policy
+    assert "frame-ancestors 'none'" in policy
+    assert page.headers["x-content-type-options"] == "nosniff"
+    html = page.text
+    assert html.count("<script") == html.count('<script src="/static/') == 1
+    assert not re.search(r"\son[a-z]+\s*=", html)  # no inline handlers
+    script = await client.get("/static/app.js")
+    assert script.status_code == 200 and "javascript" in script.headers["content-type"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import getpass
 import logging
 import os
@@ -10,6 +11,7 @@ import secrets
 import socket
 import sys
 from pathlib import Path
+from types import FrameType
 
 __all__ = ["register", "run"]
 
@@ -83,9 +85,20 @@ async def run(args: argparse.Namespace) -> int:
         lease_ttl=args.lease_ttl,
         secret=secret or secrets.token_hex(32),
     )
-    server = uvicorn.Server(
+    app = create_app(config)
+    loop = asyncio.get_running_loop()
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # Open event streams would hold the shutdown until its timeout: end them first.
+            service = getattr(app.state, "service", None)
+            if service is not None:
+                loop.call_soon_threadsafe(service.end_streams)
+            super().handle_exit(sig, frame)
+
+    server = Server(
         uvicorn.Config(
-            create_app(config),
+            app,
             host=config.host,
             port=config.port,
             log_level="info",

@@ -85,6 +85,10 @@ class WebProvider:
         finally:
             self._subscribers.discard(queue)
 
+    def end_streams(self) -> None:
+        """Tell every page's stream to finish (the server is stopping)."""
+        self._publish(None)
+
     def _publish(self, event: Event | None) -> None:
         for queue in list(self._subscribers):
             try:
