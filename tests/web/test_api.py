@@ -7,6 +7,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,7 +17,8 @@ from redis.asyncio import Redis
 from broker import AskUserQuestionAnswer, AskUserQuestionRequest, Broker, UserQuestionError
 from broker._keys import Keys
 from tests.helpers import one_question, question
-from tests.web.conftest import PASSWORDS, TOKEN, WebProcess
+from tests.redis_server import RedisServer
+from tests.web.conftest import PASSWORDS, TOKEN, WebProcess, write_users_file
 
 pytestmark = pytest.mark.slow
 
@@ -306,3 +308,31 @@ async def test_page_has_a_strict_policy_and_no_inline_script(client: httpx.Async
     assert not re.search(r"\son[a-z]+\s*=", html)  # no inline handlers
     script = await client.get("/static/app.js")
     assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+
+
+async def test_serves_again_after_redis_comes_back(
+    redis_factory: Callable[..., RedisServer], namespace: str, tmp_path: Path
+) -> None:
+    server = redis_factory()
+    web = WebProcess(server.url, namespace, write_users_file(tmp_path / "u.toml"), tmp_path / "web.log").start()
+    try:
+        async with httpx.AsyncClient(base_url=web.url, headers=BEARER) as client:
+
+            async def status_is(wanted: str) -> bool:
+                return bool((await client.get("/api/requests")).json()["status"] == wanted)
+
+            assert await status_is("active")
+            server.kill()
+            await eventually(lambda: status_is("connecting"), "the web provider notices Redis is gone")
+            server.start()
+            await eventually(lambda: status_is("active"), "the web provider serves again")
+            async with Broker(server.url, namespace) as asker:
+                asked = asking(asker, one_question("yes", "no"))
+                request = await wait_request(client)
+                response = await client.post(
+                    f"/api/requests/{request['id']}/answer", json={"answers": [{"id": "q1", "selected": ["no"]}]}
+                )
+                assert response.status_code == 200, response.text
+                assert (await asked).answers[0].selected == ("no",)
+    finally:
+        web.stop()

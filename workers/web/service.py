@@ -178,9 +178,9 @@ class WebProvider:
                 try:
                     await self._serve_once()
                 except* UserQuestionError as group:
-                    log.warning("web provider %s stopped serving: %s", self.name, group.exceptions[0])
+                    log.warning("web provider %s stopped serving: %s", self.name, _first(group))
                 except* _REDIS_DOWN as group:
-                    log.warning("web provider %s lost Redis: %s", self.name, group.exceptions[0])
+                    log.warning("web provider %s lost Redis: %s", self.name, _first(group))
                     self._set_status("connecting")
                     await asyncio.sleep(self._retry_delay)
                 except* Exception as group:  # a bug must not leave the namespace unserved
@@ -214,3 +214,10 @@ class WebProvider:
     async def _watch(self, pending: PendingRequest) -> None:
         await pending.withdrawn.wait()
         self._remove(pending.request_id, "withdrawn", "")
+
+
+def _first(error: BaseException) -> BaseException:
+    """The first leaf of a (nested) exception group, for a one-line log."""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
