@@ -260,6 +260,16 @@ async def test_plan_review_conditions_fall_back_to_the_form(people: People, aske
     await expect(request).to_have_count(0)
     assert (await asked).answers[0].selected == ("Defer",)
 
+    # On the card itself, "Other answer…" opens the full form: free text stays reachable.
+    feedback = ask(asker, plan("Card with feedback?", "Approve", "Refuse", approve="Approve"))
+    request = card(page, "Card with feedback?")
+    await request.get_by_role("button", name="Other answer…").click()
+    await request.locator("textarea.other").fill("add a rollback step first")
+    await request.get_by_role("button", name="Send answers").click()
+    await expect(request).to_have_count(0)
+    item = (await feedback).answers[0]
+    assert (item.selected, item.custom) == ((), "add a rollback step first")
+
 
 async def test_withdrawn_request_vanishes(people: People, asker: Broker) -> None:
     page = await people.page()
