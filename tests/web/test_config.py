@@ -9,6 +9,7 @@ import pytest
 
 from workers.commands import web as web_command
 from workers.web import ConfigError, WebConfig, hash_password, load_credentials, verify_password
+from workers.web.auth import SignInThrottle, WebError
 
 
 def test_password_hashes_verify() -> None:
@@ -58,3 +59,17 @@ def test_command_registers_web(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (args.command, args.port, args.host) == ("web", 9000, "127.0.0.1")
     assert (args.redis_url, args.namespace, args.token) == ("redis://example:6390/1", "team", ["bot=0123456789abcdef"])
     assert args.func is web_command.run
+
+
+def test_sign_in_throttle_per_address() -> None:
+    now = [0.0]
+    throttle = SignInThrottle(limit=3, window=60, clock=lambda: now[0])
+    for _ in range(3):
+        throttle.check("10.0.0.1")
+        throttle.failed("10.0.0.1")
+    with pytest.raises(WebError) as caught:
+        throttle.check("10.0.0.1")
+    assert (caught.value.status, caught.value.code) == (429, "TOO_MANY_ATTEMPTS")
+    throttle.check("10.0.0.2")  # another address is not affected
+    now[0] = 61.0
+    throttle.check("10.0.0.1")  # the window has passed

@@ -26,7 +26,7 @@ from broker import Broker, UserQuestionError
 from broker.errors import BAD_ANSWER, LEASE_LOST, NOT_PENDING
 from broker.types import convert_answer, encode
 
-from .auth import Sessions, WebError, check_same_origin, new_csrf_token, unauthenticated
+from .auth import Sessions, SignInThrottle, WebError, check_same_origin, new_csrf_token, unauthenticated
 from .config import WebConfig
 from .service import WebProvider
 
@@ -99,6 +99,7 @@ async def _json_body(request: Request, *, required: bool = True) -> Any:
 
 def create_app(config: WebConfig) -> Starlette:
     sessions = Sessions(config)
+    throttle = SignInThrottle()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -133,8 +134,10 @@ def create_app(config: WebConfig) -> Starlette:
         return JSONResponse({"user": identity.user, "csrf": identity.csrf, "namespace": config.namespace})
 
     async def sign_in(request: Request) -> Response:
+        client = request.client.host if request.client else "?"
         try:
             check_same_origin(request)
+            throttle.check(client)
             body = await _json_body(request)
             if not isinstance(body, dict):
                 raise unauthenticated()
@@ -148,6 +151,7 @@ def create_app(config: WebConfig) -> Starlette:
             ):
                 user = body["user"]
             if user is None:
+                throttle.failed(client)
                 raise WebError(401, "UNAUTHENTICATED", "wrong user name, password or token")
         except WebError as error:
             return _error(error)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import hmac
 import secrets
+import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,7 +23,7 @@ from starlette.responses import Response
 
 from .config import WebConfig
 
-__all__ = ["COOKIE", "Identity", "Sessions", "WebError", "new_csrf_token"]
+__all__ = ["COOKIE", "Identity", "Sessions", "SignInThrottle", "WebError", "new_csrf_token"]
 
 COOKIE = "qb_session"
 CSRF_HEADER = "x-csrf-token"
@@ -116,3 +119,28 @@ def check_same_origin(request: Request) -> None:
     origin = request.headers.get("origin")
     if origin is not None and urlsplit(origin).netloc != request.headers.get("host", ""):
         raise WebError(403, "CSRF", "cross-origin request refused")
+
+
+class SignInThrottle:
+    """At most ``limit`` failed sign-ins per client address in ``window`` seconds."""
+
+    def __init__(self, *, limit: int = 10, window: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit, self.window, self.clock = limit, window, clock
+        self._failures: dict[str, deque[float]] = {}
+
+    def check(self, client: str) -> None:
+        failures = self._recent(client)
+        if len(failures) >= self.limit:
+            raise WebError(429, "TOO_MANY_ATTEMPTS", "too many failed sign-ins; try again later")
+
+    def failed(self, client: str) -> None:
+        self._recent(client).append(self.clock())
+        if len(self._failures) > 10_000:  # forget the oldest addresses rather than grow without bound
+            self._failures.pop(next(iter(self._failures)))
+
+    def _recent(self, client: str) -> deque[float]:
+        failures = self._failures.setdefault(client, deque())
+        horizon = self.clock() - self.window
+        while failures and failures[0] < horizon:
+            failures.popleft()
+        return failures
