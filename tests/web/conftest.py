@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.redis_server import RedisServer, free_port
+from workers.web import hash_password
+
+ROOT = Path(__file__).resolve().parents[2]
+PASSWORDS = {"alice": "alice-password", "bob": "bob-password"}
+TOKEN = "ci-bot-token-0123456789abcdef"
+_HASHES = {user: hash_password(password) for user, password in PASSWORDS.items()}
+
+
+def write_users_file(path: Path) -> Path:
+    users = [f'{user} = "{hashed}"' for user, hashed in _HASHES.items()]
+    lines = ["[users]", *users, "[tokens]", f'ci-bot = "{TOKEN}"']
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@dataclass
+class WebProcess:
+    """``python -m workers.web`` on a free port, as a real process."""
+
+    redis_url: str
+    namespace: str
+    users_file: Path
+    log_path: Path
+    name: str = "web-1"
+    extra: list[str] = field(default_factory=list)
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> WebProcess:
+        args = [
+            sys.executable, "-m", "workers.web",
+            "--port", str(self.port), "--redis-url", self.redis_url, "--namespace", self.namespace,
+            "--name", self.name, "--users-file", str(self.users_file), "--lease-ttl", "2", *self.extra,
+        ]  # fmt: skip
+        env = {**os.environ, "QBROKER_WEB_SECRET": "test-secret-" + self.namespace}
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"web process exited: {self.log_path.read_text()}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=0.5).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                time.sleep(0.05)
+        raise RuntimeError(f"web process did not start: {self.log_path.read_text()}")
+
+    def status(self) -> str:
+        return str(httpx.get(self.url + "/healthz", timeout=2).json()["status"])
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def start_web(redis_server: RedisServer, namespace: str, tmp_path: Path) -> Iterator[Callable[..., WebProcess]]:
+    started: list[WebProcess] = []
+    users_file = write_users_file(tmp_path / "users.toml")
+
+    def start(name: str = "web-1", *extra: str) -> WebProcess:
+        web = WebProcess(
+            redis_server.url, namespace, users_file, tmp_path / f"{name}.log", name=name, extra=list(extra)
+        ).start()
+        started.append(web)
+        return web
+
+    yield start
+    for web in started:
+        web.stop()

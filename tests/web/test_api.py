@@ -1,0 +1,338 @@
+"""The JSON API and the change stream of ``python -m workers.web``, over real HTTP and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from broker import AskUserQuestionAnswer, AskUserQuestionRequest, Broker, UserQuestionError
+from broker._keys import Keys
+from tests.helpers import one_question, question
+from tests.redis_server import RedisServer
+from tests.web.conftest import PASSWORDS, TOKEN, WebProcess, write_users_file
+
+pytestmark = pytest.mark.slow
+
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+async def eventually(check: Callable[[], Coroutine[Any, Any, Any]], what: str) -> Any:
+    """Poll ``check`` until it returns something truthy (a test's wait, not a measurement)."""
+    async with asyncio.timeout(10):
+        while True:
+            result = await check()
+            if result:
+                return result
+            await asyncio.sleep(0.05)
+    raise AssertionError(what)  # pragma: no cover
+
+
+async def pending_ids(client: httpx.AsyncClient, **kwargs: Any) -> list[str]:
+    response = await client.get("/api/requests", **kwargs)
+    assert response.status_code == 200, response.text
+    return [r["id"] for r in response.json()["requests"]]
+
+
+async def wait_request(client: httpx.AsyncClient) -> dict[str, Any]:
+    async def first() -> dict[str, Any] | None:
+        requests = (await client.get("/api/requests", headers=BEARER)).json()["requests"]
+        return requests[0] if requests else None
+
+    request: dict[str, Any] = await eventually(first, "a request shows up")
+    return request
+
+
+@asynccontextmanager
+async def signed_in(web: WebProcess, user: str = "alice") -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=web.url) as client:
+        response = await client.post("/api/session", json={"user": user, "password": PASSWORDS[user]})
+        assert response.status_code == 200, response.text
+        client.headers["X-CSRF-Token"] = response.json()["csrf"]
+        yield client
+
+
+@pytest.fixture
+async def client(start_web: Callable[..., WebProcess]) -> AsyncIterator[httpx.AsyncClient]:
+    web = start_web()
+    async with httpx.AsyncClient(base_url=web.url) as client:
+        yield client
+
+
+def asking(broker: Broker, request: AskUserQuestionRequest) -> asyncio.Task[AskUserQuestionAnswer]:
+    return asyncio.create_task(broker.ask(request, abort=None, timeout=30))
+
+
+async def test_nothing_without_signing_in(client: httpx.AsyncClient) -> None:
+    for method, path in [
+        ("GET", "/api/requests"),
+        ("GET", "/api/events"),
+        ("POST", "/api/requests/x/answer"),
+        ("POST", "/api/requests/x/cancel"),
+    ]:
+        response = await client.request(method, path, json={"answers": []})
+        assert response.status_code == 401, (method, path)
+        assert response.json() == {"name": "WebError", "code": "UNAUTHENTICATED", "message": "sign in first"}
+    bad = await client.get("/api/requests", headers={"Authorization": "Bearer not-a-token"})
+    assert bad.status_code == 401
+    forged = await client.get("/api/requests", headers={"Cookie": "qb_session=eyJ1IjoiYWxpY2UiLCJjIjoieCJ9.forged.sig"})
+    assert forged.status_code == 401
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"user": "alice", "password": "wrong"}, {"user": "mallory", "password": "x"}, {"token": "nope"}, {}],
+    ids=["wrong-password", "unknown-user", "unknown-token", "empty"],
+)
+async def test_sign_in_refused(client: httpx.AsyncClient, body: dict[str, str]) -> None:
+    response = await client.post("/api/session", json=body)
+    assert response.status_code == 401
+    assert "qb_session" not in response.cookies
+
+
+async def test_session_cookie_is_strict_and_http_only(client: httpx.AsyncClient) -> None:
+    response = await client.post("/api/session", json={"token": TOKEN})
+    assert response.status_code == 200
+    cookie = response.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie
+    session = await client.get("/api/session")
+    assert session.json()["user"] == "ci-bot"
+
+
+async def test_csrf_is_required_with_a_session(
+    start_web: Callable[..., WebProcess], make_broker: Callable[..., Any]
+) -> None:
+    web = start_web()
+    asker = await make_broker()
+    asked = asking(asker, one_question("yes", "no"))
+    async with signed_in(web) as client:
+        request = await wait_request(client)
+        url = f"/api/requests/{request['id']}/answer"
+        body = {"answers": [{"id": "q1", "selected": ["yes"]}]}
+        no_token = await client.post(url, json=body, headers={"X-CSRF-Token": ""})
+        assert no_token.status_code == 403 and no_token.json()["code"] == "CSRF"
+        wrong = await client.post(url, json=body, headers={"X-CSRF-Token": "guess"})
+        assert wrong.status_code == 403
+        cross_site = await client.post(url, json=body, headers={"Sec-Fetch-Site": "cross-site"})
+        assert cross_site.status_code == 403
+        other_origin = await client.post(url, json=body, headers={"Origin": "https://evil.example"})
+        assert other_origin.status_code == 403
+        login_cross_site = await client.post(
+            "/api/session", json={"token": TOKEN}, headers={"Origin": "https://evil.example"}
+        )
+        assert login_cross_site.status_code == 403
+        assert not asked.done()
+        ok = await client.post(url, json=body)
+        assert ok.status_code == 200, ok.text
+    assert (await asked).answers[0].selected == ("yes",)
+
+
+async def test_answer_with_a_token_is_audited(
+    client: httpx.AsyncClient, make_broker: Callable[..., Any], redis: Redis, namespace: str
+) -> None:
+    asker = await make_broker()
+    asked = asking(asker, one_question("yes", "no", agent=None))
+    request = await wait_request(client)
+    assert request["questions"][0]["options"] == [
+        {"label": "yes", "description": None},
+        {"label": "no", "description": None},
+    ]
+    response = await client.post(
+        f"/api/requests/{request['id']}/answer",
+        json={"answers": [{"id": "q1", "selected": ["no"]}]},
+        headers=BEARER,
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["by"] == "ci-bot"
+    assert (await asked).answers[0].selected == ("no",)
+    entries = await redis.xrange(Keys(namespace).audit)
+    answered = [fields for _id, fields in entries if fields.get("event") == "answered"]
+    assert [e["by"] for e in answered] == ["ci-bot"]
+    assert await pending_ids(client, headers=BEARER) == []
+
+
+async def test_refusals_carry_code_and_status(
+    start_web: Callable[..., WebProcess], make_broker: Callable[..., Any]
+) -> None:
+    web = start_web()
+    asker = await make_broker()
+    asked = asking(asker, one_question("yes", "no"))
+    async with signed_in(web, "alice") as alice, signed_in(web, "bob") as bob:
+        request = await wait_request(alice)
+        url = f"/api/requests/{request['id']}/answer"
+        bad = await alice.post(url, json={"answers": [{"id": "q1", "selected": ["maybe"]}]})
+        assert bad.status_code == 422 and bad.json()["code"] == "BAD_ANSWER"
+        malformed = await alice.post(url, json={"answers": "nope"})
+        assert malformed.status_code == 422 and malformed.json()["code"] == "BAD_ANSWER"
+        assert await pending_ids(alice) == [request["id"]]  # still pending after a refusal
+        first = await alice.post(url, json={"answers": [{"id": "q1", "selected": ["yes"]}]})
+        assert first.status_code == 200
+        second = await bob.post(url, json={"answers": [{"id": "q1", "selected": ["no"]}]})
+        assert second.status_code == 409
+        assert second.json() == {
+            "name": "UserQuestionError",
+            "code": "NOT_PENDING",
+            "message": f"request {request['id']} was already answered by alice",
+        }
+        unknown = await bob.post("/api/requests/nope/cancel", json={})
+        assert unknown.status_code == 409 and unknown.json()["code"] == "NOT_PENDING"
+    assert (await asked).answers[0].selected == ("yes",)
+
+
+async def test_racing_answers_have_one_winner(
+    start_web: Callable[..., WebProcess], make_broker: Callable[..., Any]
+) -> None:
+    web = start_web()
+    asker = await make_broker()
+    asked = asking(asker, one_question("yes", "no"))
+    async with signed_in(web, "alice") as alice, signed_in(web, "bob") as bob:
+        request = await wait_request(alice)
+        url = f"/api/requests/{request['id']}/answer"
+        replies = await asyncio.gather(
+            alice.post(url, json={"answers": [{"id": "q1", "selected": ["yes"]}]}),
+            bob.post(url, json={"answers": [{"id": "q1", "selected": ["no"]}]}),
+        )
+    statuses = sorted(r.status_code for r in replies)
+    assert statuses == [200, 409]
+    winner = next(r for r in replies if r.status_code == 200).json()["by"]
+    loser = next(r for r in replies if r.status_code == 409).json()
+    assert loser["message"].endswith(f"already answered by {winner}")
+    assert (await asked).answers[0].selected == (("yes",) if winner == "alice" else ("no",))
+
+
+async def test_cancel_reaches_the_asker(client: httpx.AsyncClient, make_broker: Callable[..., Any]) -> None:
+    asker = await make_broker()
+    asked = asking(asker, AskUserQuestionRequest(questions=(question("a", "x"), question("b"))))
+    request = await wait_request(client)
+    response = await client.post(f"/api/requests/{request['id']}/cancel", json={"message": "not now"}, headers=BEARER)
+    assert response.status_code == 200
+    with pytest.raises(UserQuestionError) as caught:
+        await asked
+    assert caught.value.code == "ASK_CANCELLED"
+
+
+async def read_events(response: httpx.Response) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    kind = ""
+    async for line in response.aiter_lines():
+        if line.startswith("event: "):
+            kind = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            yield kind, json.loads(line.removeprefix("data: "))
+
+
+async def test_events_stream_added_and_withdrawn(client: httpx.AsyncClient, make_broker: Callable[..., Any]) -> None:
+    asker = await make_broker()
+    async with asyncio.timeout(20), client.stream("GET", "/api/events", headers=BEARER) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = read_events(response)
+        kind, snapshot = await anext(events)
+        assert kind == "snapshot" and snapshot["requests"] == [] and snapshot["status"]["status"] == "active"
+        asked = asking(asker, one_question("yes", "no"))
+        kind, added = await anext(events)
+        assert kind == "added"
+        asked.cancel()  # the asker withdraws
+        kind, removed = await anext(events)
+        assert (kind, removed) == (
+            "removed",
+            {"type": "removed", "id": added["request"]["id"], "reason": "withdrawn", "by": ""},
+        )
+
+
+async def test_standby_then_takeover(start_web: Callable[..., WebProcess], make_broker: Callable[..., Any]) -> None:
+    first = start_web("web-1")
+    second = start_web("web-2")
+    async with httpx.AsyncClient(base_url=second.url, headers=BEARER) as client:
+        status = (await client.get("/api/requests")).json()
+        assert (status["status"], status["holder"]) == ("standby", "web-1")
+        asker = await make_broker()
+        asked = asking(asker, one_question("yes", "no"))
+        async with httpx.AsyncClient(base_url=first.url, headers=BEARER) as first_client:
+            request = await wait_request(first_client)
+        refused = await client.post(
+            f"/api/requests/{request['id']}/answer", json={"answers": [{"id": "q1", "selected": ["yes"]}]}
+        )
+        assert refused.status_code == 503 and refused.json()["code"] == "LEASE_LOST"  # a standby takes none
+        first.stop()
+        taken = await wait_request(client)  # redelivered to the new holder
+        assert taken["id"] == request["id"]
+        response = await client.post(
+            f"/api/requests/{request['id']}/answer", json={"answers": [{"id": "q1", "selected": ["yes"]}]}
+        )
+        assert response.status_code == 200, response.text
+    assert (await asked).answers[0].selected == ("yes",)
+
+
+async def test_fenced_provider_refuses_and_stands_by(
+    client: httpx.AsyncClient, make_broker: Callable[..., Any], redis: Redis, namespace: str
+) -> None:
+    asker = await make_broker()
+    asked = asking(asker, one_question("yes", "no"))
+    request = await wait_request(client)
+    # Another holder takes the lease behind the web provider's back (a stall, a partition).
+    await redis.set(Keys(namespace).provider, "99:intruder-token:intruder", px=30_000)
+
+    async def standing_by() -> bool:
+        body = (await client.get("/api/requests", headers=BEARER)).json()
+        return bool(body["status"] == "standby" and body["holder"] == "intruder")
+
+    await eventually(standing_by, "the fenced web provider stands by")
+    assert await pending_ids(client, headers=BEARER) == []
+    response = await client.post(
+        f"/api/requests/{request['id']}/answer",
+        json={"answers": [{"id": "q1", "selected": ["yes"]}]},
+        headers=BEARER,
+    )
+    assert response.status_code == 503
+    assert response.json()["code"] == "LEASE_LOST"
+    assert not asked.done()
+    asked.cancel()
+
+
+async def test_page_has_a_strict_policy_and_no_inline_script(client: httpx.AsyncClient) -> None:
+    page = await client.get("/")
+    assert page.status_code == 200
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy and "default-src 'none'" in policy
+    assert "frame-ancestors 'none'" in policy
+    assert page.headers["x-content-type-options"] == "nosniff"
+    html = page.text
+    assert html.count("<script") == html.count('<script src="/static/') == 1
+    assert not re.search(r"\son[a-z]+\s*=", html)  # no inline handlers
+    script = await client.get("/static/app.js")
+    assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+
+
+async def test_serves_again_after_redis_comes_back(
+    redis_factory: Callable[..., RedisServer], namespace: str, tmp_path: Path
+) -> None:
+    server = redis_factory()
+    web = WebProcess(server.url, namespace, write_users_file(tmp_path / "u.toml"), tmp_path / "web.log").start()
+    try:
+        async with httpx.AsyncClient(base_url=web.url, headers=BEARER) as client:
+
+            async def status_is(wanted: str) -> bool:
+                return bool((await client.get("/api/requests")).json()["status"] == wanted)
+
+            assert await status_is("active")
+            server.kill()
+            await eventually(lambda: status_is("connecting"), "the web provider notices Redis is gone")
+            server.start()
+            await eventually(lambda: status_is("active"), "the web provider serves again")
+            async with Broker(server.url, namespace) as asker:
+                asked = asking(asker, one_question("yes", "no"))
+                request = await wait_request(client)
+                response = await client.post(
+                    f"/api/requests/{request['id']}/answer", json={"answers": [{"id": "q1", "selected": ["no"]}]}
+                )
+                assert response.status_code == 200, response.text
+                assert (await asked).answers[0].selected == ("no",)
+    finally:
+        web.stop()

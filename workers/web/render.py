@@ -1,0 +1,93 @@
+"""What a page is sent about a request: asker text as data, markdown as sanitised HTML.
+
+Everything an asker wrote is untrusted. Plain fields (question, header, labels,
+descriptions, agent) go out as JSON strings that the page puts in with ``textContent``;
+``detail`` is markdown, rendered here with raw HTML disabled and then sanitised, links
+limited to safe schemes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import nh3
+from markdown_it import MarkdownIt
+
+from broker import AskUserQuestionItem, PendingRequest, PlanReviewIntent
+
+__all__ = ["plan_review", "render_markdown", "request_view"]
+
+_markdown = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
+_TAGS = {
+    "a", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "li", "ol",
+    "p", "pre", "strong", "table", "tbody", "td", "th", "thead", "tr", "ul",
+}  # fmt: skip
+_ATTRIBUTES = {"a": {"href", "title"}, "td": {"align"}, "th": {"align"}, "ol": {"start"}}
+_URL_SCHEMES = {"http", "https", "mailto"}
+
+
+def render_markdown(text: str) -> str:
+    """Markdown to HTML that is safe to insert into the page (no images: they would fetch)."""
+    html = _markdown.render(text)
+    return nh3.clean(
+        html,
+        tags=_TAGS,
+        attributes=_ATTRIBUTES,
+        url_schemes=_URL_SCHEMES,
+        link_rel="noopener noreferrer nofollow",
+        strip_comments=True,
+    )
+
+
+def plan_review(item: AskUserQuestionItem, count: int) -> dict[str, Any] | None:
+    """The plan-review card's buttons when the seeds' conditions hold, else ``None``.
+
+    One question, a plan-review intent, a ``detail``, the approve label among at most two
+    options, single-select. Any other shape gets the generic form, so no answer the
+    request allows becomes unreachable.
+    """
+    intent = item.intent
+    labels = item.labels
+    if (
+        count != 1
+        or not isinstance(intent, PlanReviewIntent)
+        or item.detail is None
+        or item.multi_select
+        or len(labels) > 2
+        or intent.approve not in labels
+    ):
+        return None
+    refuse = next((label for label in labels if label != intent.approve), None)
+    return {"approve": intent.approve, "refuse": refuse}
+
+
+def _intent_kind(item: AskUserQuestionItem) -> str | None:
+    intent = item.intent
+    if intent is None:
+        return None
+    if isinstance(intent, PlanReviewIntent):  # a msgspec tag, not an attribute
+        return "plan-review"
+    return str(getattr(intent, "kind", "unknown"))
+
+
+def _item_view(item: AskUserQuestionItem, count: int) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "question": item.question,
+        "header": item.header,
+        "detailHtml": None if item.detail is None else render_markdown(item.detail),
+        "options": [{"label": o.label, "description": o.description} for o in item.options or ()],
+        "multiSelect": item.multi_select,
+        "intent": _intent_kind(item),
+        "planReview": plan_review(item, count),
+    }
+
+
+def request_view(pending: PendingRequest) -> dict[str, Any]:
+    questions = pending.request.questions
+    return {
+        "id": pending.request_id,
+        "agent": pending.agent_id,
+        "createdMs": pending.created_ms,
+        "questions": [_item_view(item, len(questions)) for item in questions],
+    }

@@ -1,0 +1,223 @@
+"""The web provider's broker side: hold the lease, keep the pending list, fan out changes.
+
+``WebProvider.run()`` loops for the life of the app: it stands by for the namespace's
+lease, serves the requests delivered while it holds it, and stands by again after it is
+fenced (``LEASE_LOST``) or Redis drops. Pages follow along through ``subscribe()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from redis.exceptions import ConnectionError, TimeoutError
+
+from broker import AskUserQuestionAnswer, Broker, PendingRequest, Provider, UserQuestionError
+from broker.errors import LEASE_LOST, NOT_PENDING
+
+from .render import request_view
+
+__all__ = ["Event", "Status", "WebProvider"]
+
+log = logging.getLogger(__name__)
+
+Status = Literal["connecting", "standby", "active", "stopped"]
+Event = dict[str, Any]
+
+_SETTLED_MEMORY = 2_000
+_QUEUE_SIZE = 256
+_REDIS_DOWN = (ConnectionError, TimeoutError, OSError)
+
+
+@dataclass(frozen=True)
+class _Settled:
+    state: str
+    by: str
+
+
+class WebProvider:
+    """One lease holder (or standby) per app; the pages' view of its pending requests."""
+
+    def __init__(self, broker: Broker, *, name: str, retry_delay: float = 1.0) -> None:
+        self.broker = broker
+        self.name = name
+        self.status: Status = "connecting"
+        self.holder = ""
+        self._retry_delay = retry_delay
+        self._provider: Provider | None = None
+        self._pending: dict[str, PendingRequest] = {}
+        self._views: dict[str, dict[str, Any]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._settled: OrderedDict[str, _Settled] = OrderedDict()
+        self._watchers: dict[str, asyncio.Task[None]] = {}
+        self._subscribers: set[asyncio.Queue[Event | None]] = set()
+
+    # -- what pages see ---------------------------------------------------------------
+
+    def snapshot(self) -> Event:
+        return {
+            "type": "snapshot",
+            "status": self.status_event(),
+            "requests": list(self._views.values()),
+            "nowMs": int(time.time() * 1000),
+        }
+
+    def status_event(self) -> Event:
+        return {"type": "status", "status": self.status, "holder": self.holder, "name": self.name}
+
+    def requests(self) -> list[dict[str, Any]]:
+        return list(self._views.values())
+
+    @asynccontextmanager
+    async def subscribe(self) -> AsyncIterator[asyncio.Queue[Event | None]]:
+        """A queue of change events, starting with a snapshot; ``None`` means: stop."""
+        queue: asyncio.Queue[Event | None] = asyncio.Queue(_QUEUE_SIZE)
+        queue.put_nowait(self.snapshot())
+        self._subscribers.add(queue)
+        try:
+            yield queue
+        finally:
+            self._subscribers.discard(queue)
+
+    def end_streams(self) -> None:
+        """Tell every page's stream to finish (the server is stopping)."""
+        self._publish(None)
+
+    def _publish(self, event: Event | None) -> None:
+        for queue in list(self._subscribers):
+            try:
+                queue.put_nowait(event)
+            except asyncio.QueueFull:  # a stalled page: drop it, its EventSource reconnects
+                self._subscribers.discard(queue)
+                with suppress(asyncio.QueueEmpty):
+                    queue.get_nowait()
+                queue.put_nowait(None)
+
+    def _set_status(self, status: Status, holder: str = "") -> None:
+        self.status, self.holder = status, holder
+        self._publish(self.status_event())
+
+    # -- acting on requests -------------------------------------------------------------
+
+    async def answer(self, request_id: str, answer: AskUserQuestionAnswer, *, by: str) -> AskUserQuestionAnswer:
+        async with self._settling(request_id) as pending:
+            accepted = await pending.answer(answer, by=by)
+            self._settle(request_id, "answered", by)
+            return accepted
+
+    async def cancel(self, request_id: str, message: str, *, by: str) -> None:
+        async with self._settling(request_id) as pending:
+            await pending.cancel(message, by=by)
+            self._settle(request_id, "cancelled", by)
+
+    @asynccontextmanager
+    async def _settling(self, request_id: str) -> AsyncIterator[PendingRequest]:
+        # One settlement at a time per request: the core lets the same holder settle twice
+        # (a retry after a lost reply), so two people behind this one provider are told
+        # apart here, and the second is told who was first.
+        lock = self._locks.setdefault(request_id, asyncio.Lock())
+        async with lock:
+            provider = self._provider
+            if provider is None or provider.lost:
+                message = "this web provider does not hold the lease; answers are not accepted"
+                raise UserQuestionError(message, LEASE_LOST)
+            pending = self._pending.get(request_id)
+            if pending is None:
+                raise self._not_pending(request_id)
+            try:
+                yield pending
+            except UserQuestionError as error:
+                if error.code == NOT_PENDING:
+                    self._remove(request_id, "settled", "")
+                raise
+
+    def _not_pending(self, request_id: str) -> UserQuestionError:
+        settled = self._settled.get(request_id)
+        if settled is None:
+            return UserQuestionError(f"request {request_id} is not pending here", NOT_PENDING)
+        by = f" by {settled.by}" if settled.by else ""
+        return UserQuestionError(f"request {request_id} was already {settled.state}{by}", NOT_PENDING)
+
+    def _settle(self, request_id: str, state: str, by: str) -> None:
+        self._settled[request_id] = _Settled(state, by)
+        while len(self._settled) > _SETTLED_MEMORY:
+            self._settled.popitem(last=False)
+        self._remove(request_id, state, by)
+
+    def _add(self, pending: PendingRequest) -> None:
+        try:
+            view = request_view(pending)
+        except Exception:  # never let one odd request stop the others being served
+            log.exception("cannot show request %s", pending.request_id)
+            return
+        self._pending[pending.request_id] = pending
+        self._views[pending.request_id] = view
+        self._publish({"type": "added", "request": view})
+
+    def _remove(self, request_id: str, reason: str, by: str) -> None:
+        self._pending.pop(request_id, None)
+        self._locks.pop(request_id, None)
+        watcher = self._watchers.pop(request_id, None)
+        if watcher is not None and watcher is not asyncio.current_task():
+            watcher.cancel()
+        if self._views.pop(request_id, None) is not None:
+            self._publish({"type": "removed", "id": request_id, "reason": reason, "by": by})
+
+    # -- the lease loop ---------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Stand by, serve, and stand by again, until cancelled."""
+        try:
+            while True:
+                try:
+                    await self._serve_once()
+                except* UserQuestionError as group:
+                    log.warning("web provider %s stopped serving: %s", self.name, _first(group))
+                except* _REDIS_DOWN as group:
+                    log.warning("web provider %s lost Redis: %s", self.name, _first(group))
+                    self._set_status("connecting")
+                    await asyncio.sleep(self._retry_delay)
+                except* Exception as group:  # a bug must not leave the namespace unserved
+                    log.error("web provider %s failed; standing by again", self.name, exc_info=group)
+                    self._set_status("connecting")
+                    await asyncio.sleep(self._retry_delay)
+        finally:
+            self._set_status("stopped")
+            self._publish(None)
+
+    async def _serve_once(self) -> None:
+        self._set_status("connecting")
+        on_standby: Callable[[str], None] = lambda holder: self._set_status("standby", holder)  # noqa: E731
+        async with self.broker.provider(self.name, standby=True, on_standby=on_standby) as provider:
+            self._provider = provider
+            self._set_status("active", self.name)
+            try:
+                async with asyncio.TaskGroup() as tasks:
+                    try:
+                        async for pending in provider:
+                            self._watchers[pending.request_id] = tasks.create_task(self._watch(pending))
+                            self._add(pending)
+                    finally:
+                        for watcher in self._watchers.values():
+                            watcher.cancel()
+            finally:
+                self._provider = None
+                for request_id in list(self._pending):
+                    self._remove(request_id, "lost", "")
+
+    async def _watch(self, pending: PendingRequest) -> None:
+        await pending.withdrawn.wait()
+        self._remove(pending.request_id, "withdrawn", "")
+
+
+def _first(error: BaseException) -> BaseException:
+    """The first leaf of a (nested) exception group, for a one-line log."""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
