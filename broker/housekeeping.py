@@ -34,11 +34,15 @@ __all__ = [
     "drop_stale_standbys",
     "expire_overdue",
     "lease_holder",
+    "mark_notified",
     "pending_requests",
     "reap_abandoned",
+    "record_run",
     "redis_time_ms",
     "run_housekeeping",
+    "runs_key",
     "trim_audit",
+    "unmark_notified",
 ]
 
 log = logging.getLogger(__name__)
@@ -263,6 +267,43 @@ async def claim_run(broker: Broker, job: str, slot: str, *, worker: str, ttl: fl
     key = f"{broker.keys.prefix}maint:{job}:{slot}"
     claimed = await broker.commands.call("SET", key, worker, "NX", "PX", max(1, int(ttl * 1000)))
     return bool(claimed)
+
+
+def runs_key(broker: Broker) -> str:
+    """The capped stream of maintenance run reports (kept apart from the audit stream)."""
+    return f"{broker.keys.prefix}maintenance"
+
+
+async def record_run(
+    broker: Broker, job: str, slot: str, *, worker: str, fields: dict[str, str], maxlen: int = 1000
+) -> None:
+    """Append what a maintenance run did, and which worker did it, to :func:`runs_key`."""
+    await broker.commands.call(
+        "XADD",
+        runs_key(broker),
+        "MAXLEN",
+        "~",
+        maxlen,
+        "*",
+        "job",
+        job,
+        "slot",
+        slot,
+        "worker",
+        worker,
+        *(item for pair in fields.items() for item in pair),
+    )
+
+
+async def mark_notified(broker: Broker, request_id: str, level: str, *, ttl: float) -> bool:
+    """Mark that ``request_id`` was notified at ``level``; False when it already was (dedup)."""
+    key = f"{broker.keys.prefix}notified:{request_id}:{level}"
+    return bool(await broker.commands.call("SET", key, "1", "NX", "PX", max(1, int(ttl * 1000))))
+
+
+async def unmark_notified(broker: Broker, request_id: str, level: str) -> None:
+    """Undo :func:`mark_notified` (the notification could not be queued)."""
+    await broker.commands.call("DEL", f"{broker.keys.prefix}notified:{request_id}:{level}")
 
 
 async def run_housekeeping(broker: Broker, *, audit_maxlen: int | None = None) -> HousekeepingReport:
