@@ -229,12 +229,14 @@ async def _notify_once(
         return 0
     body = payload(kind, config.namespace, info, now_ms=now_ms, provider=provider, fmt=config.webhook_format)
     count = len(config.webhook_urls) if target == "notify" else 1
+    queued = 0
     try:
         for index in range(count):
             delivery_id = f"qb:{config.namespace}:{info.request_id}:{target}:{index}"
-            await ctx["redis"].enqueue_job(
+            job = await ctx["redis"].enqueue_job(
                 "deliver_webhook", target, index, body, delivery_id, kind, info.request_id, _job_id=delivery_id
             )
+            queued += job is not None  # None: arq holds that delivery already
     except BaseException:
         await unmark_notified(broker, info.request_id, target)
         raise
@@ -245,7 +247,7 @@ async def _notify_once(
         info.agent_id or "-",
         config.namespace,
     )
-    return count
+    return queued
 
 
 # -- the delivery job -----------------------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
+from redis.asyncio import Redis
 
 from broker import UserQuestionError
 from broker.housekeeping import runs_key
@@ -325,3 +326,37 @@ async def test_unattended_queue_and_escalation(spawn_worker, make_broker, receiv
     assert b'"event":"unattended"' in notify.hits[0][1]
     assert b'"event":"escalation"' in escalate.hits[0][1]
     await _stop(task)
+
+
+async def test_a_question_is_paged_once_across_workers(
+    spawn_worker, make_broker, receiver, redis, redis_server, namespace
+):
+    recv = await receiver()
+    asking, answering = await make_broker(), await make_broker()
+    arq_other = Redis.from_url(f"redis://127.0.0.1:{redis_server.port}/1")
+    async with answering.provider("p1") as provider:
+        task, _ = await _waiting_question(asking, provider)
+        first = spawn_worker(*_notify_flags(recv.url), arq_db=0)
+
+        async def delivered() -> bool:
+            return bool(recv.hits)
+
+        await eventually(delivered)
+        first.process.terminate()
+        await asyncio.to_thread(first.process.wait, 10)
+        # Another deployment, its arq queue in another database: arq's job ids cannot
+        # deduplicate across them; the per-request marker in the broker's Redis must.
+        second = spawn_worker(*_notify_flags(recv.url), arq_db=1)
+
+        async def second_ran_and_drained() -> bool:
+            runs = [f for _, f in await redis.xrange(runs_key(answering)) if f["job"] == "notify"]
+            ran = any(f["worker"].endswith(f":{second.process.pid}") for f in runs)
+            queued = await arq_other.keys(f"arq:job:qb:{namespace}:*")  # deliveries not yet done
+            return ran and not queued
+
+        try:
+            await eventually(second_ran_and_drained)
+        finally:
+            await arq_other.aclose()
+        assert len(recv.hits) == 1
+        await _stop(task)
