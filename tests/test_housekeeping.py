@@ -30,12 +30,6 @@ async def _next(provider: Any) -> Any:
     return await asyncio.wait_for(anext(aiter(provider)), 5)
 
 
-async def _stop(task: asyncio.Task[Any]) -> None:
-    task.cancel()
-    with pytest.raises(BaseException):  # noqa: B017 - cancelled, or failed once its request was removed
-        await task
-
-
 async def test_agent_gone_request_is_withdrawn_and_asker_told(make_broker, redis):
     asking, answering = await make_broker(), await make_broker()
     keys = asking.keys
@@ -60,21 +54,22 @@ async def test_agent_gone_request_is_withdrawn_and_asker_told(make_broker, redis
     assert event["by"] == "housekeeping"
 
 
-async def test_stopped_process_request_is_removed(make_broker, redis):
+async def test_stopped_process_request_is_withdrawn_and_a_paused_one_still_told(make_broker, redis):
     asking, answering = await make_broker(), await make_broker()
     keys = asking.keys
     async with answering.provider("p1") as provider:
         task = asyncio.create_task(asking.ask(one_question()))
         shown = await _next(provider)
-        await redis.delete(keys.client(asking.client_id))  # the process stopped heart-beating
+        # The process stopped heart-beating (dead, or paused past its liveness TTL).
+        await redis.delete(keys.client(asking.client_id))
 
         withdrawn, _ = await reap_abandoned(answering)
 
         assert withdrawn == [shown.request_id]
-        assert not await redis.exists(keys.request(shown.request_id))
-        assert not await redis.exists(keys.outcome(shown.request_id))
         await asyncio.wait_for(shown.withdrawn.wait(), 5)
-        await _stop(task)
+        with pytest.raises(UserQuestionError) as caught:  # a paused process, waking, is not left waiting
+            await asyncio.wait_for(task, 5)
+        assert caught.value.code == "CALLER_NOT_LIVE"
     [event] = await _audit(redis, keys, "withdrawn")
     assert event["reason"] == "the asking process stopped"
 
@@ -95,7 +90,8 @@ async def test_live_requests_are_left_alone_and_reaping_is_idempotent(make_broke
         assert second == []
         await shown_live.answer(pick("no"))
         assert await asyncio.wait_for(live, 5) == pick("no")
-        await _stop(gone)
+        with pytest.raises(UserQuestionError, match="CALLER_NOT_LIVE"):
+            await asyncio.wait_for(gone, 5)
     assert len(await _audit(redis, asking.keys, "withdrawn")) == 1
 
 

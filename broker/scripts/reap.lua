@@ -5,20 +5,21 @@
 -- ARGV[5] audit max length
 -- returns {'withdrawn', reason} | {'live'} | {'stale', state}
 -- The asker is gone when its agent record expired (or another instance holds the id) or when its
--- process stopped refreshing its liveness key. A process that still waits is told CALLER_NOT_LIVE
--- through its inbox; a provider that showed the request gets a withdraw notice on the stream.
--- An entry whose request is missing or already settled is stale: it is removed, nothing else.
+-- process stopped refreshing its liveness key. As in deliver.lua, the outcome (CALLER_NOT_LIVE) is
+-- written and a notice pushed to the asker's inbox even when its process looks dead: a process that
+-- was only paused past its liveness TTL (GC, SIGSTOP) must not wait forever when it wakes; for a dead
+-- one both keys lapse after the result TTL. A provider that showed the request gets a withdraw notice
+-- on the stream. An entry whose request is missing or already settled is stale: it is removed.
 local r = redis.call('HMGET', KEYS[1], 'state', 'entry', 'delivered', 'agent', 'agent_fp')
 if not r[1] or r[1] ~= 'pending' then
   redis.pcall('XACK', KEYS[2], ARGV[3], ARGV[2])
   redis.call('XDEL', KEYS[2], ARGV[2])
   return {'stale', r[1] or 'missing'}
 end
-local waiting = redis.call('EXISTS', KEYS[4]) == 1
 local why = nil
 if r[4] and r[4] ~= '' and redis.call('HGET', KEYS[3], 'fp') ~= r[5] then
   why = 'the asking agent is no longer live'
-elseif not waiting then
+elseif redis.call('EXISTS', KEYS[4]) == 0 then
   why = 'the asking process stopped'
 end
 if not why then
@@ -29,16 +30,12 @@ redis.call('XDEL', KEYS[2], r[2])
 if r[3] then
   redis.call('XADD', KEYS[2], '*', 'kind', 'withdraw', 'rid', ARGV[1], 'reason', 'withdrawn')
 end
-if waiting then
-  redis.call('HSET', KEYS[1], 'state', 'withdrawn', 'by', 'housekeeping')
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
-  redis.call('SET', KEYS[6], cjson.encode({error = {name = 'UserQuestionError', code = 'CALLER_NOT_LIVE',
-    message = why}}), 'PX', ARGV[4])
-  redis.call('RPUSH', KEYS[5], ARGV[1])
-  redis.call('PEXPIRE', KEYS[5], ARGV[4])
-else
-  redis.call('DEL', KEYS[1])
-end
+redis.call('HSET', KEYS[1], 'state', 'withdrawn', 'by', 'housekeeping')
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('SET', KEYS[6], cjson.encode({error = {name = 'UserQuestionError', code = 'CALLER_NOT_LIVE',
+  message = why}}), 'PX', ARGV[4])
+redis.call('RPUSH', KEYS[5], ARGV[1])
+redis.call('PEXPIRE', KEYS[5], ARGV[4])
 redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], '*', 'event', 'withdrawn', 'rid', ARGV[1], 'reason', why,
   'by', 'housekeeping')
 return {'withdrawn', why}

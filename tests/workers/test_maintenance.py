@@ -152,7 +152,7 @@ async def test_killed_agent_process_requests_are_withdrawn(spawn_worker, make_br
     assert sorted(e["rid"] for e in events) == sorted(p.request_id for p in shown)
     assert {e["by"] for e in events} == {"housekeeping"}
     for pending in shown:
-        assert not await redis.exists(keys.request(pending.request_id))
+        assert await redis.hget(keys.request(pending.request_id), "state") == "withdrawn"
     assert await eventually(_metric(worker, "qbroker_housekeeping_actions_total", action="withdrawn")) == 3
 
 
