@@ -30,7 +30,9 @@ __all__ = [
     "HousekeepingReport",
     "PendingInfo",
     "claim_run",
+    "Settled",
     "dead_letter_count",
+    "digest_audit",
     "drop_stale_standbys",
     "expire_overdue",
     "lease_holder",
@@ -51,6 +53,18 @@ _PAGE = 256
 _REAP = Script("reap")
 _EXPIRE = Script("expire")
 _PRUNE = Script("standbys_prune")
+_CURSOR = Script("audit_cursor")
+
+# Audit events that end a request, and the outcome each one counts as.
+_TERMINAL = {
+    "answered": "answered",
+    "cancelled": "cancelled",
+    "withdrawn": "withdrawn",
+    "aborted": "aborted",
+    "timed_out": "timed_out",
+    "expired": "expired",
+    "dead-lettered": "failed",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -304,6 +318,67 @@ async def mark_notified(broker: Broker, request_id: str, level: str, *, ttl: flo
 async def unmark_notified(broker: Broker, request_id: str, level: str) -> None:
     """Undo :func:`mark_notified` (the notification could not be queued)."""
     await broker.commands.call("DEL", f"{broker.keys.prefix}notified:{request_id}:{level}")
+
+
+@dataclass(frozen=True)
+class Settled:
+    """One request's end, read from the audit stream."""
+
+    request_id: str
+    outcome: str
+    """answered, cancelled, withdrawn, aborted, timed_out, expired or failed"""
+    seconds: float | None
+    """from ask to this end, by the Redis clock; None when the ask was not seen"""
+
+
+async def digest_audit(broker: Broker, *, batch: int = 1000, pages: int = 10) -> list[Settled] | None:
+    """The requests that ended since the last digest, each reported to exactly one caller.
+
+    The read position is shared by every maintenance worker (a compare-and-set cursor), so a
+    fleet of workers counts each end once. Returns None when another worker took this batch.
+    Ask times are kept in a sorted set until the request ends (or the request TTL passes).
+    """
+    keys = broker.keys
+    cursor_key = f"{keys.prefix}maint:audit-cursor"
+    asked_key = f"{keys.prefix}maint:asked"
+    ended: list[Settled] = []
+    for _ in range(pages):
+        cursor: str | None = await broker.commands.call("GET", cursor_key)
+        page = await broker.commands.call("XRANGE", keys.audit, f"({cursor}" if cursor else "-", "+", "COUNT", batch)
+        if not page:
+            break
+        if not await broker.commands.script(_CURSOR, [cursor_key], [cursor or "", page[-1][0]]):
+            return ended or None
+        asked: dict[str, int] = {}
+        ends: list[tuple[str, str, int]] = []
+        for entry_id, flat in page:
+            fields = _pairs(flat)
+            rid, event = fields.get("rid", ""), fields.get("event", "")
+            at_ms = int(entry_id.split("-", 1)[0])
+            if not rid:
+                continue
+            if event == "asked":
+                asked[rid] = at_ms
+            elif event in _TERMINAL:
+                ends.append((rid, _TERMINAL[event], at_ms))
+        earlier = [rid for rid, _, _ in ends if rid not in asked]
+        scores = await broker.commands.call("ZMSCORE", asked_key, *earlier) if earlier else []
+        started = {rid: int(float(s)) for rid, s in zip(earlier, scores, strict=True) if s is not None}
+        started.update(asked)
+        for rid, outcome, at_ms in ends:
+            begin = started.get(rid)
+            ended.append(Settled(rid, outcome, None if begin is None else max(0, at_ms - begin) / 1000))
+        finished = {rid for rid, _, _ in ends}
+        still_open = {rid: ms for rid, ms in asked.items() if rid not in finished}
+        if still_open:
+            await broker.commands.call("ZADD", asked_key, *(x for rid, ms in still_open.items() for x in (ms, rid)))
+        if earlier:
+            await broker.commands.call("ZREM", asked_key, *earlier)
+        if len(page) < batch:
+            break
+    horizon = await redis_time_ms(broker) - int(broker.request_ttl * 1000)
+    await broker.commands.call("ZREMRANGEBYSCORE", asked_key, "-inf", horizon)
+    return ended
 
 
 async def run_housekeeping(broker: Broker, *, audit_maxlen: int | None = None) -> HousekeepingReport:

@@ -12,6 +12,7 @@ from broker._keys import Keys
 from broker.housekeeping import (
     claim_run,
     dead_letter_count,
+    digest_audit,
     drop_stale_standbys,
     expire_overdue,
     pending_requests,
@@ -187,3 +188,28 @@ async def test_a_run_is_claimed_once(make_broker):
     assert await claim_run(one, "housekeeping", "100", worker="w1", ttl=5)
     assert not await claim_run(two, "housekeeping", "100", worker="w2", ttl=5)
     assert await claim_run(two, "housekeeping", "101", worker="w2", ttl=5)
+
+
+async def test_audit_digest_counts_each_end_once(make_broker, redis):
+    asking, answering, other = await make_broker(), await make_broker(), await make_broker()
+    async with answering.provider("p1") as provider:
+        task = asyncio.create_task(asking.ask(one_question()))
+        shown = await _next(provider)
+        assert await digest_audit(answering) == []  # asked, not yet ended
+        await shown.answer(pick("yes"))
+        await asyncio.wait_for(task, 5)
+        gone = asyncio.create_task(asking.ask(one_question()))
+        shown_gone = await _next(provider)
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        await asyncio.wait_for(shown_gone.withdrawn.wait(), 5)
+    ends = await digest_audit(other)  # another worker reads on from the shared cursor
+    assert ends is not None
+    assert [(e.request_id, e.outcome) for e in ends] == [
+        (shown.request_id, "answered"),
+        (shown_gone.request_id, "withdrawn"),
+    ]
+    assert all(e.seconds is not None and e.seconds >= 0 for e in ends)
+    assert await digest_audit(answering) == []
+    assert await redis.zcard(f"{answering.keys.prefix}maint:asked") == 0

@@ -27,6 +27,7 @@ from broker import Broker
 from broker.housekeeping import (
     PendingInfo,
     claim_run,
+    digest_audit,
     lease_holder,
     mark_notified,
     pending_requests,
@@ -36,7 +37,7 @@ from broker.housekeeping import (
     unmark_notified,
 )
 
-from .metrics import ASKS, DEAD_LETTERS, HOUSEKEEPING, NOTIFICATIONS, PENDING
+from .metrics import ASKS, DEAD_LETTERS, HOUSEKEEPING, NOTIFICATIONS, PENDING, TIME_TO_ANSWER
 from .webhooks import NoticeKind, WebhookFormat, payload, post
 
 __all__ = [
@@ -173,10 +174,14 @@ async def housekeeping(ctx: dict[str, Any]) -> dict[str, str] | None:
     HOUSEKEEPING.labels(ns, "stale").inc(report.stale_entries)
     HOUSEKEEPING.labels(ns, "trimmed").inc(report.audit_trimmed)
     HOUSEKEEPING.labels(ns, "standbys").inc(report.standbys_dropped)
-    ASKS.labels(ns, "withdrawn").inc(len(report.withdrawn))
-    ASKS.labels(ns, "expired").inc(len(report.expired))
     DEAD_LETTERS.labels(ns).set(report.dead_letters)
     PENDING.labels(ns).set(report.pending)
+    ended = await digest_audit(state.broker)  # None: another worker counted this stretch
+    for settled in ended or ():
+        ASKS.labels(ns, settled.outcome).inc()
+        if settled.seconds is not None and settled.outcome in ("answered", "cancelled"):
+            TIME_TO_ANSWER.labels(ns).observe(settled.seconds)
+    fields["ended"] = str(len(ended or ()))
     await record_run(state.broker, "housekeeping", slot, worker=state.config.worker_name, fields=fields)
     log.info("housekeeping of %s, run %s: %s", ns, slot, " ".join(f"{k}={v}" for k, v in fields.items()))
     return fields

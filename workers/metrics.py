@@ -3,12 +3,17 @@
 The metrics live in prometheus-client's default registry, defined once here; a process
 serves them with :func:`serve_metrics` (``--metrics-port``) or mounts
 ``prometheus_client.make_asgi_app()`` at ``/metrics``. Every metric carries the namespace.
+
+Who sets what: asks by outcome and time to answer are namespace-wide, counted once across
+the fleet by the maintenance worker from the audit stream (so providers do not count them
+again); pending requests and dead letters are gauges the maintenance worker refreshes every
+run; lease acquisitions and losses are counted by each provider process
+(:func:`lease_acquired`, :func:`lease_lost`); notifications by the worker that sends them.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from threading import Thread
 from wsgiref.simple_server import WSGIServer
@@ -25,7 +30,8 @@ __all__ = [
     "PENDING",
     "TIME_TO_ANSWER",
     "MetricsServer",
-    "observe_settled",
+    "lease_acquired",
+    "lease_lost",
     "serve_metrics",
 ]
 
@@ -58,16 +64,14 @@ HOUSEKEEPING = Counter(
 )
 
 
-def observe_settled(namespace: str, outcome: str, created_ms: int | None = None, *, now: float | None = None) -> None:
-    """Count one settled ask; with ``created_ms`` (``PendingRequest.created_ms``) time it too.
+def lease_acquired(namespace: str) -> None:
+    """Call when this process's provider takes the lease (``async with broker.provider(...)`` entered)."""
+    LEASE_ACQUISITIONS.labels(namespace).inc()
 
-    ``created_ms`` is by the Redis clock and ``now`` by this host's: the histogram's buckets
-    are seconds to hours wide, far coarser than the skew of hosts kept by NTP.
-    """
-    ASKS.labels(namespace, outcome).inc()
-    if created_ms is not None:
-        seconds = (time.time() if now is None else now) - created_ms / 1000
-        TIME_TO_ANSWER.labels(namespace).observe(max(0.0, seconds))
+
+def lease_lost(namespace: str) -> None:
+    """Call when this process's provider was fenced (``provider.lost`` became true)."""
+    LEASE_LOSSES.labels(namespace).inc()
 
 
 @dataclass(frozen=True)

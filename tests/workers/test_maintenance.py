@@ -183,6 +183,9 @@ async def test_poison_entry_is_dead_lettered_while_the_provider_keeps_answering(
     [(_, dead)] = await redis.xrange(keys.dead)
     assert dead["reason"] == "malformed stream entry"
     assert await eventually(_metric(worker, "qbroker_dead_letters", namespace=keys.namespace)) == 1
+    # Asks by outcome and time to answer, from the audit stream, counted once.
+    assert await eventually(_metric(worker, "qbroker_asks_total", outcome="answered")) == 1
+    assert await _metric(worker, "qbroker_time_to_answer_seconds_count")() == 1
 
 
 async def test_two_workers_do_each_run_once(spawn_worker, redis, make_broker):
