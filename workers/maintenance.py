@@ -183,7 +183,14 @@ async def housekeeping(ctx: dict[str, Any]) -> dict[str, str] | None:
             TIME_TO_ANSWER.labels(ns).observe(settled.seconds)
     fields["ended"] = str(len(ended or ()))
     await record_run(state.broker, "housekeeping", slot, worker=state.config.worker_name, fields=fields)
-    log.info("housekeeping of %s, run %s: %s", ns, slot, " ".join(f"{k}={v}" for k, v in fields.items()))
+    did_something = report.withdrawn or report.expired or report.stale_entries or report.standbys_dropped
+    log.log(
+        logging.INFO if did_something else logging.DEBUG,
+        "housekeeping of %s, run %s: %s",
+        ns,
+        slot,
+        " ".join(f"{k}={v}" for k, v in fields.items()),
+    )
     return fields
 
 
