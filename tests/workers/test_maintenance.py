@@ -175,16 +175,34 @@ async def test_poison_entry_is_dead_lettered_while_the_provider_keeps_answering(
     keys = asking.keys
     worker = spawn_worker()
     async with answering.provider("p1") as provider:
-        await redis.xadd(keys.requests, {"kind": "bogus", "junk": "\x00"})
+        await redis.xadd(keys.requests, {"kind": "bogus", "junk": "\x00"})  # malformed entry
+        # A well-formed entry whose request does not decode (written by a broken peer).
+        await redis.hset(
+            keys.request("bad"),
+            mapping={
+                "state": "pending",
+                "request": "{not json",
+                "agent": "",
+                "agent_fp": "",
+                "client": "c1",
+                "created": "0",
+                "deadline": "",
+            },
+        )
+        await redis.set(keys.client("c1"), "1", px=60_000)
+        await redis.xadd(keys.requests, {"kind": "ask", "rid": "bad", "client": "c1", "agent": ""})
         task = asyncio.create_task(asking.ask(one_question()))
         pending = await _next(provider)
         await pending.answer(pick("yes"))
         assert await asyncio.wait_for(task, 5) == pick("yes")
-    [(_, dead)] = await redis.xrange(keys.dead)
-    assert dead["reason"] == "malformed stream entry"
-    assert await eventually(_metric(worker, "qbroker_dead_letters", namespace=keys.namespace)) == 1
+    reasons = [f["reason"] for _, f in await redis.xrange(keys.dead)]
+    assert reasons[0] == "malformed stream entry"
+    assert reasons[1].startswith("undeliverable request")
+    assert len(reasons) == 2
+    assert await eventually(_metric(worker, "qbroker_dead_letters", namespace=keys.namespace)) == 2
     # Asks by outcome and time to answer, from the audit stream, counted once.
     assert await eventually(_metric(worker, "qbroker_asks_total", outcome="answered")) == 1
+    assert await eventually(_metric(worker, "qbroker_asks_total", outcome="failed")) == 1  # the undecodable one
     assert await _metric(worker, "qbroker_time_to_answer_seconds_count")() == 1
 
 
