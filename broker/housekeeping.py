@@ -1,0 +1,399 @@
+"""Maintenance of a namespace: what a long-running broker needs done when nobody asks.
+
+Each function takes an open :class:`~broker.Broker` and is idempotent: every check-then-act
+is one script (``reap.lua``, ``expire.lua``, ``standbys_prune.lua``), so several maintenance
+workers may run them at once, and a run interrupted half way is simply run again.
+
+Unsettled requests are found by walking the requests stream (``XRANGE``): it holds the entry
+of every request not yet settled or withdrawn, delivered or not, and nothing else but
+withdraw notices and poison entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ._commands import Script
+from ._keys import GROUP
+from .types import decode_request
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+__all__ = [
+    "HousekeepingReport",
+    "PendingInfo",
+    "claim_run",
+    "Settled",
+    "dead_letter_count",
+    "digest_audit",
+    "drop_stale_standbys",
+    "expire_overdue",
+    "lease_holder",
+    "mark_notified",
+    "pending_requests",
+    "reap_abandoned",
+    "record_run",
+    "redis_time_ms",
+    "run_housekeeping",
+    "runs_key",
+    "trim_audit",
+    "unmark_notified",
+]
+
+log = logging.getLogger(__name__)
+
+_PAGE = 256
+_REAP = Script("reap")
+_EXPIRE = Script("expire")
+_PRUNE = Script("standbys_prune")
+_CURSOR = Script("audit_cursor")
+
+# Audit events that end a request, and the outcome each one counts as.
+_TERMINAL = {
+    "answered": "answered",
+    "cancelled": "cancelled",
+    "withdrawn": "withdrawn",
+    "aborted": "aborted",
+    "timed_out": "timed_out",
+    "expired": "expired",
+    "dead-lettered": "failed",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PendingInfo:
+    """An unsettled request as housekeeping and notifications see it (no agent token, ever)."""
+
+    request_id: str
+    agent_id: str | None
+    created_ms: int
+    """unix ms by the Redis clock"""
+    deadline_ms: int | None
+    delivered: bool
+    """True once a provider was shown it"""
+    questions: tuple[str, ...]
+    """the question texts, for a notification"""
+
+
+@dataclass(kw_only=True)
+class HousekeepingReport:
+    """What one housekeeping run did."""
+
+    withdrawn: list[str] = field(default_factory=list)
+    expired: list[str] = field(default_factory=list)
+    stale_entries: int = 0
+    audit_trimmed: int = 0
+    standbys_dropped: int = 0
+    dead_letters: int = 0
+    pending: int = 0
+
+    def as_fields(self) -> dict[str, str]:
+        """Flat string fields, for a log line or an audit entry."""
+        return {
+            "withdrawn": str(len(self.withdrawn)),
+            "expired": str(len(self.expired)),
+            "stale": str(self.stale_entries),
+            "trimmed": str(self.audit_trimmed),
+            "standbys": str(self.standbys_dropped),
+            "dead": str(self.dead_letters),
+            "pending": str(self.pending),
+        }
+
+
+async def _ask_entries(broker: Broker) -> AsyncIterator[list[tuple[str, dict[str, str]]]]:
+    """Pages of the stream's ``ask`` entries, oldest first: (entry id, fields)."""
+    start = "-"
+    while True:
+        page = await broker.commands.call("XRANGE", broker.keys.requests, start, "+", "COUNT", _PAGE)
+        if not page:
+            return
+        asks = []
+        for entry_id, flat in page:
+            fields = _pairs(flat)
+            if fields.get("kind") == "ask" and fields.get("rid") and fields.get("client"):
+                asks.append((entry_id, fields))
+        if asks:
+            yield asks
+        if len(page) < _PAGE:
+            return
+        start = "(" + page[-1][0]
+
+
+async def reap_abandoned(broker: Broker) -> tuple[list[str], int]:
+    """Withdraw requests whose asker is gone; returns (withdrawn request ids, stale entries removed).
+
+    The asker is gone when its agent record expired (or another instance took the id) or its
+    process stopped heart-beating its liveness key. A waiting process gets ``CALLER_NOT_LIVE``;
+    a provider that showed the request is told to take it down; the audit stream says why.
+    """
+    keys = broker.keys
+    settings = broker._provider_settings
+    withdrawn: list[str] = []
+    stale = 0
+    async for asks in _ask_entries(broker):
+        calls = []
+        for entry_id, fields in asks:
+            rid, client, agent = fields["rid"], fields["client"], fields.get("agent", "")
+            request_key = keys.request(rid)
+            calls.append(
+                broker.commands.script(
+                    _REAP,
+                    [
+                        request_key,
+                        keys.requests,
+                        keys.agent(agent) if agent else request_key,
+                        keys.client(client),
+                        keys.inbox(client),
+                        keys.outcome(rid),
+                        keys.audit,
+                    ],
+                    [rid, entry_id, GROUP, int(settings.result_ttl * 1000), settings.audit_maxlen],
+                )
+            )
+        for (_, fields), reply in zip(asks, await asyncio.gather(*calls), strict=True):
+            if reply[0] == "withdrawn":
+                withdrawn.append(fields["rid"])
+                log.info(
+                    "withdrew request %s of agent %s in %s: %s",
+                    fields["rid"],
+                    fields.get("agent") or "-",
+                    keys.namespace,
+                    reply[1],
+                )
+            elif reply[0] == "stale":
+                stale += 1
+    return withdrawn, stale
+
+
+async def expire_overdue(broker: Broker) -> list[str]:
+    """Settle requests past their deadline with ``ASK_TIMED_OUT``; returns their ids."""
+    keys = broker.keys
+    settings = broker._provider_settings
+    expired: list[str] = []
+    async for asks in _ask_entries(broker):
+        calls = [
+            broker.commands.script(
+                _EXPIRE,
+                [
+                    keys.request(fields["rid"]),
+                    keys.requests,
+                    keys.outcome(fields["rid"]),
+                    keys.inbox(fields["client"]),
+                    keys.audit,
+                ],
+                [fields["rid"], GROUP, int(settings.result_ttl * 1000), settings.audit_maxlen],
+            )
+            for _, fields in asks
+        ]
+        for (_, fields), reply in zip(asks, await asyncio.gather(*calls), strict=True):
+            if reply[0] == "expired":
+                expired.append(fields["rid"])
+                log.info(
+                    "expired request %s of agent %s in %s: its deadline passed",
+                    fields["rid"],
+                    fields.get("agent") or "-",
+                    keys.namespace,
+                )
+    return expired
+
+
+async def trim_audit(broker: Broker, maxlen: int | None = None) -> int:
+    """Cap the audit stream exactly at ``maxlen`` (the broker's ``audit_maxlen`` by default)."""
+    limit = broker._provider_settings.audit_maxlen if maxlen is None else maxlen
+    trimmed: int = await broker.commands.call("XTRIM", broker.keys.audit, "MAXLEN", limit)
+    return trimmed
+
+
+async def drop_stale_standbys(broker: Broker) -> int:
+    """Remove standby registrations that were not refreshed in time; returns how many."""
+    dropped: int = await broker.commands.script(_PRUNE, [broker.keys.standbys], [])
+    return dropped
+
+
+async def dead_letter_count(broker: Broker) -> int:
+    """How many poison entries the dead-letter stream holds."""
+    count: int = await broker.commands.call("XLEN", broker.keys.dead)
+    return count
+
+
+async def lease_holder(broker: Broker) -> str | None:
+    """The name of the provider that holds the namespace's lease, or None."""
+    value: str | None = await broker.commands.call("GET", broker.keys.provider)
+    if value is None:
+        return None
+    parts = value.split(":", 2)
+    return parts[2] if len(parts) == 3 else value
+
+
+async def redis_time_ms(broker: Broker) -> int:
+    """Now, unix ms, by the Redis clock (the clock every ``created`` and deadline is judged by)."""
+    seconds, micros = await broker.commands.call("TIME")
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def pending_requests(broker: Broker) -> list[PendingInfo]:
+    """Every unsettled request of the namespace, oldest first."""
+    keys = broker.keys
+    found: list[PendingInfo] = []
+    async for asks in _ask_entries(broker):
+        rows = await asyncio.gather(
+            *(
+                broker.commands.call(
+                    "HMGET", keys.request(f["rid"]), "state", "agent", "created", "deadline", "delivered", "request"
+                )
+                for _, f in asks
+            )
+        )
+        for (_, fields), row in zip(asks, rows, strict=True):
+            state, agent, created, deadline, delivered, raw = row
+            if state != "pending":
+                continue
+            try:
+                questions = tuple(q.question for q in decode_request(raw).questions)
+            except (msgspec.DecodeError, TypeError):
+                questions = ()
+            found.append(
+                PendingInfo(
+                    request_id=fields["rid"],
+                    agent_id=agent or None,
+                    created_ms=int(created or 0),
+                    deadline_ms=int(deadline) if deadline else None,
+                    delivered=bool(delivered),
+                    questions=questions,
+                )
+            )
+    return found
+
+
+async def claim_run(broker: Broker, job: str, slot: str, *, worker: str, ttl: float) -> bool:
+    """Claim scheduled run ``slot`` of ``job`` for this worker; False when another claimed it.
+
+    The claim is a short lock that is never released, only lapses: of several workers that
+    were told to run the same slot, one does it once.
+    """
+    key = f"{broker.keys.prefix}maint:{job}:{slot}"
+    claimed = await broker.commands.call("SET", key, worker, "NX", "PX", max(1, int(ttl * 1000)))
+    return bool(claimed)
+
+
+def runs_key(broker: Broker) -> str:
+    """The capped stream of maintenance run reports (kept apart from the audit stream)."""
+    return f"{broker.keys.prefix}maintenance"
+
+
+async def record_run(
+    broker: Broker, job: str, slot: str, *, worker: str, fields: dict[str, str], maxlen: int = 1000
+) -> None:
+    """Append what a maintenance run did, and which worker did it, to :func:`runs_key`."""
+    await broker.commands.call(
+        "XADD",
+        runs_key(broker),
+        "MAXLEN",
+        "~",
+        maxlen,
+        "*",
+        "job",
+        job,
+        "slot",
+        slot,
+        "worker",
+        worker,
+        *(item for pair in fields.items() for item in pair),
+    )
+
+
+async def mark_notified(broker: Broker, request_id: str, level: str, *, ttl: float) -> bool:
+    """Mark that ``request_id`` was notified at ``level``; False when it already was (dedup)."""
+    key = f"{broker.keys.prefix}notified:{request_id}:{level}"
+    return bool(await broker.commands.call("SET", key, "1", "NX", "PX", max(1, int(ttl * 1000))))
+
+
+async def unmark_notified(broker: Broker, request_id: str, level: str) -> None:
+    """Undo :func:`mark_notified` (the notification could not be queued)."""
+    await broker.commands.call("DEL", f"{broker.keys.prefix}notified:{request_id}:{level}")
+
+
+@dataclass(frozen=True)
+class Settled:
+    """One request's end, read from the audit stream."""
+
+    request_id: str
+    outcome: str
+    """answered, cancelled, withdrawn, aborted, timed_out, expired or failed"""
+    seconds: float | None
+    """from ask to this end, by the Redis clock; None when the ask was not seen"""
+
+
+async def digest_audit(broker: Broker, *, batch: int = 1000, pages: int = 10) -> list[Settled] | None:
+    """The requests that ended since the last digest, each reported to exactly one caller.
+
+    The read position is shared by every maintenance worker (a compare-and-set cursor), so a
+    fleet of workers counts each end once. Returns None when another worker took this batch.
+    Ask times are kept in a sorted set until the request ends (or the request TTL passes).
+    """
+    keys = broker.keys
+    cursor_key = f"{keys.prefix}maint:audit-cursor"
+    asked_key = f"{keys.prefix}maint:asked"
+    ended: list[Settled] = []
+    for _ in range(pages):
+        cursor: str | None = await broker.commands.call("GET", cursor_key)
+        page = await broker.commands.call("XRANGE", keys.audit, f"({cursor}" if cursor else "-", "+", "COUNT", batch)
+        if not page:
+            break
+        if not await broker.commands.script(_CURSOR, [cursor_key], [cursor or "", page[-1][0]]):
+            return ended or None
+        asked: dict[str, int] = {}
+        ends: list[tuple[str, str, int]] = []
+        for entry_id, flat in page:
+            fields = _pairs(flat)
+            rid, event = fields.get("rid", ""), fields.get("event", "")
+            at_ms = int(entry_id.split("-", 1)[0])
+            if not rid:
+                continue
+            if event == "asked":
+                asked[rid] = at_ms
+            elif event in _TERMINAL:
+                ends.append((rid, _TERMINAL[event], at_ms))
+        earlier = [rid for rid, _, _ in ends if rid not in asked]
+        scores = await broker.commands.call("ZMSCORE", asked_key, *earlier) if earlier else []
+        started = {rid: int(float(s)) for rid, s in zip(earlier, scores, strict=True) if s is not None}
+        started.update(asked)
+        for rid, outcome, at_ms in ends:
+            begin = started.get(rid)
+            ended.append(Settled(rid, outcome, None if begin is None else max(0, at_ms - begin) / 1000))
+        finished = {rid for rid, _, _ in ends}
+        still_open = {rid: ms for rid, ms in asked.items() if rid not in finished}
+        if still_open:
+            await broker.commands.call("ZADD", asked_key, *(x for rid, ms in still_open.items() for x in (ms, rid)))
+        if earlier:
+            await broker.commands.call("ZREM", asked_key, *earlier)
+        if len(page) < batch:
+            break
+    horizon = await redis_time_ms(broker) - int(broker.request_ttl * 1000)
+    await broker.commands.call("ZREMRANGEBYSCORE", asked_key, "-inf", horizon)
+    return ended
+
+
+async def run_housekeeping(broker: Broker, *, audit_maxlen: int | None = None) -> HousekeepingReport:
+    """Every housekeeping step once, in order; returns what was done."""
+    report = HousekeepingReport()
+    report.withdrawn, report.stale_entries = await reap_abandoned(broker)
+    report.expired = await expire_overdue(broker)
+    report.audit_trimmed = await trim_audit(broker, audit_maxlen)
+    report.standbys_dropped = await drop_stale_standbys(broker)
+    report.dead_letters = await dead_letter_count(broker)
+    report.pending = len(await pending_requests(broker))
+    return report
+
+
+def _pairs(flat: Any) -> dict[str, str]:
+    if isinstance(flat, dict):
+        return flat
+    return dict(zip(flat[::2], flat[1::2], strict=True))

@@ -1,0 +1,39 @@
+-- expire: settle a pending request whose deadline passed with ASK_TIMED_OUT (housekeeping).
+-- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] outcome key   KEYS[4] asker's inbox
+-- KEYS[5] audit stream
+-- ARGV[1] request id   ARGV[2] group   ARGV[3] result TTL ms   ARGV[4] audit max length
+-- returns {'expired'} | {'waiting', ms left} | {'no-deadline'} | {'settled', state} | {'gone'}
+-- The deadline is judged by the Redis clock. The first terminal transition wins, as in settle.lua:
+-- the outcome goes to the per-request key and a notice to the asker's inbox; a provider that
+-- showed the request gets a withdraw notice on the stream so its UI takes the card down.
+local r = redis.call('HMGET', KEYS[1], 'state', 'entry', 'delivered', 'deadline')
+if not r[1] then
+  return {'gone'}
+end
+if r[1] ~= 'pending' then
+  return {'settled', r[1]}
+end
+local deadline = tonumber(r[4] or '')
+if not deadline then
+  return {'no-deadline'}
+end
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+if deadline > now then
+  return {'waiting', deadline - now}
+end
+local message = 'nobody answered before the deadline'
+redis.call('HSET', KEYS[1], 'state', 'expired', 'by', 'housekeeping')
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('SET', KEYS[3], cjson.encode({error = {name = 'UserQuestionError', code = 'ASK_TIMED_OUT',
+  message = message}}), 'PX', ARGV[3])
+redis.pcall('XACK', KEYS[2], ARGV[2], r[2])
+redis.call('XDEL', KEYS[2], r[2])
+if r[3] then
+  redis.call('XADD', KEYS[2], '*', 'kind', 'withdraw', 'rid', ARGV[1], 'reason', 'expired')
+end
+redis.call('RPUSH', KEYS[4], ARGV[1])
+redis.call('PEXPIRE', KEYS[4], ARGV[3])
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[4], '*', 'event', 'expired', 'rid', ARGV[1], 'reason', message,
+  'by', 'housekeeping')
+return {'expired'}

@@ -1,0 +1,41 @@
+-- reap: withdraw a pending request whose asker is gone (housekeeping; the same transition as withdraw.lua).
+-- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] agent record (the request hash when no agent)
+-- KEYS[4] asker's client liveness key   KEYS[5] asker's inbox   KEYS[6] outcome key   KEYS[7] audit stream
+-- ARGV[1] request id   ARGV[2] the stream entry id seen   ARGV[3] group   ARGV[4] result TTL ms
+-- ARGV[5] audit max length
+-- returns {'withdrawn', reason} | {'live'} | {'stale', state}
+-- The asker is gone when its agent record expired (or another instance holds the id) or when its
+-- process stopped refreshing its liveness key. As in deliver.lua, the outcome (CALLER_NOT_LIVE) is
+-- written and a notice pushed to the asker's inbox even when its process looks dead: a process that
+-- was only paused past its liveness TTL (GC, SIGSTOP) must not wait forever when it wakes; for a dead
+-- one both keys lapse after the result TTL. A provider that showed the request gets a withdraw notice
+-- on the stream. An entry whose request is missing or already settled is stale: it is removed.
+local r = redis.call('HMGET', KEYS[1], 'state', 'entry', 'delivered', 'agent', 'agent_fp')
+if not r[1] or r[1] ~= 'pending' then
+  redis.pcall('XACK', KEYS[2], ARGV[3], ARGV[2])
+  redis.call('XDEL', KEYS[2], ARGV[2])
+  return {'stale', r[1] or 'missing'}
+end
+local why = nil
+if r[4] and r[4] ~= '' and redis.call('HGET', KEYS[3], 'fp') ~= r[5] then
+  why = 'the asking agent is no longer live'
+elseif redis.call('EXISTS', KEYS[4]) == 0 then
+  why = 'the asking process stopped'
+end
+if not why then
+  return {'live'}
+end
+redis.pcall('XACK', KEYS[2], ARGV[3], r[2])
+redis.call('XDEL', KEYS[2], r[2])
+if r[3] then
+  redis.call('XADD', KEYS[2], '*', 'kind', 'withdraw', 'rid', ARGV[1], 'reason', 'withdrawn')
+end
+redis.call('HSET', KEYS[1], 'state', 'withdrawn', 'by', 'housekeeping')
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('SET', KEYS[6], cjson.encode({error = {name = 'UserQuestionError', code = 'CALLER_NOT_LIVE',
+  message = why}}), 'PX', ARGV[4])
+redis.call('RPUSH', KEYS[5], ARGV[1])
+redis.call('PEXPIRE', KEYS[5], ARGV[4])
+redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], '*', 'event', 'withdrawn', 'rid', ARGV[1], 'reason', why,
+  'by', 'housekeeping')
+return {'withdrawn', why}
