@@ -1,0 +1,1 @@
+"""The sub-commands of ``qbroker``: one module each, with ``register(subparsers)``."""
