@@ -80,10 +80,11 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
 async def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     task = asyncio.current_task()
-    assert task is not None
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, task.cancel)  # questions in flight are withdrawn
+    if settings.transport == "stdio" and task is not None:
+        # Questions in flight are withdrawn on the way out (uvicorn handles signals for http).
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, task.cancel)
     with contextlib.suppress(asyncio.CancelledError):
         await serve(settings)
     return 0
