@@ -13,11 +13,12 @@ the model can route on the code.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -385,16 +386,42 @@ async def running_service(settings: McpSettings) -> AsyncIterator[AskService]:
         yield service
 
 
-async def serve(settings: McpSettings) -> None:
-    """Serve until the client goes away (stdio) or the process is told to stop (http)."""
+async def serve(settings: McpSettings, *, stop: asyncio.Event | None = None) -> None:
+    """Serve until the client goes away (stdio), or until ``stop`` is set (http).
+
+    Over stdio, cancel the calling task to stop: calls in flight are cancelled, which
+    withdraws their questions. Over http, ``stop`` begins uvicorn's graceful shutdown.
+    """
     async with running_service(settings) as service:
         server = build_server(service)
         if settings.transport == "stdio":
             async with stdio_server() as (read_stream, write_stream):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
             return
-        import uvicorn
+        await _serve_http(server, settings, stop or asyncio.Event())
 
-        app = server.streamable_http_app(host=settings.host)
-        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, lifespan="on")
-        await uvicorn.Server(config).serve()
+
+async def _serve_http(server: Server[Any], settings: McpSettings, stop: asyncio.Event) -> None:
+    import uvicorn
+
+    class _Uvicorn(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # the command owns the signals, so the broker closes before the process exits
+
+    app = server.streamable_http_app(host=settings.host)
+    config = uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_config=None, lifespan="on", timeout_graceful_shutdown=5
+    )
+    http = _Uvicorn(config)
+
+    async def stop_when_told() -> None:
+        await stop.wait()
+        http.should_exit = True
+
+    async with asyncio.TaskGroup() as tasks:
+        watcher = tasks.create_task(stop_when_told())
+        try:
+            await http.serve()
+        finally:
+            watcher.cancel()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -17,6 +19,7 @@ import mcp_types as types
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from broker import (
     AskUserQuestionAnswer,
@@ -283,3 +286,35 @@ async def test_client_going_away_withdraws_the_question(
         await asyncio.wait_for(pending.withdrawn.wait(), 10)
         with contextlib.suppress(Exception):
             await call
+
+
+async def test_streamable_http_transport(
+    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "workers.commands.mcp", "--transport", "http", "--port", str(port)),
+        *("--redis-url", redis_server.url, "--namespace", namespace),
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "QBROKER_LOG_LEVEL": "INFO"},
+    )
+    try:
+        assert process.stderr is not None
+        while b"Uvicorn running on" not in (line := await asyncio.wait_for(process.stderr.readline(), 20)):
+            assert line, "the server exited before listening"
+        broker = await make_broker()
+        async with (
+            provider(broker, pick_first),
+            streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read_stream, write_stream, *_),
+            ClientSession(
+                read_stream, write_stream, client_info=types.Implementation(name="http-client", version="1")
+            ) as session,
+        ):
+            await session.initialize()
+            result = await session.call_tool("ask_user_question", YES_NO)
+        assert structured(result) == {"answers": [{"id": "deploy", "selected": ["yes"]}]}
+    finally:
+        process.terminate()
+        assert await asyncio.wait_for(process.wait(), 20) == 0

@@ -80,13 +80,15 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
 async def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     task = asyncio.current_task()
-    if settings.transport == "stdio" and task is not None:
-        # Questions in flight are withdrawn on the way out (uvicorn handles signals for http).
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, task.cancel)
+    stop = asyncio.Event()
+    # SIGTERM/SIGINT: over stdio, cancel (calls in flight withdraw their questions);
+    # over http, begin uvicorn's graceful shutdown. Either way the broker closes cleanly.
+    on_signal = task.cancel if settings.transport == "stdio" and task is not None else stop.set
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal)
     with contextlib.suppress(asyncio.CancelledError):
-        await serve(settings)
+        await serve(settings, stop=stop)
     return 0
 
 
