@@ -225,7 +225,7 @@ class AskService:
         self.agent_id = agent_id
         self.default_timeout = default_timeout
         self.withdraw_grace = withdraw_grace
-        self._agents: dict[str, tuple[Agent, asyncio.Event]] = {}
+        self._agents: dict[str, tuple[asyncio.Future[Agent], asyncio.Event]] = {}
         self._agent_ids: dict[str, str] = {}
         self._lock = asyncio.Lock()
         self._stack = AsyncExitStack()
@@ -241,7 +241,7 @@ class AskService:
         await self._stack.aclose()
 
     def _release_agents(self) -> None:
-        for _agent, release in self._agents.values():
+        for _ready, release in self._agents.values():
             release.set()
 
     @property
@@ -256,17 +256,18 @@ class AskService:
             key = client_name or ""
             agent_id = self.agent_id or self._agent_ids.setdefault(key, derived_agent_id(client_name))
             held = self._agents.get(agent_id)
-            if held is not None and held[0].alive:
-                return held[0]
             if held is not None:
-                held[1].set()  # the old instance lapsed: end its holder, register a new one
-            ready: asyncio.Future[Agent] = asyncio.get_running_loop().create_future()
+                ready, release = held
+                if not ready.done() or (not ready.cancelled() and ready.exception() is None and ready.result().alive):
+                    return await asyncio.shield(ready)
+                release.set()  # the old instance lapsed (or never registered): register a new one
+            ready = asyncio.get_running_loop().create_future()
             release = asyncio.Event()
+            self._agents[agent_id] = (ready, release)  # tracked before awaiting, so exit releases it
             self.tasks.create_task(self._hold(agent_id, ready, release), name=f"qb-mcp-agent-{agent_id}")
-            agent = await ready
-            self._agents[agent_id] = (agent, release)
-            log.info("registered as agent %s", agent_id)
-            return agent
+        agent = await asyncio.shield(ready)
+        log.info("asking as agent %s", agent_id)
+        return agent
 
     async def _hold(self, agent_id: str, ready: asyncio.Future[Agent], release: asyncio.Event) -> None:
         try:
@@ -278,6 +279,9 @@ class AskService:
                 ready.set_exception(error)
             else:
                 log.warning("agent %s ended: %s", agent_id, error)
+        finally:
+            if not ready.done():  # cancelled while registering: nobody waits forever
+                ready.cancel()
 
     async def call(self, arguments: dict[str, Any] | None, client_name: str | None) -> types.CallToolResult:
         """Run one tool call; cancelling it withdraws the question."""

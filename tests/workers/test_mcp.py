@@ -27,8 +27,10 @@ from broker import (
     Broker,
     PendingRequest,
     PlanReviewIntent,
+    UserQuestionError,
 )
 from tests.redis_server import RedisServer
+from workers.mcp_server import parse_arguments
 
 pytestmark = pytest.mark.slow
 
@@ -318,3 +320,37 @@ async def test_streamable_http_transport(
     finally:
         process.terminate()
         assert await asyncio.wait_for(process.wait(), 20) == 0
+
+
+def test_generated_ids_avoid_the_callers_own() -> None:
+    parsed = parse_arguments(
+        {"questions": [{"question": "first?"}, {"id": "q1", "question": "named?"}, {"question": "third?"}]}
+    )
+    assert [q.id for q in parsed.request.questions] == ["q1_", "q1", "q3"]
+    assert parsed.generated == {"q1_": "first?", "q3": "third?"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "multi"),
+    [
+        ({}, False),
+        ({"multiSelect": True}, True),
+        ({"multi_select": True}, True),
+        ({"multiSelect": False, "multi_select": True}, False),
+    ],
+    ids=["absent", "camel", "snake", "camel-wins"],
+)
+def test_multi_select_spelled_either_way(fields: dict[str, Any], multi: bool) -> None:
+    [item] = parse_arguments({"questions": [{"id": "q", "question": "?", **fields}]}).request.questions
+    assert item.multi_select is multi
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"questions": [{"id": "q", "question": "?"}], "timeoutSeconds": 0}, {"questions": [{"id": 3, "question": "?"}]}],
+    ids=["zero-timeout", "numeric-id"],
+)
+def test_malformed_arguments_are_bad_requests(arguments: dict[str, Any]) -> None:
+    with pytest.raises(UserQuestionError) as caught:
+        parse_arguments(arguments)
+    assert caught.value.code == "BAD_REQUEST"
