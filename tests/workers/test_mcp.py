@@ -1,0 +1,356 @@
+"""``qbroker mcp`` driven by the SDK's own MCP client over stdio, against a real Redis.
+
+The provider answering the questions is an automatic one running in the test process
+(``broker.provider``), so every test sees both ends of the question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from broker import (
+    AskUserQuestionAnswer,
+    AskUserQuestionAnswerItem,
+    Broker,
+    PendingRequest,
+    PlanReviewIntent,
+    UserQuestionError,
+)
+from tests.redis_server import RedisServer
+from workers.mcp_server import parse_arguments
+
+pytestmark = pytest.mark.slow
+
+Policy = Callable[[PendingRequest], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(
+    redis_server: RedisServer, namespace: str, *args: str, client_name: str = "test-client"
+) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "workers.commands.mcp", "--redis-url", redis_server.url, "--namespace", namespace, *args],
+    )
+    async with (
+        stdio_client(params) as (read_stream, write_stream),
+        ClientSession(
+            read_stream, write_stream, client_info=types.Implementation(name=client_name, version="1.0")
+        ) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+@contextlib.asynccontextmanager
+async def provider(broker: Broker, policy: Policy | None) -> AsyncIterator[asyncio.Queue[PendingRequest]]:
+    """An automatic provider: every delivered request is queued, then handed to ``policy``."""
+    seen: asyncio.Queue[PendingRequest] = asyncio.Queue()
+    async with broker.provider("test-auto") as held:
+
+        async def serve() -> None:
+            async for pending in held:
+                seen.put_nowait(pending)
+                if policy is not None:
+                    await policy(pending)
+
+        task = asyncio.create_task(serve())
+        try:
+            yield seen
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def pick_first(pending: PendingRequest) -> None:
+    items = tuple(AskUserQuestionAnswerItem(id=q.id, selected=q.labels[:1]) for q in pending.request.questions)
+    await pending.answer(AskUserQuestionAnswer(answers=items), by="test")
+
+
+async def dismiss(pending: PendingRequest) -> None:
+    await pending.cancel("not now", by="test")
+
+
+def structured(result: types.CallToolResult) -> Any:
+    """The structured content, checked to say the same as the text content."""
+    assert len(result.content) == 1
+    text = result.content[0]
+    assert isinstance(text, types.TextContent)
+    assert json.loads(text.text) == result.structured_content
+    return result.structured_content
+
+
+YES_NO = {"questions": [{"id": "deploy", "question": "Deploy now?", "options": [{"label": "yes"}, {"label": "no"}]}]}
+
+
+async def test_lists_the_tool_with_the_request_schema(redis_server: RedisServer, namespace: str) -> None:
+    async with mcp_client(redis_server, namespace) as session:
+        listed = await session.list_tools()
+    [tool] = listed.tools
+    assert tool.name == "ask_user_question"
+    item = tool.input_schema["properties"]["questions"]["items"]["properties"]
+    assert {"id", "question", "detail", "header", "options", "multiSelect", "intent"} <= set(item)
+
+
+async def test_plain_question_is_answered_as_a_live_root_agent(
+    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    broker = await make_broker()
+    async with provider(broker, pick_first) as seen, mcp_client(redis_server, namespace) as session:
+        result = await session.call_tool("ask_user_question", YES_NO)
+        pending = seen.get_nowait()
+    assert not result.is_error
+    assert structured(result) == {"answers": [{"id": "deploy", "selected": ["yes"]}]}
+    assert pending.agent_id is not None and pending.agent_id.startswith("mcp-test-client-")
+
+
+async def test_batch_in_the_coding_agent_shape_maps_generated_ids_back(
+    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    async def answer_batch(pending: PendingRequest) -> None:
+        first, second = pending.request.questions
+        assert first.multi_select and not second.multi_select
+        assert first.header == "Stack"
+        await pending.answer(
+            AskUserQuestionAnswer(
+                answers=(
+                    AskUserQuestionAnswerItem(id=first.id, selected=("redis", "postgres")),
+                    AskUserQuestionAnswerItem(id=second.id, custom="next week"),
+                )
+            )
+        )
+
+    arguments = {
+        "questions": [
+            {
+                "question": "Which stores?",
+                "header": "Stack",
+                "options": [{"label": "redis", "description": "fast"}, "postgres", "sqlite"],
+                "multi_select": True,
+            },
+            {"question": "When?", "options": ["today", "tomorrow"], "multiSelect": False},
+        ]
+    }
+    broker = await make_broker()
+    async with provider(broker, answer_batch), mcp_client(redis_server, namespace) as session:
+        result = await session.call_tool("ask_user_question", arguments)
+    assert not result.is_error, result
+    assert structured(result) == {
+        "answers": [
+            {"id": "q1", "selected": ["redis", "postgres"], "question": "Which stores?"},
+            {"id": "q2", "custom": "next week", "question": "When?"},
+        ]
+    }
+
+
+async def test_plan_review_reaches_the_provider_with_its_intent(
+    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    async def approve(pending: PendingRequest) -> None:
+        [item] = pending.request.questions
+        assert isinstance(item.intent, PlanReviewIntent)
+        assert item.detail == "# Plan\n1. migrate"
+        await pending.answer(
+            AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id=item.id, selected=(item.intent.approve,)),))
+        )
+
+    arguments = {
+        "questions": [
+            {
+                "id": "plan",
+                "question": "Approve the plan?",
+                "detail": "# Plan\n1. migrate",
+                "options": [{"label": "Ship it"}, {"label": "Rework"}],
+                "intent": {"kind": "plan-review", "approve": "Ship it"},
+            }
+        ]
+    }
+    broker = await make_broker()
+    async with provider(broker, approve), mcp_client(redis_server, namespace) as session:
+        result = await session.call_tool("ask_user_question", arguments)
+    assert structured(result) == {"answers": [{"id": "plan", "selected": ["Ship it"]}]}
+
+
+BAD_CALLS: dict[str, dict[str, Any]] = {
+    "EMPTY_QUESTIONS": {"questions": []},
+    "BAD_INTENT": {
+        "questions": [
+            {
+                "id": "plan",
+                "question": "Approve?",
+                "detail": "the plan",
+                "options": [{"label": "Yes"}, {"label": "No"}],
+                "intent": {"kind": "plan-review", "approve": "Approve"},
+            }
+        ]
+    },
+    "BAD_REQUEST": {"questions": [{"id": "a", "question": "one?"}, {"id": "a", "question": "two?"}]},
+}
+
+
+async def test_invalid_calls_fail_with_their_codes(
+    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    broker = await make_broker()
+    calls: list[tuple[str, dict[str, Any]]] = [
+        *BAD_CALLS.items(),
+        ("BAD_REQUEST", {"questions": "not a list"}),
+        ("BAD_REQUEST", {}),
+    ]
+    async with provider(broker, pick_first) as seen, mcp_client(redis_server, namespace) as session:
+        for code, arguments in calls:
+            result = await session.call_tool("ask_user_question", arguments)
+            assert result.is_error, (code, result)
+            error = structured(result)
+            assert (error["name"], error["code"]) == ("UserQuestionError", code), arguments
+            assert error["message"]
+        assert seen.empty()  # nothing invalid reached the provider
+
+
+async def test_no_provider(redis_server: RedisServer, namespace: str) -> None:
+    async with mcp_client(redis_server, namespace) as session:
+        result = await session.call_tool("ask_user_question", YES_NO)
+    assert result.is_error
+    assert structured(result)["code"] == "NO_PROVIDER"
+
+
+async def test_dismissed_and_timed_out_questions(
+    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    async def dismiss_first_only(pending: PendingRequest) -> None:
+        if pending.request.questions[0].id == "dismiss-me":
+            await dismiss(pending)
+
+    broker = await make_broker()
+    dismissed = {"questions": [{"id": "dismiss-me", "question": "Really?"}]}
+    ignored = {"questions": [{"id": "ignore-me", "question": "Anyone?"}], "timeoutSeconds": 0.5}
+    async with provider(broker, dismiss_first_only) as seen, mcp_client(redis_server, namespace) as session:
+        cancelled = await session.call_tool("ask_user_question", dismissed)
+        timed_out = await session.call_tool("ask_user_question", ignored)
+        await seen.get()
+        shown = await seen.get()
+        await asyncio.wait_for(shown.withdrawn.wait(), 10)  # the UI is told to take it down
+    assert structured(cancelled) == {"name": "UserQuestionError", "code": "ASK_CANCELLED", "message": "not now"}
+    assert structured(timed_out)["code"] == "ASK_TIMED_OUT"
+
+
+async def test_another_instance_taking_the_agent_id(
+    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    broker = await make_broker()
+    async with provider(broker, pick_first), mcp_client(redis_server, namespace, "--agent-id", "shared") as session:
+        first = await session.call_tool("ask_user_question", YES_NO)
+        async with broker.agent("shared"):  # a newer instance replaces the server's
+            second = await session.call_tool("ask_user_question", YES_NO)
+    assert not first.is_error
+    assert structured(second)["code"] == "CALLER_NOT_LIVE"
+
+
+async def test_cancelled_call_withdraws_the_question(
+    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    broker = await make_broker()
+    async with provider(broker, None) as seen, mcp_client(redis_server, namespace) as session:
+        call = asyncio.create_task(session.call_tool("ask_user_question", YES_NO))
+        pending = await asyncio.wait_for(seen.get(), 20)
+        call.cancel()  # the client sends notifications/cancelled
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        await asyncio.wait_for(pending.withdrawn.wait(), 10)
+        after = await session.call_tool("ask_user_question", {"questions": []})
+        assert structured(after)["code"] == "EMPTY_QUESTIONS"  # the server still serves
+
+
+async def test_client_going_away_withdraws_the_question(
+    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    broker = await make_broker()
+    async with provider(broker, None) as seen:
+        call: asyncio.Task[types.CallToolResult] | None = None
+        async with mcp_client(redis_server, namespace) as session:
+            call = asyncio.create_task(session.call_tool("ask_user_question", YES_NO))
+            pending = await asyncio.wait_for(seen.get(), 20)
+        # Leaving the block closed the server's stdin mid-question: the server withdrew it.
+        await asyncio.wait_for(pending.withdrawn.wait(), 10)
+        with contextlib.suppress(Exception):
+            await call
+
+
+async def test_streamable_http_transport(
+    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "workers.commands.mcp", "--transport", "http", "--port", str(port)),
+        *("--redis-url", redis_server.url, "--namespace", namespace),
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "QBROKER_LOG_LEVEL": "INFO"},
+    )
+    try:
+        assert process.stderr is not None
+        while b"Uvicorn running on" not in (line := await asyncio.wait_for(process.stderr.readline(), 20)):
+            assert line, "the server exited before listening"
+        broker = await make_broker()
+        async with (
+            provider(broker, pick_first),
+            streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read_stream, write_stream, *_),
+            ClientSession(
+                read_stream, write_stream, client_info=types.Implementation(name="http-client", version="1")
+            ) as session,
+        ):
+            await session.initialize()
+            result = await session.call_tool("ask_user_question", YES_NO)
+        assert structured(result) == {"answers": [{"id": "deploy", "selected": ["yes"]}]}
+    finally:
+        process.terminate()
+        assert await asyncio.wait_for(process.wait(), 20) == 0
+
+
+def test_generated_ids_avoid_the_callers_own() -> None:
+    parsed = parse_arguments(
+        {"questions": [{"question": "first?"}, {"id": "q1", "question": "named?"}, {"question": "third?"}]}
+    )
+    assert [q.id for q in parsed.request.questions] == ["q1_", "q1", "q3"]
+    assert parsed.generated == {"q1_": "first?", "q3": "third?"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "multi"),
+    [
+        ({}, False),
+        ({"multiSelect": True}, True),
+        ({"multi_select": True}, True),
+        ({"multiSelect": False, "multi_select": True}, False),
+    ],
+    ids=["absent", "camel", "snake", "camel-wins"],
+)
+def test_multi_select_spelled_either_way(fields: dict[str, Any], multi: bool) -> None:
+    [item] = parse_arguments({"questions": [{"id": "q", "question": "?", **fields}]}).request.questions
+    assert item.multi_select is multi
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"questions": [{"id": "q", "question": "?"}], "timeoutSeconds": 0}, {"questions": [{"id": 3, "question": "?"}]}],
+    ids=["zero-timeout", "numeric-id"],
+)
+def test_malformed_arguments_are_bad_requests(arguments: dict[str, Any]) -> None:
+    with pytest.raises(UserQuestionError) as caught:
+        parse_arguments(arguments)
+    assert caught.value.code == "BAD_REQUEST"

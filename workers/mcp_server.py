@@ -1,0 +1,431 @@
+"""The broker as an MCP server: one tool, ``ask_user_question``, for any MCP-speaking agent.
+
+The server process registers itself as a live root agent (one instance per MCP client
+name, or the fixed ``agent_id`` it was given), so caller gating and "asker gone"
+withdrawal work as for a Python agent. Each tool call runs its ask in a task owned by
+the service; a client that cancels the call or goes away cancels that task, which
+withdraws the question (the UI takes it down).
+
+Failures are tool errors (``isError``) whose content is ``{name, code, message}``, so
+the model can route on the code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anyio
+import mcp_types as types
+import msgspec
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from redis.exceptions import ConnectionError, TimeoutError
+
+from broker import Agent, AskUserQuestionAnswer, AskUserQuestionRequest, Broker, UserQuestionError
+from broker.errors import BAD_REQUEST, BROKER_UNAVAILABLE
+from broker.types import convert_request, encode
+
+__all__ = ["INPUT_SCHEMA", "TOOL_NAME", "AskService", "McpSettings", "build_server", "parse_arguments", "serve"]
+
+log = logging.getLogger(__name__)
+
+TOOL_NAME = "ask_user_question"
+
+_DESCRIPTION = (
+    "Ask the human a batch of structured questions and wait for the answer. Each question has "
+    "`question` text, optional `detail` (supporting text, e.g. plan markdown), a short `header`, "
+    "`options` ({label, description}; the chosen labels come back verbatim), `multiSelect`, and "
+    "an optional `intent` (for a plan review: {kind: 'plan-review', approve: <label of the "
+    "approving option>}, with the plan in `detail`). `id` is optional: answers echo it, and "
+    "questions without one are answered with generated ids plus their `question` text. The "
+    "result is {answers: [{id, selected: [labels], custom?}]}: `custom` is free text the human "
+    "typed instead; an item with empty `selected` and no `custom` was skipped. On failure the "
+    "result is an error {name, code, message}: route on `code` (ASK_CANCELLED: the human "
+    "dismissed it; ASK_TIMED_OUT: nobody answered in time; NO_PROVIDER: no UI is running; "
+    "BAD_REQUEST / BAD_INTENT / EMPTY_QUESTIONS: fix the call)."
+)
+
+_OPTION_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {
+            "type": "object",
+            "properties": {
+                "label": {"type": "string", "description": "what the human sees and what comes back"},
+                "description": {"type": "string"},
+            },
+            "required": ["label"],
+        },
+        {"type": "string", "description": "shorthand for {label}"},
+    ]
+}
+
+INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "questions": {
+            "type": "array",
+            "description": "the questions, asked together as one batch",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "caller-chosen, echoed in the answer (optional)"},
+                    "question": {"type": "string"},
+                    "detail": {"type": "string", "description": "supporting text shown with the question"},
+                    "header": {"type": "string", "description": "a short group label"},
+                    "options": {"type": "array", "items": _OPTION_SCHEMA},
+                    "multiSelect": {"type": "boolean", "default": False},
+                    "multi_select": {"type": "boolean", "description": "alias of multiSelect"},
+                    "intent": {
+                        "type": "object",
+                        "description": "presentation intent, e.g. {kind: 'plan-review', approve: 'Approve'}",
+                        "properties": {"kind": {"type": "string"}, "approve": {"type": "string"}},
+                        "required": ["kind"],
+                    },
+                },
+                "required": ["question"],
+            },
+        },
+        "timeoutSeconds": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "description": "give up (ASK_TIMED_OUT) when nobody answered within this many seconds",
+        },
+    },
+    "required": ["questions"],
+}
+
+
+# -- the tool's input: the seeds' request, or what popular coding agents emit ------------
+
+
+class _InOption(msgspec.Struct, kw_only=True):
+    label: str
+    description: str | None = None
+
+
+class _InItem(msgspec.Struct, kw_only=True):
+    question: str
+    id: str | None = None
+    detail: str | None = None
+    header: str | None = None
+    options: list[_InOption | str] | None = None
+    multi_select_camel: bool | None = msgspec.field(default=None, name="multiSelect")
+    multi_select: bool | None = None
+    intent: dict[str, Any] | None = None
+
+
+class _InRequest(msgspec.Struct, kw_only=True):
+    questions: list[_InItem]
+    timeout_seconds: float | None = msgspec.field(default=None, name="timeoutSeconds")
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    request: AskUserQuestionRequest
+    timeout: float | None
+    generated: dict[str, str]
+    """question text by generated id, for the questions that came without an id"""
+
+
+def parse_arguments(arguments: dict[str, Any] | None) -> ParsedCall:
+    """Normalise the tool arguments into a request; ``BAD_REQUEST`` when they do not fit."""
+    try:
+        raw = msgspec.convert(arguments or {}, _InRequest)
+    except msgspec.ValidationError as error:
+        raise UserQuestionError(f"the arguments do not fit the tool's schema: {error}", BAD_REQUEST) from error
+    if raw.timeout_seconds is not None and not raw.timeout_seconds > 0:
+        raise UserQuestionError("timeoutSeconds must be positive", BAD_REQUEST)
+    taken = {item.id for item in raw.questions if item.id is not None}
+    generated: dict[str, str] = {}
+    questions: list[dict[str, Any]] = []
+    for index, item in enumerate(raw.questions, start=1):
+        qid = item.id
+        if qid is None:
+            qid = f"q{index}"
+            while qid in taken:
+                qid += "_"
+            taken.add(qid)
+            generated[qid] = item.question
+        question: dict[str, Any] = {"id": qid, "question": item.question}
+        if item.detail is not None:
+            question["detail"] = item.detail
+        if item.header is not None:
+            question["header"] = item.header
+        if item.options is not None:
+            question["options"] = [
+                {"label": o} if isinstance(o, str) else msgspec.structs.asdict(o) for o in item.options
+            ]
+        multi = item.multi_select_camel if item.multi_select_camel is not None else item.multi_select
+        if multi:
+            question["multiSelect"] = True
+        if item.intent is not None:
+            question["intent"] = item.intent
+        questions.append(question)
+    try:
+        request = convert_request({"questions": questions})
+    except msgspec.ValidationError as error:
+        raise UserQuestionError(f"the questions do not fit the request schema: {error}", BAD_REQUEST) from error
+    return ParsedCall(request=request, timeout=raw.timeout_seconds, generated=generated)
+
+
+def answer_payload(answer: AskUserQuestionAnswer, generated: dict[str, str]) -> dict[str, Any]:
+    """The answer as JSON; items of questions that came without an id also carry their text."""
+    payload: dict[str, Any] = msgspec.json.decode(encode(answer))
+    for item in payload["answers"]:
+        if item["id"] in generated:
+            item["question"] = generated[item["id"]]
+    return payload
+
+
+def _result(payload: dict[str, Any], *, is_error: bool = False) -> types.CallToolResult:
+    text = json.dumps(payload, ensure_ascii=False)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structured_content=payload, is_error=is_error
+    )
+
+
+def error_result(error: UserQuestionError) -> types.CallToolResult:
+    return _result(error.to_dict(), is_error=True)
+
+
+# -- the service: the broker, this process's agents, the asks in flight -------------------
+
+_SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
+_REDIS_DOWN = (ConnectionError, TimeoutError, OSError)
+
+
+def derived_agent_id(client_name: str | None) -> str:
+    """``mcp-<client>-<random>``: unique per process, so two servers never evict each other."""
+    slug = _SLUG.sub("-", client_name or "").strip("-")[:40] or "client"
+    return f"mcp-{slug}-{secrets.token_hex(3)}"
+
+
+class AskService:
+    """Asks on behalf of MCP clients; an async context manager that owns its tasks."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        agent_id: str | None = None,
+        default_timeout: float | None = None,
+        withdraw_grace: float = 5.0,
+    ) -> None:
+        self.broker = broker
+        self.agent_id = agent_id
+        self.default_timeout = default_timeout
+        self.withdraw_grace = withdraw_grace
+        self._agents: dict[str, tuple[asyncio.Future[Agent], asyncio.Event]] = {}
+        self._agent_ids: dict[str, str] = {}
+        self._lock = asyncio.Lock()
+        self._stack = AsyncExitStack()
+        self._tasks: asyncio.TaskGroup | None = None
+
+    async def __aenter__(self) -> AskService:
+        self._tasks = await self._stack.enter_async_context(asyncio.TaskGroup())
+        self._stack.callback(self._release_agents)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._tasks = None
+        await self._stack.aclose()
+
+    def _release_agents(self) -> None:
+        for _ready, release in self._agents.values():
+            release.set()
+
+    @property
+    def tasks(self) -> asyncio.TaskGroup:
+        if self._tasks is None:
+            raise UserQuestionError("the MCP service is not running", BROKER_UNAVAILABLE)
+        return self._tasks
+
+    async def agent_for(self, client_name: str | None) -> Agent:
+        """This process's live agent for the client: registered on first use, renewed if it lapsed."""
+        async with self._lock:
+            key = client_name or ""
+            agent_id = self.agent_id or self._agent_ids.setdefault(key, derived_agent_id(client_name))
+            held = self._agents.get(agent_id)
+            if held is not None:
+                ready, release = held
+                if not ready.done() or (not ready.cancelled() and ready.exception() is None and ready.result().alive):
+                    return await asyncio.shield(ready)
+                release.set()  # the old instance lapsed (or never registered): register a new one
+            ready = asyncio.get_running_loop().create_future()
+            release = asyncio.Event()
+            self._agents[agent_id] = (ready, release)  # tracked before awaiting, so exit releases it
+            self.tasks.create_task(self._hold(agent_id, ready, release), name=f"qb-mcp-agent-{agent_id}")
+        agent = await asyncio.shield(ready)
+        log.info("asking as agent %s", agent_id)
+        return agent
+
+    async def _hold(self, agent_id: str, ready: asyncio.Future[Agent], release: asyncio.Event) -> None:
+        try:
+            async with self.broker.agent(agent_id) as agent:
+                ready.set_result(agent)
+                await release.wait()
+        except Exception as error:  # handed to the caller waiting for the registration
+            if not ready.done():
+                ready.set_exception(error)
+            else:
+                log.warning("agent %s ended: %s", agent_id, error)
+        finally:
+            if not ready.done():  # cancelled while registering: nobody waits forever
+                ready.cancel()
+
+    async def call(self, arguments: dict[str, Any] | None, client_name: str | None) -> types.CallToolResult:
+        """Run one tool call; cancelling it withdraws the question."""
+        try:
+            parsed = parse_arguments(arguments)
+            agent = await self.agent_for(client_name)
+        except UserQuestionError as error:
+            return error_result(error)
+        except _REDIS_DOWN as error:
+            return error_result(UserQuestionError(f"Redis is unreachable: {error}", BROKER_UNAVAILABLE))
+        timeout = parsed.timeout if parsed.timeout is not None else self.default_timeout
+        task = self.tasks.create_task(self._ask(agent, parsed.request, timeout), name="qb-mcp-ask")
+        try:
+            outcome = await asyncio.shield(task)
+        except BaseException:
+            # The client cancelled the call or went away: one cancel of the ask task
+            # withdraws the question; wait for that, shielded from the caller's own scope.
+            task.cancel()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.withdraw_grace):
+                await asyncio.wait({task})
+            raise
+        if isinstance(outcome, UserQuestionError):
+            return error_result(outcome)
+        return _result(answer_payload(outcome, parsed.generated))
+
+    async def _ask(
+        self, agent: Agent, request: AskUserQuestionRequest, limit_s: float | None
+    ) -> AskUserQuestionAnswer | UserQuestionError:
+        try:
+            return await agent.ask(request, timeout=limit_s)
+        except UserQuestionError as error:
+            return error
+        except _REDIS_DOWN as error:
+            return UserQuestionError(f"Redis is unreachable: {error}", BROKER_UNAVAILABLE)
+        except Exception as error:  # never let one ask take the service's task group down
+            log.exception("ask failed")
+            return UserQuestionError(f"the ask failed: {error!r}", BROKER_UNAVAILABLE)
+
+
+# -- the MCP server -------------------------------------------------------------------------
+
+
+TOOL = types.Tool(
+    name=TOOL_NAME,
+    title="Ask the user",
+    description=_DESCRIPTION,
+    input_schema=INPUT_SCHEMA,
+    annotations=types.ToolAnnotations(
+        title="Ask the user", read_only_hint=True, destructive_hint=False, open_world_hint=False
+    ),
+)
+
+
+def build_server(service: AskService) -> Server[Any]:
+    """The low-level MCP server exposing ``ask_user_question`` over ``service``."""
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[TOOL])
+
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name != TOOL_NAME:
+            return error_result(UserQuestionError(f"unknown tool {params.name!r}", BAD_REQUEST))
+        client = ctx.session.client_params
+        return await service.call(params.arguments, client.client_info.name if client is not None else None)
+
+    return Server(
+        "question-broker",
+        version=_version(),
+        instructions="Use ask_user_question to ask the human structured questions and wait for the answer.",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("question-broker")
+    except PackageNotFoundError:
+        return "0"
+
+
+@dataclass(frozen=True, kw_only=True)
+class McpSettings:
+    redis_url: str
+    namespace: str
+    transport: Literal["stdio", "http"] = "stdio"
+    agent_id: str | None = None
+    timeout: float | None = None
+    host: str = "127.0.0.1"
+    port: int = 8765
+
+    def __repr__(self) -> str:  # the URL may carry a password
+        return f"McpSettings(namespace={self.namespace!r}, transport={self.transport!r}, agent_id={self.agent_id!r})"
+
+
+@asynccontextmanager
+async def running_service(settings: McpSettings) -> AsyncIterator[AskService]:
+    async with (
+        Broker(settings.redis_url, settings.namespace) as broker,
+        AskService(broker, agent_id=settings.agent_id, default_timeout=settings.timeout) as service,
+    ):
+        yield service
+
+
+async def serve(settings: McpSettings, *, stop: asyncio.Event | None = None) -> None:
+    """Serve until the client goes away (stdio), or until ``stop`` is set (http).
+
+    Over stdio, cancel the calling task to stop: calls in flight are cancelled, which
+    withdraws their questions. Over http, ``stop`` begins uvicorn's graceful shutdown.
+    """
+    async with running_service(settings) as service:
+        server = build_server(service)
+        if settings.transport == "stdio":
+            async with stdio_server() as (read_stream, write_stream):
+                await server.run(read_stream, write_stream, server.create_initialization_options())
+            return
+        await _serve_http(server, settings, stop or asyncio.Event())
+
+
+async def _serve_http(server: Server[Any], settings: McpSettings, stop: asyncio.Event) -> None:
+    import uvicorn
+
+    class _Uvicorn(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # the command owns the signals, so the broker closes before the process exits
+
+    app = server.streamable_http_app(host=settings.host)
+    config = uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_config=None, lifespan="on", timeout_graceful_shutdown=5
+    )
+    http = _Uvicorn(config)
+
+    async def stop_when_told() -> None:
+        await stop.wait()
+        http.should_exit = True
+
+    async with asyncio.TaskGroup() as tasks:
+        watcher = tasks.create_task(stop_when_told())
+        try:
+            await http.serve()
+        finally:
+            watcher.cancel()
