@@ -133,7 +133,10 @@ async def broker_asker(args: argparse.Namespace) -> None:
 
 
 async def broker_waiting_asker(args: argparse.Namespace) -> None:
-    """Opens a broker, waits for "go" on stdin, starts ``--waiting`` asks, reports when all are answered."""
+    """Opens a broker, waits for "go" on stdin, starts ``--waiting`` asks, reports when all are answered.
+
+    Then it waits for another line on stdin before closing the broker.
+    """
     async with Broker(args.url, args.namespace) as broker:
         emit("ready")
         await asyncio.to_thread(sys.stdin.readline)
@@ -141,6 +144,7 @@ async def broker_waiting_asker(args: argparse.Namespace) -> None:
         emit("started", asks=len(asks))
         answers = await asyncio.gather(*asks)
         emit("answered", asks=len(answers), all_yes=all(a == ANSWER for a in answers))
+        await asyncio.to_thread(sys.stdin.readline)  # "close": the residue is measured before and after
     emit("done")
 
 

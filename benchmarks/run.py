@@ -199,13 +199,17 @@ class Bench:
         answerer = await self.start("broker-provider", namespace, "--lease-ttl", "10")
         await answerer.expect("holding")
         answered = await asker.expect("answered")
+        await asyncio.sleep(1.0)
+        residue_open = _per_request(await self._keys(prefix))
+        asker.send("close\n")
         await asker.expect("done")
         await asker.process.wait()
         await answerer.stop()
         await asyncio.sleep(1.0)
         keys_after = await self._keys(prefix)
-        per_request = {k: v for k, v in keys_after.items() if any(f":{kind}:" in k for kind in ("req", "ans", "inbox"))}
+        per_request = _per_request(keys_after)
         left = {k: v for k, v in keys_after.items() if k not in keys_before}
+        log(f"residue: {len(residue_open)} per-request keys with the asker open, {len(per_request)} after it closed")
         memory_after = await self._used_memory()
         return {
             "asks": args.waiting,
@@ -217,6 +221,8 @@ class Bench:
             "per_ask_bytes": per_ask,
             "per_key": per_key,
             "all_answered": answered["asks"] == args.waiting and answered["all_yes"],
+            "residue_open_keys": len(residue_open),
+            "residue_open_bytes": sum(residue_open.values()),
             "residue_keys": len(per_request),
             "residue_bytes": sum(per_request.values()),
             "residue_sample": sorted(per_request)[:5],
@@ -278,6 +284,11 @@ class Bench:
                 holder = standby
         await holder.stop()
         return {"lease_ttl": args.lease_ttl, "runs": times, "median": statistics.median(times)}
+
+
+def _per_request(keys: dict[str, int]) -> dict[str, int]:
+    """The keys that belong to one request (or to its asker's inbox of notices)."""
+    return {k: v for k, v in keys.items() if any(f":{kind}:" in k for kind in ("req", "ans", "inbox"))}
 
 
 def _escape(prefix: str) -> str:
