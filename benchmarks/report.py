@@ -57,6 +57,29 @@ def render_table(results: dict[str, Any]) -> str:
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
 
+def render_cpu(results: dict[str, Any]) -> str:
+    """CPU milliseconds per ask by process: who the limit is."""
+    rows = [
+        ["system", "concurrency", "asks/s", "asker CPU ms/ask", "answerer CPU ms/ask", "redis CPU ms/ask"],
+        ["---", "---:", "---:", "---:", "---:", "---:"],
+    ]
+    for system, levels in results["throughput"].items():
+        for lvl in levels:
+            if "cpu_asker_ms" not in lvl:
+                continue
+            rows.append(
+                [
+                    LABELS[system],
+                    str(lvl["concurrency"]),
+                    f"{lvl['rate']:.0f}",
+                    f"{lvl['cpu_asker_ms']:.3f}",
+                    f"{lvl['cpu_answerer_ms']:.3f}",
+                    f"{lvl['cpu_redis_ms']:.3f}",
+                ]
+            )
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target of issue 6 with the measured figure and whether it is met (None: not measured)."""
     checks: list[dict[str, Any]] = []
@@ -212,6 +235,11 @@ def write_doc(results: dict[str, Any], checks: list[dict[str, Any]], path: Path)
         render_table(results),
         "",
         f"![throughput against concurrency]({png.name})",
+        "",
+        "CPU time per ask, by process (from /proc and Redis `INFO cpu`; the machine has "
+        f"{os.cpu_count()} cores for all three processes, so at high concurrency they compete):",
+        "",
+        render_cpu(results),
         "",
     ]
     if waiting:

@@ -128,13 +128,8 @@ class Bench:
         server_role, asker_role = PAIRS[system]
         namespace = f"bench-{system}"
         common = ["--poll-delay", str(args.arq_poll_delay), "--max-jobs", str(args.arq_max_jobs)]
-        prefix_server = prefix_asker = None
-        if args.profile and system == "broker":
-            await asyncio.to_thread(Path(args.profile).mkdir, parents=True, exist_ok=True)
-            prefix_server = _py_spy(Path(args.profile) / "provider.txt")
-            prefix_asker = _py_spy(Path(args.profile) / "asker.txt")
         serial = ["--serial"] if system == "broker-serial" else []
-        server = await self.start(server_role, namespace, *common, *serial, prefix=prefix_server)
+        server = await self.start(server_role, namespace, *common, *serial)
         await server.expect("holding")
         levels = ",".join(str(c) for c in args.concurrency)
         asker = await self.start(
@@ -144,23 +139,47 @@ class Bench:
             "--levels", levels,
             "--asks", str(args.asks),
             "--max-seconds", str(args.max_seconds),
-            prefix=prefix_asker,
         )  # fmt: skip
+        profilers: list[asyncio.subprocess.Process] = []
+        if args.profile and system == "broker":
+            await asker.expect("ready")
+            await asyncio.to_thread(Path(args.profile).mkdir, parents=True, exist_ok=True)
+            seconds = max(1, int(args.max_seconds * len(args.concurrency)))
+            for proc, name in ((asker, "asker"), (server, "provider")):
+                profilers.append(await _py_spy(proc.process.pid, Path(args.profile) / f"{name}.txt", seconds))
         results: list[dict[str, Any]] = []
+        before = await self._cpu(asker, server)
         while True:
             event = await asker.next()
             if event["event"] == "level":
                 event.pop("event")
+                after = await self._cpu(asker, server)
+                # CPU ms per ask, by process (the first level includes the 50 warm-up asks)
+                for part in ("asker", "answerer", "redis"):
+                    event[f"cpu_{part}_ms"] = (after[part] - before[part]) * 1000 / max(1, event["asks"])
+                before = after
                 results.append(event)
                 log(
                     f"{system:13} c={event['concurrency']:<5} {event['rate']:9.0f} asks/s  "
-                    f"p50 {event['p50_ms']:.2f} ms  p99 {event['p99_ms']:.2f} ms  ({event['asks']} asks)"
+                    f"p50 {event['p50_ms']:.2f} ms  p99 {event['p99_ms']:.2f} ms  ({event['asks']} asks; CPU ms/ask: "
+                    f"asker {event['cpu_asker_ms']:.3f}, answerer {event['cpu_answerer_ms']:.3f}, "
+                    f"redis {event['cpu_redis_ms']:.3f})"
                 )
             elif event["event"] == "done":
                 break
         await asker.process.wait()
+        for profiler in profilers:
+            await profiler.wait()
         await server.stop()
         return results
+
+    async def _cpu(self, asker: Proc, answerer: Proc) -> dict[str, float]:
+        info = await self.redis.info("cpu")
+        return {
+            "asker": _process_cpu(asker.process.pid),
+            "answerer": _process_cpu(answerer.process.pid),
+            "redis": float(info["used_cpu_user"]) + float(info["used_cpu_sys"]),
+        }
 
     # -- connections, memory and residue -------------------------------------------------
 
@@ -286,6 +305,15 @@ class Bench:
         return {"lease_ttl": args.lease_ttl, "runs": times, "median": statistics.median(times)}
 
 
+def _process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux /proc), 0 where unavailable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _per_request(keys: dict[str, int]) -> dict[str, int]:
     """The keys that belong to one request (or to its asker's inbox of notices)."""
     return {k: v for k, v in keys.items() if any(f":{kind}:" in k for kind in ("req", "ans", "inbox"))}
@@ -299,9 +327,13 @@ def _short(key: str, prefix: str) -> str:
     return key[len(prefix) :] if key.startswith(prefix) else key
 
 
-def _py_spy(output: Path) -> list[str]:
+async def _py_spy(pid: int, output: Path, seconds: int) -> asyncio.subprocess.Process:
+    """Attach py-spy to a running role (collapsed stacks, for shares by function)."""
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    return [py_spy, "record", "--format", "raw", "--rate", "200", "--output", str(output), "--"]
+    args = ["record", "--pid", str(pid), "--duration", str(seconds), "--rate", "250", "--format", "raw"]
+    return await asyncio.create_subprocess_exec(
+        py_spy, *args, "--output", str(output), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
