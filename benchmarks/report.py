@@ -80,6 +80,29 @@ def render_cpu(results: dict[str, Any]) -> str:
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
 
+def render_commandstats(results: dict[str, Any], top: int = 8) -> str:
+    """Redis CPU by command over each system's whole run (INFO commandstats), per ask."""
+    rows = [
+        ["system", "command", "calls per ask", "Redis us per ask", "us per call"],
+        ["---", "---", "---:", "---:", "---:"],
+    ]
+    for system, stats in results.get("commandstats", {}).items():
+        asks = sum(lvl["asks"] for lvl in results["throughput"].get(system, ())) + 50
+        ranked = sorted(stats.items(), key=lambda item: -item[1]["usec"])[:top]
+        for name, stat in ranked:
+            per_call = stat["usec"] / stat["calls"] if stat["calls"] else 0.0
+            rows.append(
+                [
+                    LABELS[system],
+                    name,
+                    f"{stat['calls'] / asks:.2f}",
+                    f"{stat['usec'] / asks:.1f}",
+                    f"{per_call:.1f}",
+                ]
+            )
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target of issue 6 with the measured figure and whether it is met (None: not measured)."""
     checks: list[dict[str, Any]] = []
@@ -240,6 +263,11 @@ def write_doc(results: dict[str, Any], checks: list[dict[str, Any]], path: Path)
         f"{os.cpu_count()} cores for all three processes, so at high concurrency they compete):",
         "",
         render_cpu(results),
+        "",
+        "Redis time by command (`INFO commandstats` over each system's run, divided by its asks; "
+        "EVALSHA includes the commands the Lua scripts run):",
+        "",
+        render_commandstats(results),
         "",
     ]
     if waiting:

@@ -110,6 +110,7 @@ class Bench:
         self.workdir = workdir
         self.redis = Redis.from_url(server.url, decode_responses=True)
         self.procs: list[Proc] = []
+        self.commandstats: dict[str, dict[str, dict[str, int]]] = {}
 
     async def start(self, role: str, namespace: str, *extra: str, **kw: Any) -> Proc:
         proc = await Proc.start(self.workdir, role, "--url", self.url, "--namespace", namespace, *extra, **kw)
@@ -126,6 +127,7 @@ class Bench:
     async def throughput(self, system: str) -> list[dict[str, Any]]:
         args = self.args
         server_role, asker_role = PAIRS[system]
+        await self.redis.config_resetstat()
         namespace = f"bench-{system}"
         common = ["--poll-delay", str(args.arq_poll_delay), "--max-jobs", str(args.arq_max_jobs)]
         serial = ["--serial"] if system == "broker-serial" else []
@@ -171,6 +173,12 @@ class Bench:
         for profiler in profilers:
             await profiler.wait()
         await server.stop()
+        stats = await self.redis.info("commandstats")
+        self.commandstats[system] = {
+            name.removeprefix("cmdstat_"): {"calls": int(v["calls"]), "usec": int(v["usec"])}
+            for name, v in stats.items()
+            if not name.startswith(("cmdstat_info", "cmdstat_config", "cmdstat_client"))
+        }
         return results
 
     async def _cpu(self, asker: Proc, answerer: Proc) -> dict[str, float]:
@@ -352,6 +360,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             }
             for system in args.systems:
                 results["throughput"][system] = await runner.throughput(system)
+            results["commandstats"] = runner.commandstats
             if not args.skip_extras:
                 results["waiting"] = await runner.waiting()
                 results["failover"] = await runner.failover()
