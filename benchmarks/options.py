@@ -57,6 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="providers' lease TTL (s) in the failover runs (default 10; quick 1)",
     )
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="throughput rounds; each level's best is kept (default 2; quick 1)"
+    )
     parser.add_argument("--arq-poll-delay", type=float, default=0.005, help="arq poll delays (s)")
     parser.add_argument("--arq-max-jobs", type=int, default=4096, help="arq worker max_jobs")
     parser.add_argument("--skip-extras", action="store_true", help="skip connections, memory and failover")
@@ -90,6 +93,8 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         args.failover_runs = 1 if quick else 5
     if args.lease_ttl is None:
         args.lease_ttl = 1.0 if quick else 10.0
+    if args.rounds is None:
+        args.rounds = 1 if quick else 2
     if args.no_doc:
         args.doc = None
     elif args.doc is None and not quick:

@@ -87,7 +87,7 @@ def render_commandstats(results: dict[str, Any], top: int = 8) -> str:
         ["---", "---", "---:", "---:", "---:"],
     ]
     for system, stats in results.get("commandstats", {}).items():
-        asks = sum(lvl["asks"] for lvl in results["throughput"].get(system, ())) + 50
+        asks = results["commandstats_asks"][system]
         ranked = sorted(stats.items(), key=lambda item: -item[1]["usec"])[:top]
         for name, stat in ranked:
             per_call = stat["usec"] / stat["calls"] if stat["calls"] else 0.0
@@ -235,7 +235,8 @@ def write_doc(results: dict[str, Any], checks: list[dict[str, Any]], path: Path)
         f"- redis-py {_version('redis')}, hiredis {_version('hiredis')}, msgspec {_version('msgspec')}, "
         f"arq {_version('arq')}; question-broker at commit {_commit()}",
         f"- Run: concurrency {','.join(map(str, args['concurrency']))}; per level max({args['asks']}, 4 x concurrency) "
-        f"asks or {args['max_seconds']:g} s, after 50 warm-up asks; total {results['seconds']:.0f} s",
+        f"asks or {args['max_seconds']:g} s, after 50 warm-up asks; {args['rounds']} round(s) of every system in "
+        f"turn, each level's best round kept (the machine is shared); total {results['seconds']:.0f} s",
         "",
         "## What runs",
         "",
