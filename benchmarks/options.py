@@ -69,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write the report and its PNG here (full runs: docs/benchmarks.md)",
     )
     parser.add_argument("--json", default=None, metavar="PATH", help="also dump the raw results as JSON")
+    parser.add_argument(
+        "--from-json", default=None, metavar="PATH", help="measure nothing: report the results a --json run saved"
+    )
     parser.add_argument("--no-doc", action="store_true", help="write no doc")
     parser.add_argument(
         "--profile",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -218,13 +219,15 @@ def write_doc(results: dict[str, Any], checks: list[dict[str, Any]], path: Path)
     path.parent.mkdir(parents=True, exist_ok=True)
     png = path.with_name("benchmarks-throughput.png")
     plot(results, png)
+    path.with_name("benchmarks.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     args = results["args"]
     waiting, failover = results.get("waiting"), results.get("failover")
     lines = [
         "# Benchmarks",
         "",
         "Written by `python -m benchmarks` (also `qbroker bench`) on "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; do not edit by hand, run it again.",
+        f"{results.get('finished_utc') or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        "do not edit by hand, run it again (the raw figures are in `benchmarks.json`).",
         "",
         "## Machine and versions",
         "",
@@ -245,8 +248,11 @@ def write_doc(results: dict[str, Any], checks: list[dict[str, Any]], path: Path)
         "answers each at once. Latency is from the call to the answer in hand, in the asking process.",
         "",
         "- **question-broker**: `await broker.ask(request)`; the answerer is "
-        "`async with broker.provider('bench') as p: async for pending in p: await pending.answer(...)`. "
+        "`async with broker.provider('bench') as p: async for pending in p: tasks.create_task(pending.answer(...))` "
+        "(each answer its own task, as a UI answering several people would). "
         "Everything is on: the Lua gate and enqueue, lease fencing, validation, the audit stream.",
+        "- **broker, serial answers** (when measured): the same, but the loop awaits each "
+        "`pending.answer(...)` before taking the next request, so answers never share a round trip.",
         "- **raw floor**: the least a stream-based design must do, in redis-py: XADD (pipelined over one "
         "connection); XREADGROUP by one consumer; the answer RPUSHed to the asking process's inbox list "
         "(with XACK + XDEL); one BLPOP per asking process, demultiplexed by request id. No validation, "
@@ -294,8 +300,8 @@ def write_doc(results: dict[str, Any], checks: list[dict[str, Any]], path: Path)
             "- Namespace keys left (bytes by `MEMORY USAGE`): "
             + ", ".join(f"`{k}` {v}" for k, v in waiting["namespace_keys_after"].items())
             + ". Fixed per namespace or per process: the capped audit stream, the (empty) requests stream "
-            "with its group, the lease epoch counter, the standbys set and the asking process's liveness "
-            "key (expires with the client TTL).",
+            "with its group, the lease epoch counter, the lease-release signal list and one liveness key per "
+            "broker process (each expires with the client TTL).",
             "",
         ]
     if failover:

@@ -387,6 +387,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 results["failover"] = await runner.failover()
             results["load_after"] = os.getloadavg()
             results["seconds"] = time.time() - started
+            results["finished_utc"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         finally:
             await runner.close()
             server.stop()
@@ -395,7 +396,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 async def run(args: argparse.Namespace) -> int:
     args = options.resolve(args)
-    results = await bench(args)
+    if args.from_json:
+        results = json.loads(await asyncio.to_thread(Path(args.from_json).read_text))
+        args.quick = results["args"]["quick"]
+    else:
+        results = await bench(args)
     if args.json:
         text = json.dumps(results, indent=2, default=str)
         await asyncio.to_thread(Path(args.json).write_text, text)
