@@ -1,0 +1,324 @@
+"""The table, the targets of issue 6, and docs/benchmarks.md with its plot."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+LABELS = {"broker": "question-broker", "floor": "raw floor", "arq": "arq", "broker-serial": "broker, serial answers"}
+
+
+def _level(results: dict[str, Any], system: str, concurrency: int) -> dict[str, Any] | None:
+    for level in results["throughput"].get(system, ()):
+        if level["concurrency"] == concurrency:
+            return level  # type: ignore[no-any-return]
+    return None
+
+
+def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None, key: str) -> str:
+    if a is None or b is None or not b[key]:
+        return "-"
+    return f"{a[key] / b[key]:.2f}x"
+
+
+def render_table(results: dict[str, Any]) -> str:
+    """A Markdown table: one row per concurrency, every system side by side, then ratios."""
+    systems = list(results["throughput"])
+    header = ["concurrency"]
+    for system in systems:
+        header += [f"{LABELS[system]} asks/s", "p50 ms", "p99 ms"]
+    if "broker" in systems:
+        header += [f"broker/{LABELS[s]} asks/s" for s in systems if s not in ("broker", "broker-serial")]
+    rows = [header, ["---:"] * len(header)]
+    levels = sorted({lvl["concurrency"] for s in systems for lvl in results["throughput"][s]})
+    for concurrency in levels:
+        row = [str(concurrency)]
+        for system in systems:
+            lvl = _level(results, system, concurrency)
+            row += (
+                ["-", "-", "-"]
+                if lvl is None
+                else [f"{lvl['rate']:.0f}", f"{lvl['p50_ms']:.2f}", f"{lvl['p99_ms']:.2f}"]
+            )
+        if "broker" in systems:
+            broker = _level(results, "broker", concurrency)
+            row += [
+                _ratio(broker, _level(results, s, concurrency), "rate")
+                for s in systems
+                if s not in ("broker", "broker-serial")
+            ]
+        rows.append(row)
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def render_cpu(results: dict[str, Any]) -> str:
+    """CPU milliseconds per ask by process: who the limit is."""
+    rows = [
+        ["system", "concurrency", "asks/s", "asker CPU ms/ask", "answerer CPU ms/ask", "redis CPU ms/ask"],
+        ["---", "---:", "---:", "---:", "---:", "---:"],
+    ]
+    for system, levels in results["throughput"].items():
+        for lvl in levels:
+            if "cpu_asker_ms" not in lvl:
+                continue
+            rows.append(
+                [
+                    LABELS[system],
+                    str(lvl["concurrency"]),
+                    f"{lvl['rate']:.0f}",
+                    f"{lvl['cpu_asker_ms']:.3f}",
+                    f"{lvl['cpu_answerer_ms']:.3f}",
+                    f"{lvl['cpu_redis_ms']:.3f}",
+                ]
+            )
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def render_commandstats(results: dict[str, Any], top: int = 8) -> str:
+    """Redis CPU by command over each system's whole run (INFO commandstats), per ask."""
+    rows = [
+        ["system", "command", "calls per ask", "Redis us per ask", "us per call"],
+        ["---", "---", "---:", "---:", "---:"],
+    ]
+    for system, stats in results.get("commandstats", {}).items():
+        asks = results["commandstats_asks"][system]
+        ranked = sorted(stats.items(), key=lambda item: -item[1]["usec"])[:top]
+        for name, stat in ranked:
+            per_call = stat["usec"] / stat["calls"] if stat["calls"] else 0.0
+            rows.append(
+                [
+                    LABELS[system],
+                    name,
+                    f"{stat['calls'] / asks:.2f}",
+                    f"{stat['usec'] / asks:.1f}",
+                    f"{per_call:.1f}",
+                ]
+            )
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target of issue 6 with the measured figure and whether it is met (None: not measured)."""
+    checks: list[dict[str, Any]] = []
+    broker256, floor256, arq256 = (_level(results, s, 256) for s in ("broker", "floor", "arq"))
+    if broker256 and floor256:
+        ratio = broker256["rate"] / floor256["rate"]
+        measured = f"{broker256['rate']:.0f} vs {floor256['rate']:.0f} asks/s = {ratio:.2f}x"
+        checks.append(
+            {"target": "throughput at c=256 >= 0.5x the raw floor", "measured": measured, "met": ratio >= 0.5}
+        )
+    else:
+        checks.append({"target": "throughput at c=256 >= 0.5x the raw floor", "measured": "not measured", "met": None})
+    if broker256 and arq256:
+        ratio = broker256["rate"] / arq256["rate"]
+        measured = f"{broker256['rate']:.0f} vs {arq256['rate']:.0f} asks/s = {ratio:.2f}x"
+        checks.append({"target": "throughput at c=256 >= 3x arq", "measured": measured, "met": ratio >= 3})
+    else:
+        checks.append({"target": "throughput at c=256 >= 3x arq", "measured": "not measured", "met": None})
+    broker1, floor1 = _level(results, "broker", 1), _level(results, "floor", 1)
+    if broker1 and floor1:
+        ratio = broker1["p50_ms"] / floor1["p50_ms"]
+        measured = f"{broker1['p50_ms']:.2f} vs {floor1['p50_ms']:.2f} ms = {ratio:.2f}x"
+        checks.append({"target": "p50 latency at c=1 <= 2x the raw floor", "measured": measured, "met": ratio <= 2})
+    else:
+        checks.append({"target": "p50 latency at c=1 <= 2x the raw floor", "measured": "not measured", "met": None})
+    waiting = results.get("waiting")
+    failover = results.get("failover")
+    if waiting:
+        n = waiting["asks"]
+        checks.append(
+            {
+                "target": f"<= 4 Redis connections per asking process with {n} asks waiting",
+                "measured": f"{waiting['asker_connections']} connections",
+                "met": waiting["asker_connections"] <= 4,
+            }
+        )
+        checks.append(
+            {
+                "target": "<= 2 KiB of Redis used_memory per pending one-question ask",
+                "measured": f"{waiting['per_ask_bytes']:.0f} B per ask ({n} asks)",
+                "met": waiting["per_ask_bytes"] <= 2048,
+            }
+        )
+        checks.append(
+            {
+                "target": "zero residue after all asks are answered (per-request keys)",
+                "measured": f"{waiting['residue_open_keys']} keys, {waiting['residue_open_bytes']} B with the asker "
+                f"open; {waiting['residue_keys']} keys, {waiting['residue_bytes']} B after it closed"
+                + ("" if waiting["all_answered"] else " (NOT all answered)"),
+                "met": waiting["residue_keys"] == 0 and waiting["residue_open_keys"] == 0 and waiting["all_answered"],
+            }
+        )
+    if failover:
+        checks.append(
+            {
+                "target": "failover <= lease TTL + 1 s",
+                "measured": f"median {failover['median']:.2f} s over {len(failover['runs'])} runs, "
+                f"lease TTL {failover['lease_ttl']:g} s",
+                "met": failover["median"] <= failover["lease_ttl"] + 1,
+            }
+        )
+    return checks
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for system, levels in results["throughput"].items():
+        xs = [lvl["concurrency"] for lvl in levels]
+        ys = [lvl["rate"] for lvl in levels]
+        axis.plot(xs, ys, marker="o", label=LABELS[system])
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("asks in flight (concurrency)")
+    axis.set_ylabel("round trips per second")
+    axis.set_title("Ask -> automatic answer round trips, one asking process")
+    axis.grid(True, which="both", alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def write_doc(results: dict[str, Any], checks: list[dict[str, Any]], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    png = path.with_name("benchmarks-throughput.png")
+    plot(results, png)
+    path.with_name("benchmarks.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    args = results["args"]
+    waiting, failover = results.get("waiting"), results.get("failover")
+    lines = [
+        "# Benchmarks",
+        "",
+        "Written by `python -m benchmarks` (also `qbroker bench`) on "
+        f"{results.get('finished_utc') or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        "do not edit by hand, run it again (the raw figures are in `benchmarks.json`).",
+        "",
+        "## Machine and versions",
+        "",
+        f"- CPU: {_cpu()}, {os.cpu_count()} cores (shared with other work: load average "
+        f"{results['load_before'][0]:.2f} before, {results['load_after'][0]:.2f} after the run)",
+        f"- OS: {platform.platform()}",
+        f"- Python {sys.version.split()[0]}; redis-server {results['redis_version']} (private, loopback)",
+        f"- redis-py {_version('redis')}, hiredis {_version('hiredis')}, msgspec {_version('msgspec')}, "
+        f"arq {_version('arq')}; question-broker at commit {_commit()}",
+        f"- Run: concurrency {','.join(map(str, args['concurrency']))}; per level max({args['asks']}, 4 x concurrency) "
+        f"asks or {args['max_seconds']:g} s, after 50 warm-up asks; {args['rounds']} round(s) of every system in "
+        f"turn, each level's best round kept (the machine is shared); total {results['seconds']:.0f} s",
+        "",
+        "## What runs",
+        "",
+        "Every system does the same round trip with the same one-question request: an asking process "
+        "(its own OS process) fires asks at a fixed concurrency; an automatic answerer in another process "
+        "answers each at once. Latency is from the call to the answer in hand, in the asking process.",
+        "",
+        "- **question-broker**: `await broker.ask(request)`; the answerer is "
+        "`async with broker.provider('bench') as p: async for pending in p: tasks.create_task(pending.answer(...))` "
+        "(each answer its own task, as a UI answering several people would). "
+        "Everything is on: the Lua gate and enqueue, lease fencing, validation, the audit stream.",
+        "- **broker, serial answers** (when measured): the same, but the loop awaits each "
+        "`pending.answer(...)` before taking the next request, so answers never share a round trip.",
+        "- **raw floor**: the least a stream-based design must do, in redis-py: XADD (pipelined over one "
+        "connection); XREADGROUP by one consumer; the answer RPUSHed to the asking process's inbox list "
+        "(with XACK + XDEL); one BLPOP per asking process, demultiplexed by request id. No validation, "
+        "leases or audit.",
+        f"- **arq**: `enqueue_job` then `job.result(poll_delay={args['arq_poll_delay']:g})`; the worker "
+        f"(`poll_delay={args['arq_poll_delay']:g}`, `max_jobs={args['arq_max_jobs']}`) returns the answer.",
+        "",
+        "## Throughput and latency",
+        "",
+        render_table(results),
+        "",
+        f"![throughput against concurrency]({png.name})",
+        "",
+        "CPU time per ask, by process (from /proc and Redis `INFO cpu`; the machine has "
+        f"{os.cpu_count()} cores for all three processes, so at high concurrency they compete):",
+        "",
+        render_cpu(results),
+        "",
+        "Redis time by command (`INFO commandstats` over each system's run, divided by its asks; "
+        "EVALSHA includes the commands the Lua scripts run):",
+        "",
+        render_commandstats(results),
+        "",
+    ]
+    if waiting:
+        per_key = waiting["per_key"]
+        lines += [
+            "## Connections, memory, residue",
+            "",
+            f"One asking process starts {waiting['asks']} asks; the provider holds the lease and answers none, "
+            "so every ask is accepted, delivered and pending.",
+            "",
+            f"- Redis connections held by the asking process: **{waiting['asker_connections']}** "
+            f"(`CLIENT LIST` count with the asks waiting minus the count before the process started).",
+            f"- `used_memory` per pending ask: **{waiting['per_ask_bytes']:.0f} B** "
+            f"({waiting['used_memory_before']} B before, {waiting['used_memory_pending']} B with all pending). "
+            f"By `MEMORY USAGE`: request hash {per_key['request_hash']} B; requests stream "
+            f"{per_key['requests_stream_per_ask']:.0f} B per ask; audit stream {per_key['audit_per_entry']:.0f} B per "
+            f"entry ({per_key['audit_entries']} entries, capped at the audit max length).",
+            f"- Residue after all were answered (a provider then took over and answered them all; "
+            f"all answered correctly: {waiting['all_answered']}): **{waiting['residue_open_keys']} per-request "
+            f"keys, {waiting['residue_open_bytes']} B** one second after the last answer with the asking process "
+            f"still open; **{waiting['residue_keys']} keys, {waiting['residue_bytes']} B** after it closed its "
+            f"broker. `used_memory` after: {waiting['used_memory_after']} B.",
+            "- Namespace keys left (bytes by `MEMORY USAGE`): "
+            + ", ".join(f"`{k}` {v}" for k, v in waiting["namespace_keys_after"].items())
+            + ". Fixed per namespace or per process: the capped audit stream, the (empty) requests stream "
+            "with its group, the lease epoch counter, the lease-release signal list and one liveness key per "
+            "broker process (each expires with the client TTL).",
+            "",
+        ]
+    if failover:
+        runs = ", ".join(f"{t:.2f}" for t in failover["runs"])
+        lines += [
+            "## Failover",
+            "",
+            f"`kill -9` of the lease-holding provider process, then an ask; time to its answer from the standby "
+            f"process: **median {failover['median']:.2f} s** with lease TTL **{failover['lease_ttl']:g} s** "
+            f"(runs: {runs} s). The lease is renewed every TTL/3, so it lapses between 2/3 TTL and one TTL "
+            "after the kill; a clean exit releases it at once.",
+            "",
+        ]
+    lines += ["## Targets (issue 6)", ""]
+    for check in checks:
+        verdict = {True: "met", False: "**missed**", None: "not measured"}[check["met"]]
+        lines.append(f"- {check['target']}: {check['measured']}: {verdict}")
+    lines.append("")
+    path.write_text("\n".join(lines))
+    return path

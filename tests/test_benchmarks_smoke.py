@@ -1,0 +1,52 @@
+"""The benchmark runs end to end at tiny sizes and prints its table (no timing assertions)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytest.importorskip("arq")
+
+
+@pytest.mark.slow
+def test_benchmark_runs_and_prints_a_table(tmp_path: Path) -> None:
+    doc = tmp_path / "benchmarks.md"
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "benchmarks", "--quick",
+            "--concurrency", "1,4", "--asks", "10", "--max-seconds", "1",
+            "--waiting", "20", "--failover-runs", "1", "--lease-ttl", "0.6",
+            "--doc", str(doc),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=55,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("| concurrency"))
+    assert "question-broker asks/s" in header and "raw floor asks/s" in header and "arq asks/s" in header
+    rows = [line for line in lines if line.startswith("| 1 |") or line.startswith("| 4 |")]
+    assert len(rows) == 2
+    assert "connections per asking process" in result.stdout
+    assert "failover" in result.stdout
+    assert "## Targets" in doc.read_text()
+    assert (tmp_path / "benchmarks-throughput.png").stat().st_size > 1000
+
+
+def test_bench_command_registers_the_benchmark_options() -> None:
+    from workers.commands import bench
+
+    parser = argparse.ArgumentParser()
+    subparsers = parser.add_subparsers()
+    bench.register(subparsers)
+    args = parser.parse_args(["bench", "--quick", "--concurrency", "1,16", "--asks", "7"])
+    assert args.func is bench.run
+    assert args.concurrency == [1, 16] and args.asks == 7 and args.quick
