@@ -13,17 +13,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import anyio
-import pytest
 
 from broker import Broker, PendingRequest
 from tests.helpers import one_question
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: _Ask.remote() awaits the withdraw script inside the cancelled scope; "
-    "anyio re-cancels that await, so nothing is withdrawn (fix: shield a withdraw task)",
-)
 async def test_ask_cancelled_by_an_anyio_scope_withdraws(make_broker: Callable[..., Awaitable[Broker]]) -> None:
     asker, ui = await make_broker(), await make_broker()
     async with ui.provider("ui") as provider:

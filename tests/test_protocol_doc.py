@@ -30,7 +30,7 @@ def _documented(name: str) -> tuple[int, int]:
 
 
 def _max_item(cell: str) -> int:
-    return max(int(n) for n in re.findall(r"(?:^|·)\s*(\d+)\s", cell))
+    return max((int(n) for n in re.findall(r"(?:^|·)\s*(\d+)\s", cell)), default=0)
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 import asyncio
+import re
 import signal
 from collections import Counter
 

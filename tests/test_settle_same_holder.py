@@ -19,7 +19,6 @@ from broker import UserQuestionError
 from tests.helpers import one_question, pick
 
 
-@pytest.mark.xfail(strict=True, reason="settle.lua accepts any second settlement by the same holder as a retry")
 async def test_second_different_settlement_by_same_holder_is_refused(make_broker: Callable[..., Any]) -> None:
     asker, answerer = await make_broker(), await make_broker()
     async with answerer.provider("web") as provider:

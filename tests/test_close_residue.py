@@ -11,13 +11,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from redis.asyncio import Redis
 
 from tests.helpers import one_question, pick
 
 
-@pytest.mark.xfail(strict=True, reason="core: Broker.aclose drops the queued UNLINK of the last outcomes")
 async def test_closing_right_after_an_answer_leaves_no_request_keys(
     make_broker: Callable[..., Any], redis: Redis, namespace: str
 ) -> None:

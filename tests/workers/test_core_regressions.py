@@ -1,4 +1,4 @@
-"""Core behaviour the workers had to work around (reported; xfail until fixed in broker/)."""
+"""Core behaviour the workers once had to work around; kept as regression tests."""
 
 from __future__ import annotations
 
