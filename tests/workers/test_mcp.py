@@ -129,7 +129,7 @@ async def test_batch_in_the_coding_agent_shape_maps_generated_ids_back(
             AskUserQuestionAnswer(
                 answers=(
                     AskUserQuestionAnswerItem(id=first.id, selected=("redis", "postgres")),
-                    AskUserQuestionAnswerItem(id=second.id, custom="next week"),
+                    AskUserQuestionAnswerItem(id=second.id, selected=(), custom="next week"),
                 )
             )
         )
@@ -152,7 +152,7 @@ async def test_batch_in_the_coding_agent_shape_maps_generated_ids_back(
     assert structured(result) == {
         "answers": [
             {"id": "q1", "selected": ["redis", "postgres"], "question": "Which stores?"},
-            {"id": "q2", "custom": "next week", "question": "When?"},
+            {"id": "q2", "selected": [], "custom": "next week", "question": "When?"},
         ]
     }
 
