@@ -88,9 +88,9 @@ class SentinelGroup:
             raise
         return self
 
-    def master_port(self) -> int:
-        """The master's port as the first sentinel sees it."""
-        reply = self.cli(self.sentinels[0].port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE).split()
+    def master_port(self, sentinel: int = 0) -> int:
+        """The master's port as a sentinel (the first by default) sees it."""
+        reply = self.cli(self.sentinels[sentinel].port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE).split()
         return int(reply[1])
 
     def failover(self, *, kill_clients: bool = True) -> int:
@@ -108,6 +108,9 @@ class SentinelGroup:
         self.wait_for(lambda: self.master_port() != old)
         new = self.master_port()
         self.wait_for(lambda: "role:master" in self.cli(new, "INFO", "replication"))
+        # The other sentinels learn the new configuration from hello messages (about 2 s);
+        # until then a client asking one of them is sent to the old master.
+        self.wait_for(lambda: all(self.master_port(i) == new for i in range(len(self.sentinels))))
         if self.cli(old, "PING") == "PONG":
             if kill_clients:
                 self.demote(old, new)
