@@ -1,0 +1,221 @@
+"""Redis clients from a URL: a single server, TLS, a Redis Cluster, or a Sentinel-managed master.
+
+URL forms (credentials are URL-encoded; every form takes the query parameters below)::
+
+    redis://[user:pass@]host:port[/db]
+    rediss://[user:pass@]host:port[/db]?ssl_ca_certs=/ca.pem&ssl_certfile=/c.pem&ssl_keyfile=/k.pem
+    redis+cluster://[user:pass@]host:port[,host:port...]          (rediss+cluster:// for TLS)
+    redis+sentinel://[user:pass@]host:port[,host:port...]/service_name[/db]   (rediss+sentinel://)
+
+Query parameters: ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``
+(``none`` | ``optional`` | ``required``), ``ssl_check_hostname`` (``true``/``false``),
+``socket_timeout`` (seconds), and for Sentinel ``sentinel_username`` / ``sentinel_password``
+(the sentinels' own credentials; the ones in the URL are the master's).
+
+Every client decodes responses and reconnects with exponential backoff on connection errors
+and timeouts (the broker's scripts are idempotent, so a retried call is safe). A Sentinel
+client resolves the master on each new connection, so after a failover it follows the
+promoted replica; a write that reaches a demoted master fails with a connection error and is
+retried against the new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError, TimeoutError
+
+from .errors import BAD_REQUEST, UserQuestionError
+
+__all__ = ["redis_from_url", "SCHEMES"]
+
+SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel")
+_TLS_PARAMS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname")
+_PARAMS = frozenset((*_TLS_PARAMS, "socket_timeout", "sentinel_username", "sentinel_password"))
+_CERT_REQS = ("none", "optional", "required")
+_RETRIES = 8
+
+
+@dataclass(frozen=True)
+class _Url:
+    scheme: str
+    hosts: tuple[tuple[str, int], ...]
+    username: str | None
+    password: str | None = field(repr=False)
+    path: tuple[str, ...]
+    params: Mapping[str, str]
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme.startswith("rediss")
+
+
+def redis_from_url(url: str, *, name: str | None = None) -> Redis | RedisCluster:
+    """The redis-py asyncio client for ``url`` (see the module docstring for the forms).
+
+    ``name`` becomes the connections' CLIENT SETNAME. An unknown scheme, a malformed host
+    list or an unknown query parameter is ``BAD_REQUEST`` (the URL itself is never echoed,
+    since it may carry a password).
+    """
+    parsed = _parse(url)
+    options = _options(parsed, name)
+    if parsed.scheme in ("redis+cluster", "rediss+cluster"):
+        if parsed.path:
+            raise UserQuestionError("a cluster URL takes no path (a cluster has only database 0)", BAD_REQUEST)
+        cluster: RedisCluster = RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in parsed.hosts],
+            username=parsed.username,
+            password=parsed.password,
+            **options,
+        )
+        return cluster
+    if parsed.scheme in ("redis+sentinel", "rediss+sentinel"):
+        return _sentinel_master(parsed, options)
+    if len(parsed.hosts) != 1:
+        raise UserQuestionError("a redis:// URL names one host; use redis+cluster:// or redis+sentinel://", BAD_REQUEST)
+    (host, port), db = parsed.hosts[0], _db(parsed.path, 0)
+    return Redis(host=host, port=port, db=db, username=parsed.username, password=parsed.password, **options)
+
+
+class SentinelManagedRedis(Redis):
+    """A client of the master a Sentinel group names; closing it closes the sentinel clients too."""
+
+    sentinel_group: Sentinel | None = None
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        if self.sentinel_group is not None:
+            for client in self.sentinel_group.sentinels:
+                await client.aclose()
+
+
+def _sentinel_master(parsed: _Url, options: dict[str, Any]) -> SentinelManagedRedis:
+    if not parsed.path or not parsed.path[0]:
+        raise UserQuestionError("a sentinel URL names the master's service: redis+sentinel://h:p/service", BAD_REQUEST)
+    service, db = parsed.path[0], _db(parsed.path[1:], 0)
+    sentinel_options: dict[str, Any] = {
+        "username": parsed.params.get("sentinel_username"),
+        "password": parsed.params.get("sentinel_password"),
+        "decode_responses": True,
+        "socket_connect_timeout": options["socket_connect_timeout"],
+        "socket_timeout": options.get("socket_timeout"),
+        "retry": _retry(),
+        "retry_on_error": [ConnectionError, TimeoutError],
+    }
+    if parsed.tls:
+        sentinel_options.update({k: v for k, v in options.items() if k.startswith("ssl")})
+    sentinel = Sentinel(list(parsed.hosts), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
+    client: SentinelManagedRedis = sentinel.master_for(
+        service,
+        redis_class=SentinelManagedRedis,
+        db=db,
+        username=parsed.username,
+        password=parsed.password,
+        **options,
+    )
+    client.sentinel_group = sentinel
+    return client
+
+
+def _retry() -> Retry:
+    return Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=_RETRIES)
+
+
+def _options(parsed: _Url, name: str | None) -> dict[str, Any]:
+    params = parsed.params
+    options: dict[str, Any] = {
+        "client_name": name,
+        "decode_responses": True,
+        "retry": _retry(),
+        "retry_on_error": [ConnectionError, TimeoutError],
+        "socket_connect_timeout": 5.0,
+        "socket_keepalive": True,
+    }
+    if "socket_timeout" in params:
+        options["socket_timeout"] = _float(params, "socket_timeout")
+    tls = {k: params[k] for k in _TLS_PARAMS if k in params}
+    if tls and not parsed.tls:
+        raise UserQuestionError(f"TLS parameters {sorted(tls)} need a rediss:// scheme", BAD_REQUEST)
+    if parsed.tls:
+        options["ssl"] = True
+        for key in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+            if key in tls:
+                options[key] = tls[key]
+        reqs = tls.get("ssl_cert_reqs", "required")
+        if reqs not in _CERT_REQS:
+            raise UserQuestionError(f"ssl_cert_reqs must be one of {_CERT_REQS}", BAD_REQUEST)
+        options["ssl_cert_reqs"] = reqs
+        options["ssl_check_hostname"] = tls.get("ssl_check_hostname", "false").lower() in ("1", "true", "yes")
+    return options
+
+
+def _parse(url: str) -> _Url:
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in SCHEMES:
+        raise UserQuestionError(
+            f"unknown Redis URL scheme {scheme.lower() if sep else ''!r}; expected one of {', '.join(SCHEMES)}",
+            BAD_REQUEST,
+        )
+    rest, _, query = rest.partition("?")
+    rest, _, _fragment = rest.partition("#")
+    location, _, path = rest.partition("/")
+    userinfo, at, hostlist = location.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+        if not colon:  # redis://secret@host is the classic password-only form
+            username, password = None, unquote(user) or None
+    params = dict(parse_qsl(query, keep_blank_values=True))
+    unknown = sorted(set(params) - _PARAMS)
+    if unknown:
+        raise UserQuestionError(f"unknown Redis URL parameters {unknown}; known: {sorted(_PARAMS)}", BAD_REQUEST)
+    parts = hostlist.split(",")
+    if len(parts) > 1 and not all(parts):
+        raise UserQuestionError("an empty host in a Redis URL's host list", BAD_REQUEST)
+    return _Url(
+        scheme=scheme.lower(),
+        hosts=tuple(_host(part) for part in parts),
+        username=username,
+        password=password,
+        path=tuple(unquote(p) for p in path.split("/") if p),
+        params=params,
+    )
+
+
+def _host(part: str) -> tuple[str, int]:
+    if part.startswith("["):  # [IPv6]:port
+        host, _, port = part[1:].partition("]")
+        port = port.removeprefix(":")
+    else:
+        host, _, port = part.partition(":")
+    host = host or "localhost"
+    if not port:
+        return host, 6379
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserQuestionError(f"bad port {port!r} in a Redis URL", BAD_REQUEST)
+    return host, int(port)
+
+
+def _db(path: tuple[str, ...], default: int) -> int:
+    if not path:
+        return default
+    if len(path) > 1 or not path[0].isdigit():
+        raise UserQuestionError(f"bad database {'/'.join(path)!r} in a Redis URL", BAD_REQUEST)
+    return int(path[0])
+
+
+def _float(params: Mapping[str, str], key: str) -> float:
+    try:
+        return float(params[key])
+    except ValueError:
+        raise UserQuestionError(f"{key} must be a number of seconds", BAD_REQUEST) from None

@@ -1,0 +1,230 @@
+"""The broker through Sentinel: it follows a master failover; what fencing holds across one.
+
+A master, a replica and one sentinel on loopback (``tests/sentinel.py``). The brokers connect
+with ``redis+sentinel://127.0.0.1:<sentinel>/qb``. The tests promote the replica with
+SENTINEL FAILOVER. Replication is asynchronous, so a failover can lose the last writes of the
+old master; the "lossy" tests lose them on purpose (the replica is cut off, the master is
+killed) and check what still holds, and mark with strict xfails what the core does not
+guarantee yet (see docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ReadOnlyError, ResponseError
+
+from broker import Broker, Provider, UserQuestionError
+from broker._commands import SCRIPTS
+from broker.connection import redis_from_url
+from tests.helpers import one_question, pick
+from tests.sentinel import SentinelGroup
+from tests.test_ask import code_of, next_pending
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def sentinel_group(tmp_path: Path) -> Iterator[SentinelGroup]:
+    # One sentinel: with three, about one run in ten lost the (replicated) lease key on the
+    # promoted master during the transition; cause not found in time (see docs/reliability.md).
+    group = SentinelGroup(tmp_path).start()
+    yield group
+    group.kill()
+
+
+@pytest.fixture
+async def make_broker(sentinel_group: SentinelGroup, namespace: str) -> AsyncIterator[Callable[..., Any]]:
+    async with AsyncExitStack() as stack:
+
+        async def make(**options: Any) -> Broker:
+            connect = lambda: redis_from_url(sentinel_group.url)  # noqa: E731
+            broker = Broker(sentinel_group.url, namespace, connect=connect, **options)
+            return await stack.enter_async_context(broker)
+
+        yield make
+
+
+def direct(port: int) -> Redis:
+    return Redis(host="127.0.0.1", port=port, decode_responses=True)
+
+
+async def replicated(group: SentinelGroup) -> None:
+    """Every write so far is on the replica (WAIT on the master)."""
+    client = direct(group.master_port())
+    try:
+        assert await client.execute_command("WAIT", 1, 5000) == 1
+    finally:
+        await client.aclose()
+
+
+async def cut_off_the_replica(group: SentinelGroup) -> None:
+    """From now on the master's writes do not reach the replica (its resync is refused)."""
+    replica = direct(group.replica.port)
+    try:
+        await replica.config_set("masterauth", "wrong")  # the master has no password: AUTH fails
+        await replica.execute_command("CLIENT", "KILL", "TYPE", "master")
+        async with asyncio.timeout(10):
+            while (await replica.info("replication"))["master_link_status"] != "down":
+                await asyncio.sleep(0.02)
+    finally:
+        await replica.aclose()
+
+
+async def crash_and_fail_over(group: SentinelGroup) -> None:
+    """The master dies with its unreplicated writes; the replica is promoted."""
+    group.master.kill()
+    await asyncio.to_thread(group.failover)
+
+
+async def test_the_broker_follows_a_failover(make_broker, sentinel_group):
+    asking, answering = await make_broker(), await make_broker()
+    async with answering.provider("ui") as provider:
+        first = asyncio.create_task(asking.ask(one_question()))
+        await (await next_pending(provider)).answer(pick("yes"))
+        assert await first == pick("yes")
+
+        waiting = asyncio.create_task(asking.ask(one_question()))
+        pending = await next_pending(provider)
+        await replicated(sentinel_group)
+        new_master = await asyncio.to_thread(sentinel_group.failover)
+        assert new_master == sentinel_group.replica.port
+
+        # the provider answers through the new master; the asker's waiter hears it there
+        await pending.answer(pick("no"))
+        assert await asyncio.wait_for(waiting, 20) == pick("no")
+        # and new asks flow through the new master to the same provider
+        after = asyncio.create_task(asking.ask(one_question()))
+        await (await next_pending(provider, 20)).answer(pick("yes"))
+        assert await asyncio.wait_for(after, 20) == pick("yes")
+        assert not provider.lost
+
+    client = direct(new_master)
+    try:
+        audit = await client.xrange(asking.keys.audit)
+    finally:
+        await client.aclose()
+    assert [f["event"] for _, f in audit].count("answered") == 3
+
+
+@pytest.fixture
+async def scenario(make_broker: Callable[..., Any]) -> AsyncIterator[AsyncExitStack]:
+    """Providers and tasks of a scenario, closed before their brokers are."""
+    async with AsyncExitStack() as stack:
+        yield stack
+
+
+async def _lossy_failover(
+    make_broker: Callable[..., Any], group: SentinelGroup, stack: AsyncExitStack
+) -> tuple[Provider, Provider, Any, asyncio.Task[Any]]:
+    """The old master hands out a lease (epoch e) that the failover loses; a standby takes over.
+
+    Returns (the provider of the lost lease, the one that took over, a pending request the old
+    provider still shows, and that request's ask, which the failover lost).
+    """
+    asking, old_broker, new_broker = await make_broker(), await make_broker(lease_ttl=1.0), await make_broker()
+    async with old_broker.provider("first") as first:
+        await replicated(group)
+        await cut_off_the_replica(group)
+    # released on the master only: the replica still sees "first"'s lease (until it lapses)
+    lost = await stack.enter_async_context(old_broker.provider("lost"))
+    assert lost.epoch == first.epoch + 1
+    task = asyncio.create_task(asking.ask(one_question()))
+    stack.push_async_callback(_cancel, task)
+    shown = await next_pending(lost)  # shown by the holder of a lease the replica never saw
+    await crash_and_fail_over(group)
+    taken = await stack.enter_async_context(new_broker.provider("new"))  # after "first"'s lease lapses
+    return lost, taken, shown, task
+
+
+async def _cancel(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_lease_lost_in_a_failover_cannot_answer(make_broker, sentinel_group, scenario):
+    lost, taken, shown, _ = await _lossy_failover(make_broker, sentinel_group, scenario)
+    # the fence is epoch AND a random token: the new holder's lease never matches the lost one
+    assert await code_of(shown.answer(pick("yes"))) == "LEASE_LOST"
+    assert lost.lost
+    # the ask (it reached the new master only if it was replicated: here it was not) is the
+    # asker's to retry; the new provider serves new asks
+    assert not taken.lost
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core: lease_acquire.lua INCRs the epoch on the master without WAIT; a failover that loses "
+    "the acquisition hands the same epoch out again (see docs/reliability.md, Sentinel)",
+)
+async def test_an_epoch_lost_in_a_failover_is_never_handed_out_again(make_broker, sentinel_group, scenario):
+    lost, taken, _, _ = await _lossy_failover(make_broker, sentinel_group, scenario)
+    assert taken.epoch > lost.epoch
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core: a master demoted by REPLICAOF answers blocked BLPOP/XREADGROUP with -UNBLOCKED (a "
+    "ResponseError); Inbox.run and Provider.read retry only connection errors, so the broker's task "
+    "group dies",
+)
+async def test_the_broker_survives_blocked_reads_being_unblocked_by_a_demotion(sentinel_group, namespace):
+    connect = lambda: redis_from_url(sentinel_group.url)  # noqa: E731
+    async with (
+        asyncio.timeout(8),  # today the broker's task group dies and closing it hangs
+        Broker(sentinel_group.url, namespace, connect=connect) as asking,
+        Broker(sentinel_group.url, namespace, connect=connect) as answering,
+        answering.provider("ui") as provider,
+    ):
+        waiting = asyncio.create_task(asking.ask(one_question()))
+        pending = await next_pending(provider)
+        await replicated(sentinel_group)
+        await asyncio.to_thread(sentinel_group.failover, kill_clients=False)
+        await pending.answer(pick("yes"))
+        assert await asyncio.wait_for(waiting, 5) == pick("yes")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core: an ask whose request the failover lost waits forever (the inbox's catch-up re-reads "
+    "outcomes only, never checks that the request still exists)",
+)
+async def test_an_ask_lost_in_a_failover_fails_rather_than_hangs(make_broker, sentinel_group, scenario):
+    _, _, _, task = await _lossy_failover(make_broker, sentinel_group, scenario)
+    with pytest.raises(UserQuestionError):
+        await asyncio.wait_for(task, 5)
+
+
+WRITE_SCRIPTS = ["ask", "deliver", "settle", "withdraw", "deadletter", "lease_acquire", "lease_renew", "lease_release"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core: the scripts have no '#!lua' shebang, so Redis 7 runs them on a read-only replica and "
+    "they answer from its state (LEASE_LOST, NOT_PENDING, NO_PROVIDER...) instead of being refused "
+    "with READONLY, which the Sentinel client would turn into a reconnect to the real master",
+)
+async def test_a_script_sent_to_a_replica_is_refused_not_answered(sentinel_group):
+    """A client that reaches a demoted master (stale sentinel, old pooled connection) must not
+    get a decision from it."""
+    replica = direct(sentinel_group.replica.port)
+    keys = [f"qb:{{ns}}:k{i}" for i in range(8)]
+    answered = []
+    try:
+        for name in WRITE_SCRIPTS:
+            try:
+                await replica.execute_command("EVAL", SCRIPTS[name].source, len(keys), *keys, *["x"] * 11)
+                answered.append(name)
+            except ReadOnlyError:
+                pass
+            except ResponseError:
+                answered.append(name)  # it ran on the replica and failed in Lua: a decision all the same
+    finally:
+        await replica.aclose()
+    assert answered == []
