@@ -455,3 +455,15 @@ async def test_redis_conf_starts_redis_with_aof_and_fenced_users(configured_redi
                     await attempt
         finally:
             await intruder.aclose()
+
+
+# -- the documents link to files that exist -------------------------------------------------------
+
+
+@pytest.mark.parametrize("doc", ["docs/architecture.md", "docs/operations.md", "deploy/README.md", "README.md"])
+def test_relative_links_resolve(doc):
+    path = ROOT / doc
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text())
+    assert targets
+    missing = [t for t in targets if "://" not in t and not (path.parent / t).exists()]
+    assert missing == []
