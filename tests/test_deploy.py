@@ -16,6 +16,7 @@ import contextlib
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -467,3 +468,25 @@ def test_relative_links_resolve(doc):
     assert targets
     missing = [t for t in targets if "://" not in t and not (path.parent / t).exists()]
     assert missing == []
+
+
+# -- the platforms' own parsers, where installed --------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_systemd_analyze_verify_finds_only_the_missing_install(tmp_path):
+    result = subprocess.run(["systemd-analyze", "verify", *map(str, UNITS)], capture_output=True, text=True, timeout=60)
+    problems = [
+        line
+        for line in (result.stdout + result.stderr).splitlines()
+        if line.strip() and "/opt/qbroker/bin/qbroker is not executable" not in line
+    ]
+    assert problems == []
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_kustomize_renders_the_manifests():
+    result = subprocess.run(["kubectl", "kustomize", str(DEPLOY / "k8s")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    kinds = sorted(doc["kind"] for doc in yaml.safe_load_all(result.stdout) if doc)
+    assert kinds == ["ConfigMap", "Deployment", "Deployment", "Secret", "Service"]
