@@ -17,10 +17,10 @@ demo: install
 	$(BIN)/python -m broker.demo
 
 test: install
-	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server"; exit 1; }
+	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server tmux chromium"; exit 1; }
 	$(BIN)/pytest
 
 lint: install
-	$(BIN)/ruff check broker workers tests
-	$(BIN)/ruff format --check broker workers tests
+	$(BIN)/ruff check broker workers tests benchmarks
+	$(BIN)/ruff format --check broker workers tests benchmarks
 	$(BIN)/mypy

@@ -14,22 +14,42 @@ from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
 
-__all__ = ["Commands", "Script", "SCRIPTS"]
+__all__ = ["REDIS_DOWN", "SCRIPTS", "Commands", "Script", "is_transient"]
 
 log = logging.getLogger(__name__)
 
 
-class Script:
-    """A Lua script from ``broker/scripts``; run by SHA, reloaded after NOSCRIPT."""
+REDIS_DOWN = (ConnectionError, TimeoutError, OSError)
+_TRANSIENT_REPLIES = ("UNBLOCKED", "READONLY", "MASTERDOWN", "LOADING", "TRYAGAIN", "CLUSTERDOWN")
 
-    __slots__ = ("name", "sha", "source")
+
+def is_transient(error: BaseException) -> bool:
+    """A broken connection, or a reply meaning "this server cannot serve you right now"
+    (a master demoted under a blocked read, a replica, a server still loading its data)."""
+    if isinstance(error, REDIS_DOWN):
+        return True
+    return isinstance(error, ResponseError) and str(error).startswith(_TRANSIENT_REPLIES)
+
+
+class Script:
+    """A Lua script from ``broker/scripts``; run by SHA, reloaded after NOSCRIPT.
+
+    Each starts with ``#!lua`` so that Redis 7 refuses it on a read-only replica (READONLY,
+    which a Sentinel client turns into a reconnect to the master) rather than answering
+    from the replica's state. ``plain`` is the same script without that line, for fakeredis,
+    which does not know it.
+    """
+
+    __slots__ = ("name", "plain", "plain_sha", "sha", "source")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.source = resources.files(__package__).joinpath("scripts", f"{name}.lua").read_text()
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+        self.plain = self.source.removeprefix("#!lua\n")
+        self.plain_sha = hashlib.sha1(self.plain.encode()).hexdigest()
 
     def __repr__(self) -> str:
         return f"Script({self.name!r})"
@@ -57,6 +77,7 @@ class Commands:
 
     def __init__(self, client: Redis) -> None:
         self._client = client
+        self._plain_scripts = type(client).__module__.startswith("fakeredis")
         self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
@@ -70,11 +91,12 @@ class Commands:
         return await future
 
     async def script(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+        source, sha = (script.plain, script.plain_sha) if self._plain_scripts else (script.source, script.sha)
         try:
-            return await self.call("EVALSHA", script.sha, len(keys), *keys, *args)
+            return await self.call("EVALSHA", sha, len(keys), *keys, *args)
         except NoScriptError:
             # Redis restarted or flushed its script cache; EVAL caches the script again.
-            return await self.call("EVAL", script.source, len(keys), *keys, *args)
+            return await self.call("EVAL", source, len(keys), *keys, *args)
 
     async def run(self) -> None:
         """Send queued commands until cancelled; the owner runs this in its task group."""

@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.exceptions import ResponseError
 
-from ._commands import Commands
+from ._commands import REDIS_DOWN, Commands, is_transient
 from ._keys import Keys
 from .errors import BROKER_UNAVAILABLE, UserQuestionError
 
@@ -94,7 +94,9 @@ class Inbox:
                     next_beat = self._clock() + self._beat_every
                 backoff = 0.05
                 down_since = None
-            except (ConnectionError, TimeoutError, OSError) as error:
+            except (*REDIS_DOWN, ResponseError) as error:
+                if not is_transient(error):
+                    raise
                 # A notice popped just before the connection broke is lost with it: re-read
                 # every outcome still awaited once Redis answers again.
                 log.warning("inbox wait interrupted (%s); retrying in %.2fs", error, backoff)
@@ -116,6 +118,19 @@ class Inbox:
         ids = list(self._waiting)
         for start in range(0, len(ids), _DRAIN):
             await self._resolve(ids[start : start + _DRAIN], notified=False)
+        # A request that Redis no longer has (a failover lost it, a restart without
+        # persistence) will never be answered: say so rather than wait forever.
+        still = list(self._waiting)
+        exists = await asyncio.gather(*(self._commands.call("EXISTS", self._keys.request(i)) for i in still))
+        for request_id, found in zip(still, exists, strict=True):
+            future = self._waiting.get(request_id)
+            if not found and future is not None and not future.done():
+                del self._waiting[request_id]
+                future.set_exception(
+                    UserQuestionError(
+                        "Redis lost the request (a failover or a restart without persistence)", BROKER_UNAVAILABLE
+                    )
+                )
         await self.beat()
 
     async def _take(self, notices: list[str]) -> None:

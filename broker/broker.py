@@ -8,7 +8,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import hiredis
 import msgspec
@@ -21,6 +21,7 @@ from ._commands import SCRIPTS, Commands
 from ._inbox import Inbox
 from ._keys import Keys
 from .agents import Agent
+from .connection import redis_from_url
 from .errors import (
     ASK_ABORTED,
     ASK_TIMED_OUT,
@@ -80,6 +81,14 @@ def redis_client(url: str, name: str | None = None, *, socket_timeout: float | N
     return client
 
 
+def _client_for(url: str, name: str, *, socket_timeout: float | None = None) -> Redis:
+    """A plain ``redis://`` URL gets the tuned client; TLS, Cluster and Sentinel URLs the
+    matching one from ``broker.connection``."""
+    if url.startswith("redis://"):
+        return redis_client(url, name, socket_timeout=socket_timeout)
+    return cast(Redis, redis_from_url(url, name=name))
+
+
 class Broker:
     """Agents ask through it; providers answer through it. An async context manager."""
 
@@ -109,10 +118,10 @@ class Broker:
         self.client_id = secrets.token_hex(8)
         self.unavailable_after = unavailable_after
         name = f"qb-{self.client_id}"
-        self._connect_commands = connect or (lambda: redis_client(url, name, socket_timeout=10.0))
+        self._connect_commands = connect or (lambda: _client_for(url, name, socket_timeout=10.0))
         # No socket timeout on blocking reads: with one, redis-py's read timeout swallowed the
         # cancellation of a blocked XREADGROUP (seen on Python 3.11), so a provider never stopped.
-        self._connect = connect or (lambda: redis_client(url, name))
+        self._connect = connect or (lambda: _client_for(url, name))
         self._provider_settings = ProviderSettings(
             lease_ttl=lease_ttl,
             result_ttl=result_ttl,

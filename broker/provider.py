@@ -18,9 +18,9 @@ from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError, ResponseError, TimeoutError
+from redis.exceptions import ResponseError
 
-from ._commands import SCRIPTS, Commands
+from ._commands import REDIS_DOWN, SCRIPTS, Commands, is_transient
 from ._keys import GROUP, Keys
 from .errors import ASK_CANCELLED, DUPLICATE_PROVIDER, LEASE_LOST, UserQuestionError
 from .types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_request, encode
@@ -202,7 +202,9 @@ class Provider:
                 renewed = await self.commands.script(
                     SCRIPTS["lease_renew"], [self.keys.provider], [self.fence, int(ttl * 1000)]
                 )
-            except (ConnectionError, TimeoutError, OSError) as error:
+            except (*REDIS_DOWN, ResponseError) as error:
+                if not is_transient(error):
+                    raise
                 log.warning("lease renewal failed: %s", error)
                 if loop.time() >= valid_until:
                     self.fenced()
@@ -235,15 +237,16 @@ class Provider:
                 for _stream, entries in reply or ():
                     await self._take(entries)
                 backoff = 0.05
-            except (ConnectionError, TimeoutError, OSError) as error:
+            except (*REDIS_DOWN, ResponseError) as error:
+                if isinstance(error, ResponseError) and "NOGROUP" in str(error):
+                    await ensure_group(self.commands, self.keys)
+                    continue
+                if not is_transient(error):
+                    raise
                 log.warning("provider read interrupted (%s); retrying in %.2fs", error, backoff)
                 claim_backlog = True  # entries read just before the break sit in our PEL
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
-            except ResponseError as error:
-                if "NOGROUP" not in str(error):
-                    raise
-                await ensure_group(self.commands, self.keys)
 
     async def _claim_backlog(self) -> None:
         """Take over every entry a previous holder (or we, before a reconnect) left unsettled."""
@@ -403,7 +406,13 @@ async def acquire_lease(
             # Wake at once on a clean release, else when the holder's lease would lapse,
             # and at least every lease TTL to refresh our standby registration.
             wait_s = max(0.01, min(remaining_ms, ttl_ms) / 1000 + 0.005)
-            await blocking.execute_command("BLPOP", keys.lease_signal, wait_s)  # type: ignore[no-untyped-call]
+            try:
+                await blocking.execute_command("BLPOP", keys.lease_signal, wait_s)  # type: ignore[no-untyped-call]
+            except (*REDIS_DOWN, ResponseError) as error:
+                if not is_transient(error):
+                    raise
+                log.warning("standby wait interrupted (%s); trying again", error)
+                await asyncio.sleep(0.2)
     except BaseException:
         await commands.call("ZREM", keys.standbys, member)
         raise

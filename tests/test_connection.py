@@ -94,11 +94,6 @@ async def test_a_client_rides_out_a_short_outage(redis_factory) -> None:
     assert await _survives_outage(client, server)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: broker.broker.redis_client passes the sync redis.retry.Retry to an asyncio client, "
-    "whose call_with_retry then returns the coroutine unretried: no reconnect/backoff ever happens",
-)
 async def test_the_core_default_client_rides_out_a_short_outage(redis_factory) -> None:
     server = redis_factory()
     assert await _survives_outage(redis_client(server.url, "qb-test"), server)

@@ -1,3 +1,4 @@
+#!lua
 -- agent_heartbeat: keep the record alive, or remove it, only while this instance holds it.
 -- KEYS[1] agent record   ARGV[1] token fingerprint   ARGV[2] TTL ms, or '0' to remove the record
 -- returns 1 while this instance is the live one, 0 once it is not

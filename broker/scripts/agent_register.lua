@@ -1,3 +1,4 @@
+#!lua
 -- agent_register: make this instance the live holder of an agent id (a newer instance replaces an older).
 -- KEYS[1] agent record   ARGV[1] token fingerprint   ARGV[2] owner id ('' for a root)   ARGV[3] TTL ms
 -- ARGV[4] owner's record key check: '1' when an owner is named and must be live

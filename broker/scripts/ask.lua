@@ -1,3 +1,4 @@
+#!lua
 -- ask: the caller gate and the enqueue, as one atomic step.
 -- KEYS[1] requests stream   KEYS[2] request hash   KEYS[3] agent record (the request hash when no agent)
 -- KEYS[4] provider lease    KEYS[5] standbys zset  KEYS[6] audit stream

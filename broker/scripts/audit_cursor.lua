@@ -1,3 +1,4 @@
+#!lua
 -- audit_cursor: advance the maintenance workers' shared audit-stream cursor, only from where it was read.
 -- KEYS[1] cursor key
 -- ARGV[1] the cursor the caller read from ('' when there was none)   ARGV[2] the new cursor (an entry id)

@@ -1,3 +1,4 @@
+#!lua
 -- deliver: the lease holder takes one stream entry for presentation.
 -- KEYS[1] provider lease   KEYS[2] request hash   KEYS[3] requests stream   KEYS[4] agent record (request hash when none)
 -- KEYS[5] asker's client liveness key   KEYS[6] asker's inbox   KEYS[7] outcome key   KEYS[8] audit stream

@@ -1,3 +1,4 @@
+#!lua
 -- expire: settle a pending request whose deadline passed with ASK_TIMED_OUT (housekeeping).
 -- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] outcome key   KEYS[4] asker's inbox
 -- KEYS[5] audit stream

@@ -1,3 +1,4 @@
+#!lua
 -- lease_acquire: take the namespace's provider lease, or register as a standby while another holds it.
 -- KEYS[1] provider lease   KEYS[2] epoch counter   KEYS[3] standbys zset
 -- ARGV[1] token   ARGV[2] name   ARGV[3] lease TTL ms   ARGV[4] standby TTL ms ('0': do not stand by)

@@ -1,3 +1,4 @@
+#!lua
 -- lease_release: give the lease up at once and wake one standby.
 -- KEYS[1] provider lease   KEYS[2] lease-released signal list   KEYS[3] standbys zset
 -- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] standby member ('<token>:<name>')

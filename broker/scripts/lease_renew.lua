@@ -1,3 +1,4 @@
+#!lua
 -- lease_renew: extend the lease, only while it is still ours.
 -- KEYS[1] provider lease   ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] lease TTL ms
 -- returns 1 when renewed, 0 when the lease is gone or another's

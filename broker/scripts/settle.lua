@@ -1,3 +1,4 @@
+#!lua
 -- settle: the lease holder answers or cancels a pending request; the first terminal transition wins.
 -- KEYS[1] provider lease   KEYS[2] request hash   KEYS[3] outcome key   KEYS[4] requests stream
 -- KEYS[5] asker's inbox    KEYS[6] audit stream

@@ -1,3 +1,4 @@
+#!lua
 -- standbys_prune: drop standby registrations whose expiry (zset score, unix ms) has passed.
 -- KEYS[1] standbys zset
 -- returns the number of registrations dropped

@@ -1,3 +1,4 @@
+#!lua
 -- withdraw: the asker goes away (abort, timeout, cancellation); the first terminal transition wins.
 -- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] audit stream
 -- ARGV[1] request id   ARGV[2] state ('withdrawn' | 'aborted' | 'timed_out' | 'expired')   ARGV[3] reason
