@@ -61,6 +61,8 @@ class Result:
     stream_left: int = 0
     epochs: list[int] = field(default_factory=list)
     wall_seconds: float = 0.0
+    takeover_seconds: list[float] = field(default_factory=list)
+    """from each SIGKILL to a standby announcing it holds the lease"""
     notes: list[str] = field(default_factory=list)
     """the providers' lease lines and anything unexpected they printed"""
 
@@ -212,6 +214,7 @@ async def soak(
                                 await progressed.wait()
                         await asyncio.sleep(rng.uniform(0, 0.02))
                         holder = max((p for p in running if p.alive), key=lambda p: p.epoch)
+                        killed_at = time.monotonic()
                         holder.kill()
                         await holder.process.wait()
                         running.remove(holder)
@@ -224,6 +227,7 @@ async def soak(
                         while not any(p.alive and p.epoch > holder.epoch for p in running):  # a standby took over
                             holding.clear()
                             await asyncio.wait_for(holding.wait(), 30)
+                        result.takeover_seconds.append(round(time.monotonic() - killed_at, 3))
 
                 kill_task = asyncio.create_task(killer())
                 await asyncio.gather(*(one(i) for i in range(asks)))
@@ -285,9 +289,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(asdict(result) | {"ok": result.ok}))
     else:
         rate = result.asks / result.wall_seconds if result.wall_seconds else 0.0
+        times = result.takeover_seconds
+        takeover = (
+            f"min {min(times):.2f}s, mean {sum(times) / len(times):.2f}s, max {max(times):.2f}s" if times else "-"
+        )
         print(
             f"asks {result.asks}  answers {result.answers}  kills {result.kills}  failovers {result.failovers}  "
             f"duplicates {result.duplicates}  lost {result.lost}  wall {result.wall_seconds:.1f}s ({rate:.0f} asks/s)\n"
+            f"takeover after a kill: {takeover}\n"
             f"audit: asked {result.audit_asked}, answered {result.audit_answered}, "
             f"other {result.audit_other or 'none'}; answering epochs {len(result.epochs)}; "
             f"errors {result.errors or 'none'}; wrong answers {result.wrong_answers}; "
