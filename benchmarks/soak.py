@@ -68,7 +68,8 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return self.duplicates == 0 and self.lost == 0 and self.answers == self.asks and not self.wrong_answers
+        clean = not self.wrong_answers and not self.audit_other and not self.errors
+        return clean and self.duplicates == 0 and self.lost == 0 and self.answers == self.asks
 
 
 class Provider:
