@@ -1,0 +1,312 @@
+"""A soak: N asks while the active provider is killed with SIGKILL at random (seeded) moments.
+
+    python -m benchmarks.soak --asks 5000 --kills 10 --seed 1
+
+It starts a private ``redis-server``, ``--providers`` ``qbroker auto`` processes (one holds the
+lease, the others stand by; a short ``--lease-ttl``) answering every question with its first
+option, and fires ``--asks`` asks from this process with at most ``--concurrency`` waiting at
+once. Each ask offers one label of its own (``ok-<i>``), so an answer crossed between asks is
+caught. When the number of answered asks reaches each of ``--kills`` thresholds (drawn with
+``--seed``), plus a random delay, it SIGKILLs the process holding the lease and starts a fresh
+standby in its place.
+
+At the end it checks that every ask returned exactly one answer, its own, and that the audit
+stream (``qb:{ns}:audit``, read as it grows so that its cap trims nothing unread) shows every
+request asked once and answered once: no request answered twice, none cancelled, withdrawn or
+expired, none lost. It prints the counts; ``--json`` prints them as one JSON object instead.
+Exit status 0 when nothing was lost or doubled, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, Broker, UserQuestionError
+
+from ._redis import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = "[default]\nfirst = true\n"
+HOLDING = re.compile(r"holding the lease of \S+ as (\S+) \(epoch (\d+)\)")
+
+
+@dataclass
+class Result:
+    asks: int
+    answers: int = 0
+    wrong_answers: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    kills: int = 0
+    failovers: int = 0
+    providers_started: int = 0
+    audit_asked: int = 0
+    audit_answered: int = 0
+    audit_other: dict[str, int] = field(default_factory=dict)
+    duplicates: int = 0
+    lost: int = 0
+    stream_left: int = 0
+    epochs: list[int] = field(default_factory=list)
+    wall_seconds: float = 0.0
+    takeover_seconds: list[float] = field(default_factory=list)
+    """from each SIGKILL to a standby announcing it holds the lease"""
+    notes: list[str] = field(default_factory=list)
+    """the providers' lease lines and anything unexpected they printed"""
+
+    @property
+    def ok(self) -> bool:
+        clean = not self.wrong_answers and not self.audit_other and not self.errors
+        return clean and self.duplicates == 0 and self.lost == 0 and self.answers == self.asks
+
+
+class Provider:
+    """One ``qbroker auto`` process; its stderr is drained and the lease lines kept."""
+
+    def __init__(self, process: asyncio.subprocess.Process, name: str, on_holding: asyncio.Event) -> None:
+        self.process = process
+        self.name = name
+        self.epoch = 0
+        self.answered = 0
+        self.notes: list[str] = []
+        self._on_holding = on_holding
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    @classmethod
+    async def start(
+        cls, url: str, namespace: str, name: str, rules: Path, lease_ttl: float, on_holding: asyncio.Event
+    ) -> Provider:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_")}
+        env.update(QBROKER_REDIS_URL=url, QBROKER_NAMESPACE=namespace, QBROKER_LEASE_TTL=str(lease_ttl))
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "workers", "auto", "--rules", str(rules), "--name", name,
+            cwd=ROOT, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        return cls(process, name, on_holding)
+
+    async def _read(self) -> None:
+        assert self.process.stderr is not None
+        async for raw in self.process.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            if line.startswith("qbroker auto: answered "):
+                self.answered += 1
+            elif found := HOLDING.search(line):
+                self.epoch = int(found.group(2))
+                self._on_holding.set()
+                self.notes.append(line)
+            elif "standing by" not in line:
+                self.notes.append(line)
+
+    @property
+    def alive(self) -> bool:
+        return self.process.returncode is None
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+
+    async def stop(self) -> None:
+        if self.alive:
+            self.process.terminate()
+            try:
+                await asyncio.wait_for(self.process.wait(), 10)
+            except TimeoutError:
+                self.process.kill()
+        await self.process.wait()
+        await self._reader
+
+
+def request_for(index: int) -> AskUserQuestionRequest:
+    item = AskUserQuestionItem(
+        id="q",
+        question=f"soak question {index}",
+        options=(AskUserQuestionOption(label=f"ok-{index}"), AskUserQuestionOption(label="other")),
+    )
+    return AskUserQuestionRequest(questions=(item,))
+
+
+async def follow_audit(redis: Redis, key: str, events: list[tuple[str, str, str]], stop: asyncio.Event) -> None:
+    """Read the audit stream as it grows: (event, rid, epoch) for every entry."""
+    last = "0-0"
+    while True:
+        replies = await redis.xread({key: last}, count=1000, block=200)
+        for _, entries in replies:
+            for entry_id, fields in entries:
+                last = entry_id
+                events.append((fields.get("event", ""), fields.get("rid", ""), fields.get("epoch", "")))
+        if not replies and stop.is_set():
+            return
+
+
+async def soak(
+    *, asks: int, kills: int, seed: int, providers: int = 3, concurrency: int = 64, lease_ttl: float = 1.0,
+    ask_timeout: float = 120.0, progress: bool = False,
+) -> Result:  # fmt: skip
+    rng = random.Random(seed)
+    # kill when this many asks have been answered (distinct, so every holder answers some first)
+    # (and early enough that asks are still in flight for each: the last `concurrency` asks can finish at once)
+    thresholds = sorted(rng.sample(range(1, max(asks - 2 * concurrency, kills + 1)), kills)) if kills else []
+    result = Result(asks=asks)
+    namespace = f"soak-{seed}"
+    with tempfile.TemporaryDirectory(prefix="qb-soak-") as tmp:
+        server = RedisServer(Path(tmp) / "redis").start()
+        rules = Path(tmp) / "rules.toml"
+        rules.write_text(RULES)
+        holding = asyncio.Event()
+        running: list[Provider] = []
+        all_providers: list[Provider] = []
+        audit_events: list[tuple[str, str, str]] = []
+        audit_done = asyncio.Event()
+        raw = Redis.from_url(server.url, decode_responses=True)
+
+        async def start_provider() -> None:
+            provider = await Provider.start(
+                server.url, namespace, f"soak-{len(all_providers)}", rules, lease_ttl, holding
+            )
+            running.append(provider)
+            all_providers.append(provider)
+
+        try:
+            for _ in range(providers):
+                await start_provider()
+            await asyncio.wait_for(holding.wait(), 30)
+            audit = asyncio.create_task(follow_audit(raw, f"qb:{{{namespace}}}:audit", audit_events, audit_done))
+            async with Broker(server.url, namespace) as broker:
+                assert broker.keys.audit == f"qb:{{{namespace}}}:audit"
+                done = 0
+                progressed = asyncio.Condition()
+                gate = asyncio.Semaphore(concurrency)
+                errors: Counter[str] = Counter()
+                started = time.monotonic()
+
+                async def one(index: int) -> None:
+                    nonlocal done
+                    async with gate:
+                        try:
+                            answer = await broker.ask(request_for(index), timeout=ask_timeout)
+                        except UserQuestionError as error:
+                            errors[error.code] += 1
+                            return
+                    result.answers += 1
+                    if [item.selected for item in answer.answers] != [(f"ok-{index}",)]:
+                        result.wrong_answers += 1
+                    async with progressed:
+                        done += 1
+                        progressed.notify_all()
+
+                async def killer() -> None:
+                    floor = 0
+                    for threshold in thresholds:
+                        target = max(threshold, floor + 1)  # at least one answer from each holder before its kill
+                        async with progressed:
+                            while done < target:
+                                await progressed.wait()
+                        await asyncio.sleep(rng.uniform(0, 0.02))
+                        holder = max((p for p in running if p.alive), key=lambda p: p.epoch)
+                        killed_at = time.monotonic()
+                        holder.kill()
+                        await holder.process.wait()
+                        running.remove(holder)
+                        result.kills += 1
+                        floor = done
+                        if progress:
+                            print(f"soak: {done}/{asks} answered; killed {holder.name} (epoch {holder.epoch})",
+                                  file=sys.stderr, flush=True)  # fmt: skip
+                        await start_provider()
+                        while not any(p.alive and p.epoch > holder.epoch for p in running):  # a standby took over
+                            holding.clear()
+                            await asyncio.wait_for(holding.wait(), 30)
+                        result.takeover_seconds.append(round(time.monotonic() - killed_at, 3))
+
+                kill_task = asyncio.create_task(killer())
+                await asyncio.gather(*(one(i) for i in range(asks)))
+                if not kill_task.done():  # some asks failed, so a threshold was never reached
+                    kill_task.cancel()
+                await asyncio.gather(kill_task, return_exceptions=True)
+                result.wall_seconds = time.monotonic() - started
+                result.errors = dict(errors)
+                result.stream_left = int(await raw.xlen(broker.keys.requests))
+                # lease acquisitions during the run (stopping the providers below hands the lease on again)
+                result.failovers = max(0, len({p.epoch for p in all_providers if p.epoch}) - 1)
+            audit_done.set()
+            await audit
+        finally:
+            for provider in running:
+                await provider.stop()
+            await raw.aclose()
+            server.stop()
+
+    tally(result, audit_events)
+    result.providers_started = len(all_providers)
+    result.notes = [f"{p.name}: {note}" for p in all_providers for note in p.notes]
+    return result
+
+
+def tally(result: Result, audit_events: list[tuple[str, str, str]]) -> None:
+    """Check the audit trail against the asks: every request asked once and answered once."""
+    asked = Counter(rid for event, rid, _ in audit_events if event == "asked")
+    answered = Counter(rid for event, rid, _ in audit_events if event == "answered")
+    result.audit_asked = sum(asked.values())
+    result.audit_answered = sum(answered.values())
+    result.audit_other = dict(Counter(e for e, _, _ in audit_events if e not in ("asked", "answered", "delivered")))
+    result.duplicates = sum(n - 1 for n in answered.values() if n > 1) + sum(n - 1 for n in asked.values() if n > 1)
+    unanswered = set(asked) - set(answered)
+    result.lost = max(result.asks - result.answers, len(unanswered), result.asks - len(asked))
+    result.epochs = sorted({int(epoch) for event, _, epoch in audit_events if event == "answered" and epoch})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--asks", type=int, default=5000)
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--providers", type=int, default=3, help="qbroker auto processes running at once")
+    parser.add_argument("--concurrency", type=int, default=64, help="asks waiting at once")
+    parser.add_argument("--lease-ttl", type=float, default=1.0)
+    parser.add_argument("--verbose", "-v", action="store_true", help="print the providers' lease lines")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    args = parser.parse_args(argv)
+    if not 0 <= args.kills < args.asks or args.providers < 2:
+        parser.error("need 0 <= kills < asks and at least 2 providers")
+    result = asyncio.run(
+        soak(
+            asks=args.asks, kills=args.kills, seed=args.seed, providers=args.providers,
+            concurrency=args.concurrency, lease_ttl=args.lease_ttl, progress=not args.json,
+        )
+    )  # fmt: skip
+    if args.json:
+        print(json.dumps(asdict(result) | {"ok": result.ok}))
+    else:
+        rate = result.asks / result.wall_seconds if result.wall_seconds else 0.0
+        times = result.takeover_seconds
+        takeover = (
+            f"min {min(times):.2f}s, mean {sum(times) / len(times):.2f}s, max {max(times):.2f}s" if times else "-"
+        )
+        print(
+            f"asks {result.asks}  answers {result.answers}  kills {result.kills}  failovers {result.failovers}  "
+            f"duplicates {result.duplicates}  lost {result.lost}  wall {result.wall_seconds:.1f}s ({rate:.0f} asks/s)\n"
+            f"takeover after a kill: {takeover}\n"
+            f"audit: asked {result.audit_asked}, answered {result.audit_answered}, "
+            f"other {result.audit_other or 'none'}; answering epochs {len(result.epochs)}; "
+            f"errors {result.errors or 'none'}; wrong answers {result.wrong_answers}; "
+            f"requests stream left {result.stream_left}; providers started {result.providers_started}"
+        )
+        if args.verbose:
+            print("\n".join(result.notes))
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
