@@ -6,6 +6,7 @@ python -m workers.demo [REDIS_URL]   (no URL: a private redis-server, else faker
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 
 from broker import (
@@ -19,7 +20,7 @@ from broker import (
     PlanReviewIntent,
 )
 from broker.types import encode
-from workers.embedded import embedded_redis
+from workers.embedded import EmbeddedRedis, embedded_redis
 
 PLAN = """# Plan: rotate the API keys
 1. Create new keys in the vault.
@@ -78,7 +79,8 @@ def automatic_answer(pending: PendingRequest) -> AskUserQuestionAnswer:
 
 
 async def run(url: str | None) -> None:
-    with embedded_redis() if url is None else _given(url) as redis:
+    given = contextlib.nullcontext(EmbeddedRedis(url.split("@")[-1], url, None)) if url else None
+    with given or embedded_redis() as redis:
         print(f"Redis: {redis.description}")
         agent_side = Broker(redis.url, "demo", connect=redis.connect)
         ui_side = Broker(redis.url, "demo", connect=redis.connect)
@@ -95,19 +97,6 @@ async def run(url: str | None) -> None:
                     answer = await agent.ask(request, timeout=10)
                     print(f"agent got: {encode(answer).decode()}")
                 answering.cancel()
-
-
-class _given:
-    def __init__(self, url: str) -> None:
-        self.description = url.split("@")[-1]
-        self.url = url
-        self.connect = None
-
-    def __enter__(self) -> _given:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def main() -> None:
