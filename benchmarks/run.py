@@ -20,8 +20,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from workers.redis_server import RedisServer
+
 from . import options
-from ._redis import RedisServer
 from .report import render_table, targets, write_doc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -362,7 +363,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="qb-bench-") as tmp:
         workdir = Path(tmp)
-        server = RedisServer(workdir / "redis").start()
+        server = RedisServer(workdir / "redis", "--maxclients", "20000").start()
         runner = Bench(args, server, workdir)
         try:
             info = await runner.redis.info("server")
@@ -390,7 +391,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             results["finished_utc"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         finally:
             await runner.close()
-            server.stop()
+            server.kill()
     return results
 
 

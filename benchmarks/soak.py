@@ -36,8 +36,7 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, Broker, UserQuestionError
-
-from ._redis import RedisServer
+from workers.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = "[default]\nfirst = true\n"
@@ -161,7 +160,7 @@ async def soak(
     result = Result(asks=asks)
     namespace = f"soak-{seed}"
     with tempfile.TemporaryDirectory(prefix="qb-soak-") as tmp:
-        server = RedisServer(Path(tmp) / "redis").start()
+        server = RedisServer(Path(tmp) / "redis", "--maxclients", "20000").start()
         rules = Path(tmp) / "rules.toml"
         rules.write_text(RULES)
         holding = asyncio.Event()
@@ -246,7 +245,7 @@ async def soak(
             for provider in running:
                 await provider.stop()
             await raw.aclose()
-            server.stop()
+            server.kill()
 
     tally(result, audit_events)
     result.providers_started = len(all_providers)

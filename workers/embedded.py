@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
-import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from redis.asyncio import Redis
+
+from workers.redis_server import RedisServer
 
 __all__ = ["EmbeddedRedis", "embedded_redis"]
 
@@ -23,38 +23,16 @@ class EmbeddedRedis:
     connect: Callable[[], Redis] | None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_ready(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and process.poll() is None:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
-            sock.sendall(b"PING\r\n")
-            if sock.recv(16).startswith(b"+PONG"):
-                return
-        time.sleep(0.02)
-    raise OSError(f"the private redis-server on port {port} did not start")
-
-
 @contextlib.contextmanager
 def embedded_redis() -> Iterator[EmbeddedRedis]:
-    server = shutil.which("redis-server")
-    if server is not None:
-        port = _free_port()
+    binary = shutil.which("redis-server")
+    if binary is not None:
         with tempfile.TemporaryDirectory(prefix="qbroker-") as directory:
-            args = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", directory]
-            process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            server = RedisServer(Path(directory)).start()
             try:
-                _wait_ready(port, process)
-                url = f"redis://127.0.0.1:{port}/0"
-                yield EmbeddedRedis(f"a private redis-server ({server}) on {url}", url, None)
+                yield EmbeddedRedis(f"a private redis-server ({binary}) on {server.url}", server.url, None)
             finally:
-                process.terminate()
-                process.wait()
+                server.kill()
         return
     try:
         import fakeredis

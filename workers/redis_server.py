@@ -1,12 +1,17 @@
-"""A private ``redis-server`` on a free loopback port (a copy of the tests' helper, minimal)."""
+"""A private ``redis-server`` on a free loopback port: for the demo, the benchmarks and the
+tests (which kill, pause and restart it)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+__all__ = ["REDIS_SERVER", "RedisServer", "free_port"]
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
@@ -18,9 +23,10 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *extra: str, port: int | None = None) -> None:
         self.directory = directory
-        self.port = free_port()
+        self.port = port or free_port()
+        self.extra = list(extra)
         self.process: subprocess.Popen[bytes] | None = None
         directory.mkdir(parents=True, exist_ok=True)
 
@@ -35,24 +41,40 @@ class RedisServer:
             "--bind", "127.0.0.1",
             "--save", "",
             "--appendonly", "no",
-            "--maxclients", "20000",
             "--dir", str(self.directory),
             "--logfile", str(self.directory / "redis.log"),
+            *self.extra,
         ]  # fmt: skip
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
                     sock.sendall(b"PING\r\n")
                     if sock.recv(64).startswith(b"+PONG"):
-                        return self
+                        return
             except OSError:
                 time.sleep(0.02)
-        raise RuntimeError(f"redis-server on port {self.port} did not start; see {self.directory}/redis.log")
+        raise OSError(f"redis-server on port {self.port} did not start; see {self.directory}/redis.log")
 
-    def stop(self) -> None:
+    def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
         self.process = None
+
+    def pause(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGCONT)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
