@@ -118,19 +118,6 @@ class Inbox:
         ids = list(self._waiting)
         for start in range(0, len(ids), _DRAIN):
             await self._resolve(ids[start : start + _DRAIN], notified=False)
-        # A request that Redis no longer has (a failover lost it, a restart without
-        # persistence) will never be answered: say so rather than wait forever.
-        still = list(self._waiting)
-        exists = await asyncio.gather(*(self._commands.call("EXISTS", self._keys.request(i)) for i in still))
-        for request_id, found in zip(still, exists, strict=True):
-            future = self._waiting.get(request_id)
-            if not found and future is not None and not future.done():
-                del self._waiting[request_id]
-                future.set_exception(
-                    UserQuestionError(
-                        "Redis lost the request (a failover or a restart without persistence)", BROKER_UNAVAILABLE
-                    )
-                )
         await self.beat()
 
     async def _take(self, notices: list[str]) -> None:
