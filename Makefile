@@ -14,7 +14,7 @@ $(BIN)/qbroker-installed: pyproject.toml
 install: $(BIN)/qbroker-installed
 
 demo: install
-	$(BIN)/python -m broker.demo
+	$(BIN)/python -m workers.demo
 
 test: install
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server tmux chromium"; exit 1; }

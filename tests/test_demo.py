@@ -50,3 +50,9 @@ async def test_the_broker_round_trip_on_fakeredis(monkeypatch) -> None:
             pending = await asyncio.wait_for(anext(aiter(provider)), 5)
             await pending.answer(pick("yes"))
             assert await task == pick("yes")
+
+
+def test_the_make_demo_target_runs_the_demo_module() -> None:
+    """README's first set-up command is `make demo`: its recipe must name the real module."""
+    recipe = (ROOT / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    assert "-m workers.demo" in recipe
