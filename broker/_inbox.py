@@ -63,10 +63,6 @@ class Inbox:
     def forget(self, request_id: str) -> None:
         self._waiting.pop(request_id, None)
 
-    @property
-    def waiting(self) -> int:
-        return len(self._waiting)
-
     async def beat(self) -> None:
         """Mark this asking process alive (providers skip requests of processes that stopped)."""
         await self._commands.call("SET", self._liveness_key, "1", "PX", self._ttl_ms)
