@@ -1,8 +1,14 @@
-"""One connection for every command a process issues: auto-pipelining and the scripts.
+"""One connection for every command a process issues: auto-pipelining, retries and the scripts.
 
 Commands issued while a pipeline is in flight are sent together in the next one, so a
 process holds one command connection however many asks it runs at once, and a burst of
 N commands costs about one round trip rather than N.
+
+Every command the broker sends is safe to send again (the scripts are keyed by request and
+call ids), so a command that meets a transient failure (a broken connection, a reply that
+does not come within ``reply_timeout``, READONLY, OOM, LOADING, a cluster failover) is sent
+again after a backoff, until ``give_up_after`` seconds have passed since it was issued; then
+its caller gets ``BROKER_UNAVAILABLE``. Any other Redis error goes to its caller at once.
 """
 
 from __future__ import annotations
@@ -13,24 +19,16 @@ import logging
 from importlib import resources
 from typing import Any
 
-from redis.asyncio import Redis
-from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
+from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import NoScriptError
 
-__all__ = ["REDIS_DOWN", "SCRIPTS", "Commands", "Script", "is_transient"]
+from ._backoff import Backoff
+from ._redis_errors import is_transient, unavailable
+from .connection import COMMAND_TIMEOUT
+
+__all__ = ["SCRIPTS", "Commands", "Script"]
 
 log = logging.getLogger(__name__)
-
-
-REDIS_DOWN = (ConnectionError, TimeoutError, OSError)
-_TRANSIENT_REPLIES = ("UNBLOCKED", "READONLY", "MASTERDOWN", "LOADING", "TRYAGAIN", "CLUSTERDOWN")
-
-
-def is_transient(error: BaseException) -> bool:
-    """A broken connection, or a reply meaning "this server cannot serve you right now"
-    (a master demoted under a blocked read, a replica, a server still loading its data)."""
-    if isinstance(error, REDIS_DOWN):
-        return True
-    return isinstance(error, ResponseError) and str(error).startswith(_TRANSIENT_REPLIES)
 
 
 class Script:
@@ -68,27 +66,65 @@ SCRIPTS = {
         "lease_release",
         "agent_register",
         "agent_heartbeat",
+        "notice_ack",
     )
 }
+
+
+def _log_failure(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.info("clean-up command failed: %r (its keys expire by TTL)", future.exception())
+
+
+class _Queued:
+    __slots__ = ("args", "future", "give_up_at", "options")
+
+    def __init__(
+        self, args: tuple[Any, ...], future: asyncio.Future[Any], give_up_at: float, options: dict[str, Any]
+    ) -> None:
+        self.args = args
+        self.future = future
+        self.give_up_at = give_up_at
+        self.options = options
 
 
 class Commands:
     """Sends commands over one client connection, batching whatever is queued."""
 
-    def __init__(self, client: Redis) -> None:
+    def __init__(
+        self,
+        client: Redis | RedisCluster,
+        *,
+        reply_timeout: float = COMMAND_TIMEOUT,
+        give_up_after: float = 30.0,
+    ) -> None:
         self._client = client
         self._plain_scripts = type(client).__module__.startswith("fakeredis")
-        self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._reply_timeout = reply_timeout
+        self._give_up_after = give_up_after
+        self._queue: list[_Queued] = []
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._backoff = Backoff(first=0.05, cap=1.0)
 
-    async def call(self, *args: Any) -> Any:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append((args, future))
+    async def call(self, *args: Any, **options: Any) -> Any:
+        """Send one command with the next pipeline; ``options`` go to redis-py's reply parser."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queue.append(_Queued(args, future, loop.time() + self._give_up_after, options))
         self._wakeup.set()
         self._idle.clear()
         return await future
+
+    def fire(self, *args: Any) -> None:
+        """Queue a command whose reply nobody awaits (a clean-up); a failure is only logged."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        future.add_done_callback(_log_failure)
+        self._queue.append(_Queued(args, future, loop.time() + self._give_up_after, {}))
+        self._wakeup.set()
+        self._idle.clear()
 
     async def script(self, script: Script, keys: list[str], args: list[Any]) -> Any:
         source, sha = (script.plain, script.plain_sha) if self._plain_scripts else (script.source, script.sha)
@@ -99,13 +135,23 @@ class Commands:
             return await self.call("EVAL", source, len(keys), *keys, *args)
 
     async def run(self) -> None:
-        """Send queued commands until cancelled; the owner runs this in its task group."""
+        """Send queued commands until cancelled; the owner runs this as a background task.
+
+        It never ends on a Redis failure: failed commands wait out a backoff and go again.
+        """
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
-            batch, self._queue = self._queue, []
+            batch = [queued for queued in self._queue if not queued.future.done()]
+            self._queue = []
             if batch:
-                await self._send(batch)
+                retry = await self._send(batch)
+                if retry:
+                    self._queue[:0] = retry
+                    await asyncio.sleep(self._backoff.next())
+                    self._wakeup.set()
+                    continue
+                self._backoff.reset()
             if not self._queue:
                 self._idle.set()
 
@@ -113,32 +159,65 @@ class Commands:
         """Wait until every queued command has been sent and answered."""
         await self._idle.wait()
 
-    async def _send(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
+    async def _send(self, batch: list[_Queued]) -> list[_Queued]:
+        """Send one pipeline; returns the commands to send again after a transient failure."""
         pipe = self._client.pipeline(transaction=False)
-        for args, _ in batch:
-            pipe.execute_command(*args)
+        for queued in batch:
+            pipe.execute_command(*queued.args, **queued.options)
         try:
-            results = await pipe.execute(raise_on_error=False)
+            async with asyncio.timeout(self._reply_timeout):
+                results = await pipe.execute(raise_on_error=False)
         except asyncio.CancelledError:
-            for _, future in batch:
-                future.cancel()
+            for queued in batch:
+                queued.future.cancel()
             raise
-        except Exception as error:  # a connection failure fails the whole batch
-            log.warning("redis pipeline of %d commands failed: %s", len(batch), error)
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(error)
-            return
-        for (_, future), result in zip(batch, results, strict=True):
-            if future.done():
+        except Exception as error:  # the connection failed: the whole batch failed with it
+            if not is_transient(error):
+                log.warning("redis pipeline of %d commands failed: %r", len(batch), error)
+                for queued in batch:
+                    if not queued.future.done():
+                        queued.future.set_exception(error)
+                return []
+            log.warning("redis pipeline of %d commands interrupted (%r); sending again", len(batch), error)
+            return self._again(batch, error)
+        retry: list[_Queued] = []
+        last_error: BaseException | None = None
+        for queued, result in zip(batch, results, strict=True):
+            if queued.future.done():
                 continue
             if isinstance(result, Exception):
-                future.set_exception(result)
+                if is_transient(result):
+                    retry.append(queued)
+                    last_error = result
+                else:
+                    queued.future.set_exception(result)
             else:
-                future.set_result(result)
+                queued.future.set_result(result)
+        if last_error is not None:
+            log.warning("%d redis commands refused for now (%s); sending again", len(retry), last_error)
+            return self._again(retry, last_error)
+        return []
 
-    def fail_pending(self) -> None:
-        """Cancel every queued command (on shutdown)."""
+    def _again(self, batch: list[_Queued], error: BaseException) -> list[_Queued]:
+        now = asyncio.get_running_loop().time()
+        again: list[_Queued] = []
+        for queued in batch:
+            if queued.future.done():
+                continue
+            if now >= queued.give_up_at:
+                queued.future.set_exception(unavailable(error, f"sending {queued.args[0]}"))
+            else:
+                again.append(queued)
+        return again
+
+    def fail_pending(self, error: BaseException | None = None) -> None:
+        """Fail (or cancel) every queued command: the owner is closing."""
         batch, self._queue = self._queue, []
-        for _, future in batch:
-            future.cancel()
+        for queued in batch:
+            if queued.future.done():
+                continue
+            if error is None:
+                queued.future.cancel()
+            else:
+                queued.future.set_exception(error)
+        self._idle.set()

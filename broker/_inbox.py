@@ -1,10 +1,18 @@
-"""The asking process's single answer waiter (DESIGN.md invariant 6).
+"""The asking process's single answer waiter (DESIGN.md invariant 6 and 10).
 
 Every settled request pushes a notice (its id and outcome) onto this process's inbox list;
-one task blocks on that list and resolves the matching future, so waiting costs one connection and O(1)
-Redis work per answer however many asks wait. The outcome itself is durable in the
-per-request key, so after a lost connection the waiter re-reads every outcome it still
-waits for and nothing is missed.
+one task blocks on that list and resolves the matching future, so waiting costs one connection
+and O(1) Redis work per answer however many asks wait. The outcome itself is durable in the
+per-request key, which is what makes the rest safe:
+
+- a blocking read is never re-sent by the client library: when one breaks or misses its reply
+  deadline, the notice it may have popped is lost with it, so every awaited outcome is re-read
+  (catch-up) once Redis answers again;
+- a sweep re-reads every awaited outcome every ``sweep_every`` seconds anyway (a notice lost in
+  a failover, an answer written while this process was paused), and ends the asks whose request
+  is gone from Redis (expired after the request TTL, or lost in a failover) with a coded error,
+  once two sweeps in a row have found neither the request nor its outcome;
+- the liveness beat runs on its own timer, never behind a blocking read.
 """
 
 from __future__ import annotations
@@ -14,18 +22,23 @@ import logging
 import time
 from collections.abc import Callable
 
-from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.asyncio import Redis, RedisCluster
 
-from ._commands import REDIS_DOWN, Commands, is_transient
+from ._backoff import Backoff
+from ._commands import Commands
 from ._keys import Keys
-from .errors import BROKER_UNAVAILABLE, UserQuestionError
+from ._redis_errors import is_transient
+from .errors import ASK_TIMED_OUT, BROKER_UNAVAILABLE, UserQuestionError
 
 __all__ = ["Inbox"]
 
 log = logging.getLogger(__name__)
 
 _DRAIN = 1000
+BLOCK_S = 2.0
+"""how long one BLMPOP blocks; an idle process costs one round trip per BLOCK_S"""
+REPLY_MARGIN_S = 3.0
+"""how long past its block a BLMPOP's reply may be late before the connection counts as silent"""
 
 
 class Inbox:
@@ -37,13 +50,14 @@ class Inbox:
         keys: Keys,
         client_id: str,
         commands: Commands,
-        blocking: Redis,
+        blocking: Redis | RedisCluster,
         liveness_ttl: float,
         unavailable_after: float,
+        request_ttl: float,
+        sweep_every: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._keys = keys
-        self._client_id = client_id
         self._inbox_key = keys.inbox(client_id)
         self._liveness_key = keys.client(client_id)
         self._commands = commands
@@ -51,8 +65,14 @@ class Inbox:
         self._ttl_ms = int(liveness_ttl * 1000)
         self._beat_every = liveness_ttl / 3
         self._unavailable_after = unavailable_after
+        self._request_ttl = request_ttl
+        self._sweep_every = sweep_every
         self._clock = clock
         self._waiting: dict[str, asyncio.Future[str]] = {}
+        self._asked_at: dict[str, float] = {}
+        """ids whose ask script returned: they exist in Redis, and when they were asked"""
+        self._missing: set[str] = set()
+        """ids the last sweep found neither as a request nor as an outcome"""
 
     def expect(self, request_id: str) -> asyncio.Future[str]:
         """A future for the outcome JSON of ``request_id``; call before enqueueing it."""
@@ -60,95 +80,145 @@ class Inbox:
         self._waiting[request_id] = future
         return future
 
+    def enqueued(self, request_id: str) -> None:
+        """The ask script accepted ``request_id``: from now on the sweep looks for it."""
+        if request_id in self._waiting:
+            self._asked_at[request_id] = self._clock()
+
     def forget(self, request_id: str) -> None:
         self._waiting.pop(request_id, None)
+        self._asked_at.pop(request_id, None)
+        self._missing.discard(request_id)
 
     async def beat(self) -> None:
         """Mark this asking process alive (providers skip requests of processes that stopped)."""
         await self._commands.call("SET", self._liveness_key, "1", "PX", self._ttl_ms)
         await self._commands.call("PEXPIRE", self._inbox_key, self._ttl_ms)
 
+    async def keep_alive(self) -> None:
+        """Beat every third of the liveness TTL until cancelled, whatever the blocking read does."""
+        while True:
+            await asyncio.sleep(self._beat_every)
+            try:
+                await self.beat()
+            except Exception as error:
+                log.warning("liveness beat failed: %r", error)
+
     async def run(self) -> None:
-        """Block on the inbox until cancelled; the owning broker runs this in its task group."""
-        next_beat = self._clock() + self._beat_every
+        """Block on the inbox until cancelled; never ends on a Redis failure."""
         catch_up = False
-        backoff = 0.05
+        backoff = Backoff(first=0.05, cap=2.0)
         down_since: float | None = None
         while True:
             try:
                 if catch_up:
                     await self._catch_up()
                     catch_up = False
-                timeout = max(0.01, next_beat - self._clock())
-                popped = await self._blocking.execute_command(  # type: ignore[no-untyped-call]
-                    "BLMPOP", timeout, 1, self._inbox_key, "LEFT", "COUNT", _DRAIN
-                )
+                async with asyncio.timeout(BLOCK_S + REPLY_MARGIN_S):
+                    popped = await self._blocking.execute_command(
+                        "BLMPOP", BLOCK_S, 1, self._inbox_key, "LEFT", "COUNT", _DRAIN
+                    )
                 if popped is not None:
                     await self._take(popped[1])
-                if self._clock() >= next_beat:
-                    await self.beat()
-                    next_beat = self._clock() + self._beat_every
-                backoff = 0.05
+                backoff.reset()
                 down_since = None
-            except (*REDIS_DOWN, ResponseError) as error:
-                if not is_transient(error):
-                    raise
-                # A notice popped just before the connection broke is lost with it: re-read
-                # every outcome still awaited once Redis answers again.
-                log.warning("inbox wait interrupted (%s); retrying in %.2fs", error, backoff)
+            except Exception as error:
+                # A notice popped just before the read broke is lost with it: re-read every
+                # outcome still awaited once Redis answers again.
                 catch_up = True
-                down_since = down_since if down_since is not None else self._clock()
-                if self._clock() - down_since >= self._unavailable_after:
-                    self._fail_waiting(f"Redis unreachable for {self._clock() - down_since:.0f}s: {error}")
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                now = self._clock()
+                down_since = down_since if down_since is not None else now
+                if not is_transient(error):
+                    log.error("inbox wait failed: %r; retrying", error)
+                else:
+                    log.warning("inbox wait interrupted (%r); retrying", error)
+                if now - down_since >= self._unavailable_after:
+                    self._fail_waiting(f"Redis unreachable for {now - down_since:.0f}s: {error!r}")
+                await asyncio.sleep(backoff.next())
 
-    def _fail_waiting(self, why: str) -> None:
-        """Redis is gone for good (as far as we can wait): no ask hangs on it."""
+    async def sweep(self) -> None:
+        """Every ``sweep_every`` seconds, re-read awaited outcomes and end asks whose request is gone."""
+        while True:
+            await asyncio.sleep(self._sweep_every)
+            try:
+                await self._sweep_once()
+            except Exception as error:
+                log.warning("inbox sweep failed: %r", error)
+
+    async def _sweep_once(self) -> None:
+        settled_before = self._clock() - self._sweep_every
+        ids = [i for i, asked in self._asked_at.items() if asked <= settled_before]
+        for start in range(0, len(ids), _DRAIN):
+            unresolved = await self._resolve(ids[start : start + _DRAIN])
+            if not unresolved:
+                continue
+            exists = await asyncio.gather(*(self._commands.call("EXISTS", self._keys.request(i)) for i in unresolved))
+            gone = {i for i, found in zip(unresolved, exists, strict=True) if not found}
+            # One miss may be a server still switching roles after a failover: end an ask only
+            # when the next sweep misses its request again.
+            confirmed, self._missing = gone & self._missing, (self._missing - set(unresolved)) | gone
+            for request_id in confirmed:
+                self._end_lost(request_id)
+
+    def _end_lost(self, request_id: str) -> None:
+        future = self._waiting.pop(request_id, None)
+        asked = self._asked_at.pop(request_id, None)
+        self._missing.discard(request_id)
+        if future is None or future.done():
+            return
+        age = self._clock() - asked if asked is not None else 0.0
+        if age >= self._request_ttl:
+            error = UserQuestionError(f"the request expired unanswered after {age:.0f}s (request_ttl)", ASK_TIMED_OUT)
+        else:
+            error = UserQuestionError(
+                f"request {request_id} is gone from Redis (lost in a failover or a restart without persistence)",
+                BROKER_UNAVAILABLE,
+            )
+        log.warning("ending ask %s: %s", request_id, error)
+        future.set_exception(error)
+
+    def fail_all(self, error: UserQuestionError) -> None:
+        """End every ask still waiting with ``error`` (the broker is closing)."""
         waiting, self._waiting = self._waiting, {}
         for future in waiting.values():
             if not future.done():
-                future.set_exception(UserQuestionError(why, BROKER_UNAVAILABLE))
+                future.set_exception(error)
+
+    def _fail_waiting(self, why: str) -> None:
+        """Redis is gone for good (as far as we can wait): no ask hangs on it."""
+        self.fail_all(UserQuestionError(why, BROKER_UNAVAILABLE))
 
     async def _catch_up(self) -> None:
         ids = list(self._waiting)
         for start in range(0, len(ids), _DRAIN):
-            await self._resolve(ids[start : start + _DRAIN], notified=False)
+            await self._resolve(ids[start : start + _DRAIN])
         await self.beat()
 
     async def _take(self, notices: list[str]) -> None:
         """Resolve from the notices: ``<request id> <outcome JSON>``, or a bare id to look up."""
-        done: list[str] = []
         bare: list[str] = []
         for notice in notices:
             request_id, _, outcome = notice.partition(" ")
             if not outcome:
                 bare.append(request_id)
                 continue
-            done.append(request_id)
             future = self._waiting.pop(request_id, None)
             if future is not None and not future.done():
                 future.set_result(outcome)
-        if bare:
+            elif future is None:
+                self._commands.fire("UNLINK", self._keys.outcome(request_id), self._keys.request(request_id))
+        if bare:  # housekeeping's notices carry no outcome
             await self._resolve(bare)
-        await self._clean(done)
 
-    async def _clean(self, done: list[str]) -> None:
-        if done:
-            # The asker has its outcome: nothing of the request need stay in Redis.
-            stale = [self._keys.outcome(i) for i in done] + [self._keys.request(i) for i in done]
-            await self._commands.call("UNLINK", *stale)
-
-    async def _resolve(self, ids: list[str], *, notified: bool = True) -> None:
+    async def _resolve(self, ids: list[str]) -> list[str]:
+        """Resolve every id whose outcome is stored; returns the ids still without one."""
         outcomes = await self._commands.call("MGET", *(self._keys.outcome(i) for i in ids))
-        done: list[str] = []
+        unresolved: list[str] = []
         for request_id, outcome in zip(ids, outcomes, strict=True):
             if outcome is None:
-                if notified:
-                    log.warning("request %s was settled but its outcome is gone", request_id)
+                unresolved.append(request_id)
                 continue
-            done.append(request_id)
             future = self._waiting.pop(request_id, None)
             if future is not None and not future.done():
                 future.set_result(outcome)
-        await self._clean(done)
+        return unresolved

@@ -19,7 +19,18 @@ _NAMESPACE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 class Keys:
     """The key layout of DESIGN.md Part 2 for one namespace."""
 
-    __slots__ = ("audit", "dead", "epoch", "lease_signal", "namespace", "prefix", "provider", "requests", "standbys")
+    __slots__ = (
+        "agents",
+        "audit",
+        "dead",
+        "epoch",
+        "lease_signal",
+        "namespace",
+        "prefix",
+        "provider",
+        "requests",
+        "standbys",
+    )
 
     def __init__(self, namespace: str) -> None:
         if not _NAMESPACE.match(namespace):
@@ -33,6 +44,8 @@ class Keys:
         self.lease_signal = self.prefix + "lease-released"
         self.audit = self.prefix + "audit"
         self.dead = self.prefix + "dead"
+        self.agents = self.prefix + "agents"
+        """a zset of agent ids scored by when their record expires (unix ms): read without SCAN"""
 
     def request(self, request_id: str) -> str:
         return f"{self.prefix}req:{request_id}"
@@ -48,6 +61,3 @@ class Keys:
 
     def client(self, client_id: str) -> str:
         return f"{self.prefix}client:{client_id}"
-
-    def agent_pattern(self) -> str:
-        return f"{self.prefix}agent:*"

@@ -13,10 +13,9 @@ import logging
 import secrets
 from typing import TYPE_CHECKING
 
-from redis.exceptions import ConnectionError, TimeoutError
-
 from ._commands import SCRIPTS, Commands
 from ._keys import Keys
+from ._redis_errors import is_transient
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -66,28 +65,48 @@ class Agent:
         owner_key = keys.agent(self.owner) if self.owner else keys.agent(self.id)
         reply = await commands.script(
             SCRIPTS["agent_register"],
-            [keys.agent(self.id), owner_key],
-            [self._fingerprint, self.owner or "", int(ttl * 1000), "1" if self.owner else "0"],
+            [keys.agent(self.id), owner_key, keys.agents],
+            [self._fingerprint, self.owner or "", int(ttl * 1000), "1" if self.owner else "0", self.id],
         )
         self.alive = reply[0] == "ok"
         return list(reply)
 
     async def heartbeat(self, commands: Commands, keys: Keys, ttl: float) -> None:
-        """Refresh the record every third of its TTL until cancelled or superseded."""
-        while self.alive:
+        """Refresh the record every third of its TTL until cancelled or superseded.
+
+        While no heartbeat succeeds for a whole TTL the record may have expired, so the agent
+        counts as not alive (its asks fail ``CALLER_NOT_LIVE`` at once) until one succeeds.
+        """
+        loop = asyncio.get_running_loop()
+        valid_until = loop.time() + ttl
+        while True:
             await asyncio.sleep(ttl / 3)
             try:
                 held = await commands.script(
-                    SCRIPTS["agent_heartbeat"], [keys.agent(self.id)], [self._fingerprint, int(ttl * 1000)]
+                    SCRIPTS["agent_heartbeat"],
+                    [keys.agent(self.id), keys.agents],
+                    [self._fingerprint, int(ttl * 1000), self.id],
                 )
-            except (ConnectionError, TimeoutError, OSError) as error:
-                log.warning("agent %s heartbeat failed: %s", self.id, error)
+            except Exception as error:
+                log.log(
+                    logging.WARNING if is_transient(error) else logging.ERROR,
+                    "agent %s heartbeat failed: %r",
+                    self.id,
+                    error,
+                )
+                if self.alive and loop.time() >= valid_until:
+                    log.warning("agent %s missed its heartbeats for %.0fs: not live until one succeeds", self.id, ttl)
+                    self.alive = False
                 continue
             if held != 1:
                 log.warning("agent %s is no longer the live instance", self.id)
                 self.alive = False
+                return
+            self.alive = True
+            valid_until = loop.time() + ttl
 
     async def remove(self, commands: Commands, keys: Keys) -> None:
-        if self.alive:
-            self.alive = False
-            await commands.script(SCRIPTS["agent_heartbeat"], [keys.agent(self.id)], [self._fingerprint, "0"])
+        self.alive = False
+        await commands.script(
+            SCRIPTS["agent_heartbeat"], [keys.agent(self.id), keys.agents], [self._fingerprint, "0", self.id]
+        )

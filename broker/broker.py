@@ -5,32 +5,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
-import hiredis
 import msgspec
-from redis.asyncio import Connection, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import RedisError
 
 from ._commands import SCRIPTS, Commands
 from ._inbox import Inbox
 from ._keys import Keys
+from ._redis_errors import unavailable
+from ._tasks import Background, running
 from .agents import Agent
 from .connection import redis_from_url
 from .errors import (
     ASK_ABORTED,
     ASK_TIMED_OUT,
+    BAD_REQUEST,
     BROKER_UNAVAILABLE,
     CALLER_NOT_LIVE,
     EMPTY_QUESTIONS,
     UserQuestionError,
 )
-from .provider import Provider, ProviderSettings, acquire_lease, ensure_group, release_lease
+from .provider import Provider, ProviderSettings, acquire_lease, release_lease
 from .types import AskUserQuestionAnswer, AskUserQuestionRequest, decode_outcome, encode
 from .validation import Limits, check_answer, check_request
 
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 Next = Callable[[], Awaitable[AskUserQuestionAnswer]]
 Answerer = Callable[[AskUserQuestionRequest, Next], Awaitable[AskUserQuestionAnswer]]
 _Withdrawal = Literal["withdrawn", "aborted", "timed_out"]
-_REDIS_DOWN = (ConnectionError, TimeoutError, OSError)
+_Client = Redis | RedisCluster
 
 
 @dataclass(frozen=True)
@@ -50,47 +50,15 @@ class _Registration:
     agent_id: str | None
 
 
-class _HiredisPackingConnection(Connection):
-    """redis-py's asyncio connection packs commands in Python; hiredis does it in C.
-
-    Packing was the largest single cost of a busy provider in the benchmark's profile.
-    """
-
-    def pack_command(self, *args: Any) -> list[bytes]:
-        return [hiredis.pack_command(args)]
-
-
-def redis_client(url: str, name: str | None = None, *, socket_timeout: float | None = None) -> Redis:
-    """A client that reconnects with backoff; scripts are idempotent, so retries are safe.
-
-    ``socket_timeout`` bounds a reply's wait, so a hung (paused) Redis is noticed; a client
-    for blocking commands needs it longer than its longest block.
-    """
-    client: Redis = Redis.from_url(
-        url,
-        client_name=name,
-        socket_timeout=socket_timeout,
-        decode_responses=True,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=8),
-        retry_on_error=[ConnectionError, TimeoutError],
-        socket_connect_timeout=5.0,
-        socket_keepalive=True,
-    )
-    if url.startswith("redis://"):  # TLS and socket URLs keep their own connection classes
-        client.connection_pool.connection_class = _HiredisPackingConnection
-    return client
-
-
-def _client_for(url: str, name: str, *, socket_timeout: float | None = None) -> Redis:
-    """A plain ``redis://`` URL gets the tuned client; TLS, Cluster and Sentinel URLs the
-    matching one from ``broker.connection``."""
-    if url.startswith("redis://"):
-        return redis_client(url, name, socket_timeout=socket_timeout)
-    return cast(Redis, redis_from_url(url, name=name))
-
-
 class Broker:
-    """Agents ask through it; providers answer through it. An async context manager."""
+    """Agents ask through it; providers answer through it. An async context manager.
+
+    ``unavailable_after`` bounds how long anything waits out an unreachable Redis before it
+    fails with ``BROKER_UNAVAILABLE``; opening the broker waits at most ``connect_timeout``. ``min_replicas`` makes lease acquisition and every
+    settlement wait (WAIT) until that many replicas have them, for up to ``replica_timeout``
+    seconds each try, before the provider serves or the asker is told. ``connect`` replaces
+    the client builder (a fakeredis client, say) for every connection the broker opens.
+    """
 
     def __init__(
         self,
@@ -105,8 +73,12 @@ class Broker:
         audit_maxlen: int = 10_000,
         dead_maxlen: int = 10_000,
         unavailable_after: float = 30.0,
+        connect_timeout: float = 5.0,
+        sweep_every: float = 5.0,
+        min_replicas: int = 0,
+        replica_timeout: float = 1.0,
         limits: Limits | None = None,
-        connect: Callable[[], Redis] | None = None,
+        connect: Callable[[], _Client] | None = None,
     ) -> None:
         self.keys = Keys(namespace)
         self.namespace = namespace
@@ -117,22 +89,28 @@ class Broker:
         self.limits = limits or Limits()
         self.client_id = secrets.token_hex(8)
         self.unavailable_after = unavailable_after
+        self.connect_timeout = connect_timeout
+        self.sweep_every = sweep_every
         name = f"qb-{self.client_id}"
-        self._connect_commands = connect or (lambda: _client_for(url, name, socket_timeout=10.0))
-        # No socket timeout on blocking reads: with one, redis-py's read timeout swallowed the
-        # cancellation of a blocked XREADGROUP (seen on Python 3.11), so a provider never stopped.
-        self._connect = connect or (lambda: _client_for(url, name))
+        self._connect_commands = connect or (lambda: redis_from_url(url, name=name))
+        self._connect_blocking = connect or (lambda: redis_from_url(url, name=name, blocking=True))
         self._provider_settings = ProviderSettings(
             lease_ttl=lease_ttl,
             result_ttl=result_ttl,
             audit_maxlen=audit_maxlen,
             dead_maxlen=dead_maxlen,
             limits=self.limits,
+            min_replicas=min_replicas,
+            replica_timeout=replica_timeout,
         )
         self._answerers: list[_Registration] = []
         self._agents: dict[str, Agent] = {}
-        self._stack: AsyncExitStack | None = None
-        self._cleanups: set[asyncio.Task[Any]] = set()
+        self._asks: dict[str, _Ask] = {}
+        self._open = False
+        self._closing = False
+        self._clients: list[_Client] = []
+        self._background = Background()
+        self._cleanups = Background()
         self._commands: Commands | None = None
         self._inbox: Inbox | None = None
 
@@ -142,14 +120,12 @@ class Broker:
     # -- lifecycle ----------------------------------------------------------------
 
     async def __aenter__(self) -> Broker:
-        stack = AsyncExitStack()
-        await stack.__aenter__()
         try:
-            client = self._connect_commands()
-            stack.push_async_callback(client.aclose)
-            blocking = self._connect()
-            stack.push_async_callback(blocking.aclose)
-            self._commands = Commands(client)
+            commands_client = self._connect_commands()
+            self._clients.append(commands_client)
+            blocking = self._connect_blocking()
+            self._clients.append(blocking)
+            self._commands = Commands(commands_client, give_up_after=self.unavailable_after)
             self._inbox = Inbox(
                 keys=self.keys,
                 client_id=self.client_id,
@@ -157,49 +133,87 @@ class Broker:
                 blocking=blocking,
                 liveness_ttl=self.client_ttl,
                 unavailable_after=self.unavailable_after,
+                request_ttl=self.request_ttl,
+                sweep_every=self.sweep_every,
             )
-            tasks = await stack.enter_async_context(asyncio.TaskGroup())
-            stack.callback(self._commands.fail_pending)
-            sender = tasks.create_task(self._commands.run(), name="qb-commands")
-            waiter = tasks.create_task(self._inbox.run(), name="qb-inbox")
-            stack.callback(sender.cancel)
-            stack.callback(waiter.cancel)
-            await self._inbox.beat()
-            await ensure_group(self._commands, self.keys)
-        except BaseException:
-            await stack.aclose()
+            self._background.start(self._commands.run, "qb-commands", restart=True)
+            # The first write proves the server, the database index and the ACL user; a
+            # refusal is a coded error now rather than a hang later.
+            try:
+                async with asyncio.timeout(self.connect_timeout):
+                    await self._inbox.beat()
+            except TimeoutError as error:
+                raise UserQuestionError(
+                    f"Redis did not answer within {self.connect_timeout:g}s", BROKER_UNAVAILABLE
+                ) from error
+        except BaseException as error:
+            await self._background.aclose()
+            await self._close_clients()
+            if isinstance(error, Exception):
+                raise unavailable(error, "connecting") from error
             raise
-        self._stack = stack
+        inbox = self._inbox
+        self._background.start(inbox.run, "qb-inbox", restart=True)
+        self._background.start(inbox.keep_alive, "qb-liveness", restart=True)
+        self._background.start(inbox.sweep, "qb-sweep", restart=True)
+        self._open = True
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
-        stack, self._stack = self._stack, None
-        if stack is None:
+        """Close: every ask still waiting ends (withdrawn, or with its outcome if one came first)."""
+        if not self._open or self._closing:
             return
+        self._closing = True
         try:
+            asks = list(self._asks.values())
+            if asks:
+                await asyncio.wait_for(
+                    asyncio.gather(*(ask.end_on_close() for ask in asks), return_exceptions=True), timeout=5.0
+                )
             # Withdrawals in flight and queued clean-ups (an answered request's keys) finish first.
-            if self._cleanups:
-                await asyncio.wait(self._cleanups, timeout=5.0)
+            await self._cleanups.wait(timeout=5.0)
             if self._commands is not None:
                 await asyncio.wait_for(self._commands.drain(), timeout=5.0)
         except TimeoutError:
             log.warning("closing with Redis commands unsent; their keys expire by TTL")
         finally:
-            await stack.aclose()
+            self._open = False
+            closed = UserQuestionError("the broker was closed while the ask waited", BROKER_UNAVAILABLE)
+            if self._inbox is not None:
+                self._inbox.fail_all(closed)
+            await self._cleanups.aclose()
+            await self._background.aclose()
+            if self._commands is not None:
+                self._commands.fail_pending(closed)
+            await self._close_clients()
 
-    def track(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
+    async def _close_clients(self) -> None:
+        clients, self._clients = self._clients, []
+        for client in reversed(clients):
+            try:
+                await client.aclose()
+            except Exception as error:  # closing a broken connection must not hide the real error
+                log.debug("closing a Redis client: %r", error)
+
+    def _track(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
         """Run clean-up work that must finish even if its caller is cancelled; awaited on close."""
-        task = asyncio.ensure_future(work)
-        self._cleanups.add(task)
-        task.add_done_callback(self._cleanups.discard)
-        return task
+
+        async def run() -> Any:
+            return await work
+
+        return self._cleanups.start(run, "qb-cleanup")
+
+    def _fire(self, *args: Any) -> None:
+        """Queue a clean-up command nobody waits for; dropped once the broker is closed."""
+        if self._commands is not None and self._open:
+            self._commands.fire(*args)
 
     @property
     def commands(self) -> Commands:
-        if self._commands is None or self._stack is None:
+        if self._commands is None or not self._open:
             raise UserQuestionError("the broker is not open: use `async with Broker(...)`", BROKER_UNAVAILABLE)
         return self._commands
 
@@ -211,20 +225,24 @@ class Broker:
         owner_id = owner.id if isinstance(owner, Agent) else owner
         agent = Agent(self, agent_id, owner_id)
         commands = self.commands
-        reply = await agent.register(commands, self.keys, self.agent_ttl)
+        try:
+            reply = await agent.register(commands, self.keys, self.agent_ttl)
+        except (RedisError, OSError) as error:
+            raise unavailable(error, "registering the agent") from error
         if reply[0] != "ok":
             raise UserQuestionError(reply[2], reply[1])
         self._agents[agent_id] = agent
         try:
-            async with _running(agent.heartbeat(commands, self.keys, self.agent_ttl)):
+            async with running(lambda: agent.heartbeat(commands, self.keys, self.agent_ttl)):
                 yield agent
         finally:
             if self._agents.get(agent_id) is agent:
                 del self._agents[agent_id]
             try:
-                await agent.remove(commands, self.keys)
-            except _REDIS_DOWN as error:
-                log.warning("could not remove agent %s: %s (its record expires)", agent_id, error)
+                async with asyncio.timeout(self.agent_ttl):  # past it, the record expires anyway
+                    await agent.remove(commands, self.keys)
+            except Exception as error:
+                log.warning("could not remove agent %s: %r (its record expires)", agent_id, error)
 
     # -- the waterfall --------------------------------------------------------------
 
@@ -253,8 +271,15 @@ class Broker:
         abort: asyncio.Event | None = None,
         timeout: float | None = None,
     ) -> AskUserQuestionAnswer:
-        """Ask a human; ``request.agent`` must name an agent registered by this broker."""
-        agent = self._agents.get(request.agent) if request.agent is not None else None
+        """Ask a human; ``request.agent`` is an agent registered by this broker (its id or the instance)."""
+        named: object = request.agent
+        if isinstance(named, Agent):
+            return await self.ask_as(named, request, abort=abort, timeout=timeout)
+        if named is not None and not isinstance(named, str):
+            raise UserQuestionError(
+                f"request.agent must be an agent id or an Agent, not {type(named).__name__}", BAD_REQUEST
+            )
+        agent = self._agents.get(named) if named is not None else None
         return await self._ask(request, agent, abort, timeout)
 
     async def ask_as(
@@ -270,6 +295,18 @@ class Broker:
         return await self._ask(request, agent, abort, timeout)
 
     async def _ask(
+        self,
+        request: AskUserQuestionRequest,
+        agent: Agent | None,
+        abort: asyncio.Event | None,
+        timeout: float | None,
+    ) -> AskUserQuestionAnswer:
+        try:
+            return await self._checked_ask(request, agent, abort, timeout)
+        except (RedisError, OSError) as error:  # a refusal no retry can mend (NOPERM, say)
+            raise unavailable(error, "asking") from error
+
+    async def _checked_ask(
         self,
         request: AskUserQuestionRequest,
         agent: Agent | None,
@@ -346,19 +383,26 @@ class Broker:
     async def provider(
         self, name: str, *, standby: bool = True, on_standby: Callable[[str], Any] | None = None
     ) -> AsyncIterator[Provider]:
-        """Hold the namespace's provider lease for the block (waiting for it when ``standby``)."""
+        """Hold the namespace's provider lease for the block (waiting for it when ``standby``).
+
+        Inside the block, a Redis failure never ends the provider: its reads and renewals wait
+        it out, and once the lease is lost (``provider.lost``) iterating raises ``LEASE_LOST``.
+        """
         commands = self.commands
-        blocking = self._connect()
+        blocking = self._connect_blocking()
         try:
-            token, epoch = await acquire_lease(
-                commands=commands,
-                blocking=blocking,
-                keys=self.keys,
-                name=name,
-                lease_ttl=self.lease_ttl,
-                standby=standby,
-                on_standby=on_standby,
-            )
+            try:
+                token, epoch = await acquire_lease(
+                    commands=commands,
+                    blocking=blocking,
+                    keys=self.keys,
+                    name=name,
+                    settings=self._provider_settings,
+                    standby=standby,
+                    on_standby=on_standby,
+                )
+            except (RedisError, OSError) as error:
+                raise unavailable(error, "taking the provider lease") from error
             provider = Provider(
                 keys=self.keys,
                 name=name,
@@ -370,37 +414,17 @@ class Broker:
             )
             log.info("provider %s holds the lease of %s (epoch %d)", name, self.namespace, epoch)
             try:
-                async with _running(provider.keep_lease(), provider.read()):
+                async with running(provider.keep_lease, provider.read, provider.reclaim):
                     yield provider
             finally:
                 try:
-                    await release_lease(commands, self.keys, provider)
-                except _REDIS_DOWN as error:
-                    log.warning("could not release the lease: %s (it lapses after its TTL)", error)
+                    # Bounded: past its TTL the lease lapses by itself anyway.
+                    async with asyncio.timeout(self.lease_ttl):
+                        await release_lease(commands, self.keys, provider)
+                except Exception as error:
+                    log.warning("could not release the lease: %r (it lapses after its TTL)", error)
         finally:
             await blocking.aclose()
-
-
-@asynccontextmanager
-async def _running(*work: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
-    """Run background work for the block; cancel and await it on the way out.
-
-    Not a TaskGroup: that would wrap whatever the caller's block raises in an ExceptionGroup.
-    """
-    tasks = [asyncio.ensure_future(coroutine) for coroutine in work]
-    for task in tasks:
-        task.add_done_callback(_log_crash)
-    try:
-        yield
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _log_crash(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("background task %s failed", task.get_coro(), exc_info=task.exception())
 
 
 class _Ask:
@@ -415,6 +439,8 @@ class _Ask:
         self.deadline = deadline
         self.request_id = secrets.token_hex(12)
         self.withdrawal: _Withdrawal = "withdrawn"
+        self.future: asyncio.Future[str] | None = None
+        self.ended_on_close = False
 
     async def run(
         self, answerers: list[Answerer], abort: asyncio.Event | None, deadline: float | None
@@ -472,7 +498,8 @@ class _Ask:
         broker = self.broker
         inbox = broker._inbox
         assert inbox is not None
-        future = inbox.expect(self.request_id)
+        future = self.future = inbox.expect(self.request_id)
+        broker._asks[self.request_id] = self
         try:
             try:
                 timeout_ms = ""
@@ -482,25 +509,62 @@ class _Ask:
                 reply = await broker._script("ask", self.request, self.agent, self.request_id, timeout_ms=timeout_ms)
                 if reply[0] != "ok":
                     raise UserQuestionError(reply[2], reply[1])
+                inbox.enqueued(self.request_id)
                 # Shielded: cancelling this task must not cancel the future the inbox resolves.
                 outcome = await asyncio.shield(future)
             except asyncio.CancelledError:
                 # Shielded in a task of the broker's: a caller that keeps cancelling (an anyio
                 # cancel scope does) must not stop the withdrawal half-way.
-                settled = await asyncio.shield(broker.track(self._withdraw(future)))
+                settled = await asyncio.shield(broker._track(self._withdraw(future)))
                 if settled is None:
                     raise
                 outcome = settled
-        except _REDIS_DOWN as error:
-            raise UserQuestionError(f"Redis is unreachable: {error}", BROKER_UNAVAILABLE) from error
+        except Exception as error:
+            coded = error if isinstance(error, UserQuestionError) else unavailable(error, "asking")
+            if coded.code == BROKER_UNAVAILABLE and not self.ended_on_close:
+                # Redis failed us; once it is back, a human must not answer into the void.
+                broker._track(self._withdraw_quietly(future))
+            if coded is error:
+                raise
+            raise coded from error
         finally:
             inbox.forget(self.request_id)
+            broker._asks.pop(self.request_id, None)
+        # The request's keys go only now, after the ask call returned: a retried ask can then
+        # never land after them and enqueue the question again.
+        broker._fire("UNLINK", broker.keys.outcome(self.request_id), broker.keys.request(self.request_id))
         return _settled(outcome)
+
+    async def end_on_close(self) -> None:
+        """The broker closes: withdraw, and end the wait with the outcome if one came first."""
+        self.ended_on_close = True
+        future = self.future
+        if future is None or future.done():
+            return
+        try:
+            outcome = await self._withdraw(future)
+        except Exception as error:
+            log.warning("could not withdraw request %s on close: %r", self.request_id, error)
+            outcome = None
+        if not future.done():
+            if outcome is not None:
+                future.set_result(outcome)
+            else:
+                future.set_exception(
+                    UserQuestionError("the broker was closed while the ask waited", BROKER_UNAVAILABLE)
+                )
+
+    async def _withdraw_quietly(self, future: asyncio.Future[str]) -> None:
+        try:
+            await self._withdraw(future)
+        except Exception as error:
+            log.warning("could not withdraw request %s: %r (housekeeping reaps it)", self.request_id, error)
 
     async def _withdraw(self, future: asyncio.Future[str]) -> str | None:
         """Withdraw the request; if it was settled first, return that outcome instead."""
-        if future.done() and not future.cancelled():
-            return future.result()
+        settled = _outcome_of(future)
+        if settled is not None:
+            return settled
         broker = self.broker
         keys = broker.keys
         reply = await broker.commands.script(
@@ -515,13 +579,19 @@ class _Ask:
             ],
         )
         if reply[0] != "settled":
-            return future.result() if future.done() and not future.cancelled() else None
+            return _outcome_of(future)
         outcome_key = keys.outcome(self.request_id)
         outcome: str | None = await broker.commands.call("GET", outcome_key)
-        if outcome is None and future.done() and not future.cancelled():
-            return future.result()  # the inbox waiter took the outcome meanwhile
-        await broker.commands.call("UNLINK", outcome_key, keys.request(self.request_id))
+        if outcome is None:
+            return _outcome_of(future)  # the inbox waiter took the outcome meanwhile
+        broker._fire("UNLINK", outcome_key, keys.request(self.request_id))
         return outcome
+
+
+def _outcome_of(future: asyncio.Future[str]) -> str | None:
+    if future.done() and not future.cancelled() and future.exception() is None:
+        return future.result()
+    return None
 
 
 def _settled(outcome: str) -> AskUserQuestionAnswer:

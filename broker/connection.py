@@ -12,11 +12,19 @@ Query parameters: ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cer
 ``socket_timeout`` (seconds), and for Sentinel ``sentinel_username`` / ``sentinel_password``
 (the sentinels' own credentials; the ones in the URL are the master's).
 
-Every client decodes responses and reconnects with exponential backoff on connection errors
-and timeouts (the broker's scripts are idempotent, so a retried call is safe). A Sentinel
-client resolves the master on each new connection, so after a failover it follows the
-promoted replica; a write that reaches a demoted master fails with a connection error and is
-retried against the new one.
+This module is the one place where the broker's Redis clients are built, for every scheme,
+with the same timeouts and retry policy (docs/architecture.md, "The client's rules"):
+
+- a *command* client (``blocking=False``) has a socket timeout, so a silent server fails a
+  command instead of hanging it, and redis-py reconnects and re-sends a few times (every
+  command the broker sends is safe to repeat); ``broker._commands`` adds the overall deadline;
+- a *blocking* client (``blocking=True``: BLMPOP, XREADGROUP, BLPOP) has neither: redis-py
+  never re-sends a blocking read whose reply was lost with its connection, so its caller sees
+  the break and recovers from durable state, and the caller bounds each read with an event-loop
+  deadline (a socket timeout on a blocking connection has swallowed a cancelled XREADGROUP).
+
+A Sentinel client resolves the master on each new connection, so after a failover it follows
+the promoted replica; a Cluster client follows MOVED replies and re-reads the slot map.
 """
 
 from __future__ import annotations
@@ -26,22 +34,25 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from redis.asyncio import Redis, RedisCluster
+import hiredis
+from redis.asyncio import Connection, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 
 from .errors import BAD_REQUEST, UserQuestionError
 
-__all__ = ["redis_from_url", "SCHEMES"]
+__all__ = ["COMMAND_TIMEOUT", "SCHEMES", "SentinelManagedRedis", "redis_from_url"]
 
 SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel")
 _TLS_PARAMS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname")
 _PARAMS = frozenset((*_TLS_PARAMS, "socket_timeout", "sentinel_username", "sentinel_password"))
 _CERT_REQS = ("none", "optional", "required")
-_RETRIES = 8
+_RETRIES = 3
+COMMAND_TIMEOUT = 10.0
+"""seconds a command client waits for one reply before it counts the connection as broken"""
 
 
 @dataclass(frozen=True)
@@ -58,15 +69,16 @@ class _Url:
         return self.scheme.startswith("rediss")
 
 
-def redis_from_url(url: str, *, name: str | None = None) -> Redis | RedisCluster:
+def redis_from_url(url: str, *, name: str | None = None, blocking: bool = False) -> Redis | RedisCluster:
     """The redis-py asyncio client for ``url`` (see the module docstring for the forms).
 
-    ``name`` becomes the connections' CLIENT SETNAME. An unknown scheme, a malformed host
-    list or an unknown query parameter is ``BAD_REQUEST`` (the URL itself is never echoed,
-    since it may carry a password).
+    ``name`` becomes the connections' CLIENT SETNAME; ``blocking`` builds a client for blocking
+    reads (no socket timeout, no silent re-send). An unknown scheme, a malformed host list or an
+    unknown or empty query parameter is ``BAD_REQUEST`` (the URL itself is never echoed, since it
+    may carry a password).
     """
     parsed = _parse(url)
-    options = _options(parsed, name)
+    options = _options(parsed, name, blocking)
     if parsed.scheme in ("redis+cluster", "rediss+cluster"):
         if parsed.path:
             raise UserQuestionError("a cluster URL takes no path (a cluster has only database 0)", BAD_REQUEST)
@@ -74,6 +86,9 @@ def redis_from_url(url: str, *, name: str | None = None) -> Redis | RedisCluster
             startup_nodes=[ClusterNode(host, port) for host, port in parsed.hosts],
             username=parsed.username,
             password=parsed.password,
+            # The cluster client re-sends a command after a connection error on its own;
+            # a blocking read must not be re-sent (its reply may have been lost).
+            cluster_error_retry_attempts=0 if blocking else 3,
             **options,
         )
         return cluster
@@ -82,7 +97,20 @@ def redis_from_url(url: str, *, name: str | None = None) -> Redis | RedisCluster
     if len(parsed.hosts) != 1:
         raise UserQuestionError("a redis:// URL names one host; use redis+cluster:// or redis+sentinel://", BAD_REQUEST)
     (host, port), db = parsed.hosts[0], _db(parsed.path, 0)
-    return Redis(host=host, port=port, db=db, username=parsed.username, password=parsed.password, **options)
+    client = Redis(host=host, port=port, db=db, username=parsed.username, password=parsed.password, **options)
+    if not parsed.tls:  # TLS keeps its own connection class
+        client.connection_pool.connection_class = _HiredisPackingConnection
+    return client
+
+
+class _HiredisPackingConnection(Connection):
+    """redis-py's asyncio connection packs commands in Python; hiredis does it in C.
+
+    Packing was the largest single cost of a busy provider in the benchmark's profile.
+    """
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        return [hiredis.pack_command(args)]
 
 
 class SentinelManagedRedis(Redis):
@@ -106,8 +134,9 @@ def _sentinel_master(parsed: _Url, options: dict[str, Any]) -> SentinelManagedRe
         "password": parsed.params.get("sentinel_password"),
         "decode_responses": True,
         "socket_connect_timeout": options["socket_connect_timeout"],
-        "socket_timeout": options.get("socket_timeout"),
-        "retry": _retry(),
+        # Asking a sentinel for the master is a plain command, even for a blocking client.
+        "socket_timeout": options["socket_timeout"] or COMMAND_TIMEOUT,
+        "retry": _command_retry(),
         "retry_on_error": [ConnectionError, TimeoutError],
     }
     if parsed.tls:
@@ -125,22 +154,29 @@ def _sentinel_master(parsed: _Url, options: dict[str, Any]) -> SentinelManagedRe
     return client
 
 
-def _retry() -> Retry:
+def _command_retry() -> Retry:
     return Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=_RETRIES)
 
 
-def _options(parsed: _Url, name: str | None) -> dict[str, Any]:
+def _options(parsed: _Url, name: str | None, blocking: bool) -> dict[str, Any]:
     params = parsed.params
+    blank = sorted(key for key, value in params.items() if not value.strip())
+    if blank:
+        raise UserQuestionError(f"Redis URL parameters {blank} are empty", BAD_REQUEST)
     options: dict[str, Any] = {
         "client_name": name,
         "decode_responses": True,
-        "retry": _retry(),
-        "retry_on_error": [ConnectionError, TimeoutError],
         "socket_connect_timeout": 5.0,
         "socket_keepalive": True,
     }
-    if "socket_timeout" in params:
-        options["socket_timeout"] = _float(params, "socket_timeout")
+    if blocking:
+        options.update(retry=Retry(NoBackoff(), 0), retry_on_error=[], socket_timeout=None)
+    else:
+        options.update(
+            retry=_command_retry(),
+            retry_on_error=[ConnectionError, TimeoutError],
+            socket_timeout=_float(params, "socket_timeout") if "socket_timeout" in params else COMMAND_TIMEOUT,
+        )
     tls = {k: params[k] for k in _TLS_PARAMS if k in params}
     if tls and not parsed.tls:
         raise UserQuestionError(f"TLS parameters {sorted(tls)} need a rediss:// scheme", BAD_REQUEST)

@@ -4,6 +4,12 @@ A provider holds the namespace's lease (a fencing epoch plus its own token) and 
 in the background; standbys block until the lease is released or lapses. Every action a
 provider takes on a request is a script that first checks the lease, so a provider that
 stalled past its lease (GC, SIGSTOP, partition) cannot answer when it wakes up.
+
+The holder's reads follow the client's rules (docs/architecture.md): a blocking read is never
+re-sent and has a reply deadline; after a broken read the holder claims its own pending list
+again, and every ``reclaim_every`` seconds it claims entries that sat idle in any consumer's
+pending list (a fenced reader may have taken them after the holder's last claim). No Redis
+failure ends the reader: it waits the failure out until the lease is lost.
 """
 
 from __future__ import annotations
@@ -17,12 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import RedisError, ResponseError
 
-from ._commands import REDIS_DOWN, SCRIPTS, Commands, is_transient
+from ._backoff import Backoff
+from ._commands import SCRIPTS, Commands
 from ._keys import GROUP, Keys
-from .errors import ASK_CANCELLED, DUPLICATE_PROVIDER, LEASE_LOST, UserQuestionError
+from ._redis_errors import is_transient, unavailable
+from .errors import ASK_CANCELLED, BROKER_UNAVAILABLE, DUPLICATE_PROVIDER, LEASE_LOST, UserQuestionError
 from .types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_request, encode
 from .validation import Limits, check_answer, check_request
 
@@ -31,6 +39,8 @@ __all__ = ["PendingRequest", "Provider", "ProviderSettings"]
 log = logging.getLogger(__name__)
 
 _READ_COUNT = 256
+_REPLY_MARGIN_S = 3.0
+"""how long past its block a blocking read's reply may be late before the connection counts as silent"""
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
@@ -41,6 +51,18 @@ class ProviderSettings:
     audit_maxlen: int
     dead_maxlen: int
     limits: Limits
+    min_replicas: int = 0
+    replica_timeout: float = 1.0
+
+    @property
+    def block_s(self) -> float:
+        """How long one blocking read of a provider or standby blocks."""
+        return max(0.1, self.lease_ttl / 4)
+
+    @property
+    def reclaim_every(self) -> float:
+        """How often the holder claims entries idle in any consumer's pending list."""
+        return max(0.2, self.lease_ttl / 2)
 
 
 class PendingRequest:
@@ -54,8 +76,10 @@ class PendingRequest:
         request: AskUserQuestionRequest,
         client_id: str,
         created_ms: int,
+        entry_id: str = "",
     ) -> None:
         self._provider = provider
+        self.entry_id = entry_id
         self.request_id = request_id
         self.request = request
         self.agent_id = request.agent
@@ -80,8 +104,15 @@ class PendingRequest:
         await self._settle("cancelled", Outcome(error=error.to_payload()), by)
 
     async def _settle(self, state: str, outcome: Outcome, by: str) -> None:
+        try:
+            await self._settle_once(state, encode(outcome).decode(), by)
+        except (RedisError, OSError) as error:
+            raise unavailable(error, "settling the request") from error
+
+    async def _settle_once(self, state: str, outcome: str, by: str) -> None:
         provider = self._provider
         keys = provider.keys
+        settings = provider.settings
         reply = await provider.commands.script(
             SCRIPTS["settle"],
             [
@@ -96,14 +127,15 @@ class PendingRequest:
                 provider.fence,
                 self.request_id,
                 state,
-                encode(outcome),
-                int(provider.settings.result_ttl * 1000),
+                outcome,
+                int(settings.result_ttl * 1000),
                 provider.name,
                 provider.epoch,
                 GROUP,
-                provider.settings.audit_maxlen,
+                settings.audit_maxlen,
                 by,
                 secrets.token_hex(8),
+                "1" if settings.min_replicas else "0",
             ],
         )
         if reply[0] != "ok":
@@ -111,6 +143,17 @@ class PendingRequest:
                 provider.fenced()
             raise UserQuestionError(reply[2], reply[1])
         provider.forget(self.request_id)
+        if settings.min_replicas:
+            # settle.lua held the asker's notice back: tell the asker only once replicas have it.
+            if not await replicated(provider.commands, settings, f"the answer to {self.request_id}"):
+                raise UserQuestionError(
+                    f"request {self.request_id} is settled, but fewer than {settings.min_replicas} replicas"
+                    " confirmed it; the asker is told once they do",
+                    BROKER_UNAVAILABLE,
+                )
+            inbox = keys.inbox(self._client_id)
+            await provider.commands.call("RPUSH", inbox, f"{self.request_id} {outcome}")
+            await provider.commands.call("PEXPIRE", inbox, int(settings.result_ttl * 1000))
 
 
 class Provider:
@@ -124,7 +167,7 @@ class Provider:
         token: str,
         epoch: int,
         commands: Commands,
-        blocking: Redis,
+        blocking: Redis | RedisCluster,
         settings: ProviderSettings,
     ) -> None:
         self.keys = keys
@@ -136,8 +179,9 @@ class Provider:
         self.settings = settings
         self.consumer = f"{name}:{token[:12]}"
         self._blocking = blocking
-        self._queue: asyncio.Queue[PendingRequest] = asyncio.Queue()
+        self._queue: asyncio.Queue[PendingRequest | None] = asyncio.Queue()  # None: the lease is lost
         self._shown: dict[str, PendingRequest] = {}
+        self._delivering: set[str] = set()
         self._lost = asyncio.Event()
 
     def __repr__(self) -> str:
@@ -154,7 +198,8 @@ class Provider:
     def fenced(self) -> None:
         if not self._lost.is_set():
             log.warning("provider %s lost the lease of %s (epoch %s)", self.name, self.keys.namespace, self.epoch)
-        self._lost.set()
+            self._lost.set()
+            self._queue.put_nowait(None)
 
     def forget(self, request_id: str) -> None:
         self._shown.pop(request_id, None)
@@ -171,41 +216,30 @@ class Provider:
         while True:
             if self._lost.is_set():
                 raise UserQuestionError("this provider no longer holds the lease", LEASE_LOST)
-            if not self._queue.empty():  # the common case under load: no tasks to race
-                pending = self._queue.get_nowait()
-                if not pending.withdrawn.is_set() and pending.request_id in self._shown:
-                    return pending
-                continue
-            getter = asyncio.ensure_future(self._queue.get())
-            loser = asyncio.ensure_future(self._lost.wait())
-            try:
-                await asyncio.wait({getter, loser}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                loser.cancel()
-                if not getter.done():
-                    getter.cancel()
-            if getter.done() and not getter.cancelled():
-                pending = getter.result()
-                if not pending.withdrawn.is_set() and pending.request_id in self._shown:
-                    return pending
+            pending = await self._queue.get()
+            if pending is not None and not pending.withdrawn.is_set() and pending.request_id in self._shown:
+                return pending
 
     # -- background work, run by Broker.provider() in its task group ------------------
 
     async def keep_lease(self) -> None:
-        """Renew the lease every third of its TTL; fence ourselves once it is gone."""
+        """Renew the lease every third of its TTL; fence ourselves once it is gone.
+
+        A renewal that cannot finish before the lease would lapse (Redis silent or down) fences
+        us at that moment: past it, another provider may hold the lease.
+        """
         ttl = self.settings.lease_ttl
         loop = asyncio.get_running_loop()
         valid_until = loop.time() + ttl
         while not self._lost.is_set():
             await asyncio.sleep(ttl / 3)
             try:
-                renewed = await self.commands.script(
-                    SCRIPTS["lease_renew"], [self.keys.provider], [self.fence, int(ttl * 1000)]
-                )
-            except (*REDIS_DOWN, ResponseError) as error:
-                if not is_transient(error):
-                    raise
-                log.warning("lease renewal failed: %s", error)
+                async with asyncio.timeout_at(valid_until):
+                    renewed = await self.commands.script(
+                        SCRIPTS["lease_renew"], [self.keys.provider], [self.fence, int(ttl * 1000)]
+                    )
+            except Exception as error:
+                log.warning("lease renewal failed: %r", error)
                 if loop.time() >= valid_until:
                     self.fenced()
                 continue
@@ -216,37 +250,61 @@ class Provider:
 
     async def read(self) -> None:
         """Deliver the stream's requests into the local queue until the lease is lost."""
-        try:
-            await self._read()
-        except Exception:
-            self.fenced()  # stop presenting rather than wait on a reader that is gone
-            raise
-
-    async def _read(self) -> None:
-        backoff = 0.05
+        backoff = Backoff(first=0.05, cap=2.0)
         claim_backlog = True
-        block_ms = max(100, int(self.settings.lease_ttl * 1000 / 4))
+        block_s = self.settings.block_s
         while not self._lost.is_set():
             try:
                 if claim_backlog:
                     await self._claim_backlog()
                     claim_backlog = False
-                reply = await self._blocking.xreadgroup(
-                    GROUP, self.consumer, {self.keys.requests: ">"}, count=_READ_COUNT, block=block_ms
-                )
+                async with asyncio.timeout(block_s + _REPLY_MARGIN_S):
+                    reply = await self._blocking.xreadgroup(
+                        GROUP, self.consumer, {self.keys.requests: ">"}, count=_READ_COUNT, block=int(block_s * 1000)
+                    )
                 for _stream, entries in reply or ():
                     await self._take(entries)
-                backoff = 0.05
-            except (*REDIS_DOWN, ResponseError) as error:
+                backoff.reset()
+            except Exception as error:
                 if isinstance(error, ResponseError) and "NOGROUP" in str(error):
-                    await ensure_group(self.commands, self.keys)
+                    claim_backlog = True  # creates the group
                     continue
-                if not is_transient(error):
-                    raise
-                log.warning("provider read interrupted (%s); retrying in %.2fs", error, backoff)
-                claim_backlog = True  # entries read just before the break sit in our PEL
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                # Entries read just before the break sit in our pending list: claim them again.
+                claim_backlog = True
+                delay = backoff.next()
+                if is_transient(error):
+                    log.warning("provider read interrupted (%r); retrying in %.2fs", error, delay)
+                else:
+                    log.error("provider read failed (%r); retrying in %.2fs", error, delay)
+                await asyncio.sleep(delay)
+
+    async def reclaim(self) -> None:
+        """Every ``reclaim_every`` seconds, claim entries idle in any pending list and present them."""
+        settings = self.settings
+        min_idle_ms = int(settings.reclaim_every * 1000)
+        while not self._lost.is_set():
+            await asyncio.sleep(settings.reclaim_every)
+            try:
+                await self._reclaim_idle(min_idle_ms)
+            except Exception as error:
+                log.warning("reclaiming idle entries failed: %r", error)
+
+    async def _reclaim_idle(self, min_idle_ms: int) -> None:
+        shown = {pending.entry_id for pending in self._shown.values()}
+        start = "-"
+        while True:
+            idle = await self.commands.call(
+                "XPENDING", self.keys.requests, GROUP, "IDLE", min_idle_ms, start, "+", _READ_COUNT, parse_detail=True
+            )
+            ids = [entry["message_id"] for entry in idle if entry["message_id"] not in shown]
+            if ids:
+                claimed = await self.commands.call(
+                    "XCLAIM", self.keys.requests, GROUP, self.consumer, min_idle_ms, *ids
+                )
+                await self._take([(entry_id, _pairs(fields)) for entry_id, fields in claimed if fields is not None])
+            if len(idle) < _READ_COUNT:
+                return
+            start = "(" + idle[-1]["message_id"]
 
     async def _claim_backlog(self) -> None:
         """Take over every entry a previous holder (or we, before a reconnect) left unsettled."""
@@ -279,8 +337,12 @@ class Provider:
         keys = self.keys
         kind, request_id, client_id = fields.get("kind"), fields.get("rid", ""), fields.get("client", "")
         if kind == "withdraw" and request_id:
-            await self.commands.call("XACK", keys.requests, GROUP, entry_id)
-            await self.commands.call("XDEL", keys.requests, entry_id)
+            acked = await self.commands.script(
+                SCRIPTS["notice_ack"], [keys.provider, keys.requests], [self.fence, entry_id, GROUP]
+            )
+            if acked[0] != "ok":
+                self.fenced()  # the notice stays for the holder
+                return None
             shown = self._shown.pop(request_id, None)
             if shown is not None:
                 shown.withdrawn.set()
@@ -288,8 +350,18 @@ class Provider:
         if kind != "ask" or not _ID.match(request_id) or not _ID.match(client_id):
             await self._dead_letter(entry_id, fields, "malformed stream entry")
             return None
-        if request_id in self._shown:
+        if request_id in self._shown or request_id in self._delivering:
             return None
+        self._delivering.add(request_id)
+        try:
+            return await self._deliver_ask(entry_id, fields, request_id, client_id)
+        finally:
+            self._delivering.discard(request_id)
+
+    async def _deliver_ask(
+        self, entry_id: str, fields: dict[str, str], request_id: str, client_id: str
+    ) -> PendingRequest | None:
+        keys = self.keys
         agent_id = fields.get("agent", "")
         request_key = keys.request(request_id)
         reply = await self.commands.script(
@@ -328,7 +400,12 @@ class Provider:
             await self._dead_letter(entry_id, fields, f"undeliverable request: {error}")
             return None
         return PendingRequest(
-            self, request_id=request_id, request=request, client_id=client_id, created_ms=int(reply[3])
+            self,
+            request_id=request_id,
+            request=request,
+            client_id=client_id,
+            created_ms=int(reply[3]),
+            entry_id=entry_id,
         )
 
     async def _dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
@@ -371,18 +448,23 @@ async def ensure_group(commands: Commands, keys: Keys) -> None:
 async def acquire_lease(
     *,
     commands: Commands,
-    blocking: Redis,
+    blocking: Redis | RedisCluster,
     keys: Keys,
     name: str,
-    lease_ttl: float,
+    settings: ProviderSettings,
     standby: bool,
     on_standby: Callable[[str], Any] | None = None,
 ) -> tuple[str, int]:
-    """Take the lease, waiting as a registered standby when ``standby``; returns (token, epoch)."""
+    """Take the lease, waiting as a registered standby when ``standby``; returns (token, epoch).
+
+    With ``settings.min_replicas``, the lease counts as taken only once that many replicas
+    have it (WAIT): a failover right after cannot hand the namespace to a second holder.
+    """
     token = secrets.token_hex(16)
-    ttl_ms = int(lease_ttl * 1000)
+    ttl_ms = int(settings.lease_ttl * 1000)
     announced = False
     member = f"{token}:{name}"
+    backoff = Backoff(first=0.05, cap=2.0)
     try:
         while True:
             reply = await commands.script(
@@ -392,7 +474,10 @@ async def acquire_lease(
             )
             epoch, remaining_ms = int(reply[0]), int(reply[1])
             if epoch:
-                return token, epoch
+                if await replicated(commands, settings, f"the lease of {keys.namespace}"):
+                    return token, epoch
+                await asyncio.sleep(backoff.next())
+                continue
             holder = _holder_name(reply[2])
             if not standby:
                 raise UserQuestionError(
@@ -407,15 +492,32 @@ async def acquire_lease(
             # and at least every lease TTL to refresh our standby registration.
             wait_s = max(0.01, min(remaining_ms, ttl_ms) / 1000 + 0.005)
             try:
-                await blocking.execute_command("BLPOP", keys.lease_signal, wait_s)  # type: ignore[no-untyped-call]
-            except (*REDIS_DOWN, ResponseError) as error:
-                if not is_transient(error):
-                    raise
-                log.warning("standby wait interrupted (%s); trying again", error)
-                await asyncio.sleep(0.2)
+                async with asyncio.timeout(wait_s + _REPLY_MARGIN_S):
+                    await blocking.execute_command("BLPOP", keys.lease_signal, wait_s)
+                backoff.reset()
+            except Exception as error:
+                delay = backoff.next()
+                log.warning("standby wait interrupted (%r); trying again in %.2fs", error, delay)
+                await asyncio.sleep(delay)
     except BaseException:
-        await commands.call("ZREM", keys.standbys, member)
+        try:
+            await commands.call("ZREM", keys.standbys, member)
+        except Exception as error:
+            log.info("could not leave the standbys: %r (the registration expires)", error)
         raise
+
+
+async def replicated(commands: Commands, settings: ProviderSettings, what: str) -> bool:
+    """True once ``settings.min_replicas`` replicas have every write sent so far (at once when 0)."""
+    if settings.min_replicas <= 0:
+        return True
+    acked = int(await commands.call("WAIT", settings.min_replicas, int(settings.replica_timeout * 1000)))
+    if acked < settings.min_replicas:
+        log.warning(
+            "%s reached %d of %d replicas in %.1fs", what, acked, settings.min_replicas, settings.replica_timeout
+        )
+        return False
+    return True
 
 
 async def release_lease(commands: Commands, keys: Keys, provider: Provider) -> None:

@@ -79,7 +79,7 @@ async def namespace_status(broker: Broker) -> NamespaceStatus:
         lease_ttl_s=int(pttl) / 1000 if lease and int(pttl) >= 0 else None,
         standbys=tuple(str(member).split(":", 1)[-1] for member in standbys),
         pending=await _pending(call, keys, now_ms),
-        agents=await _agents(call, keys),
+        agents=await _agents(call, keys, now_ms),
         stream_length=int(stream_length),
         dead_letters=int(dead_letters),
         last_epoch=int(last_epoch or 0),
@@ -123,16 +123,13 @@ def _pairs(flat: Any) -> dict[str, str]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-async def _agents(call: Any, keys: Keys) -> tuple[AgentInfo, ...]:
-    found: list[AgentInfo] = []
-    cursor: Any = 0
-    prefix = len(keys.agent(""))
-    while True:
-        cursor, names = await call("SCAN", cursor, "MATCH", keys.agent_pattern(), "COUNT", _PAGE)
-        records = await asyncio.gather(*(call("HMGET", name, "owner", "since") for name in names))
-        for name, (owner, since) in zip(names, records, strict=True):
-            if since is None:
-                continue  # expired between SCAN and HMGET
-            found.append(AgentInfo(agent_id=name[prefix:], owner=owner or None, since=int(since)))
-        if int(cursor) == 0:
-            return tuple(sorted(found, key=lambda agent: agent.agent_id))
+async def _agents(call: Any, keys: Keys, now_ms: int) -> tuple[AgentInfo, ...]:
+    """The live agents, from the agents index (no SCAN: an ACL user fenced to its namespace may not)."""
+    names = await call("ZRANGEBYSCORE", keys.agents, now_ms, "+inf")
+    records = await asyncio.gather(*(call("HMGET", keys.agent(name), "owner", "since") for name in names))
+    found = [
+        AgentInfo(agent_id=name, owner=owner or None, since=int(since))
+        for name, (owner, since) in zip(names, records, strict=True)
+        if since is not None  # expired since the index was last refreshed
+    ]
+    return tuple(sorted(found, key=lambda agent: agent.agent_id))

@@ -14,9 +14,10 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError, NoPermissionError
 
-from broker import Broker
+from broker import Broker, UserQuestionError
 from broker._commands import SCRIPTS
 from broker.connection import redis_from_url
+from broker.errors import BROKER_UNAVAILABLE
 from tests.helpers import one_question, pick
 from tests.redis_server import RedisServer, free_port
 from tests.test_ask import next_pending
@@ -64,7 +65,7 @@ def url_for(server: RedisServer, user: str, password: str) -> str:
 
 
 def open_broker(url: str, namespace: str) -> Broker:
-    return Broker(url, namespace, connect=lambda: redis_from_url(url))
+    return Broker(url, namespace)
 
 
 async def test_an_acl_fenced_broker_works_in_its_own_namespace(acl_server):
@@ -91,15 +92,13 @@ async def test_team_a_cannot_read_answer_or_disturb_team_b(acl_server):
         pending = await next_pending(provider_b)
         keys_b = asking_b.keys
 
-        # A broker of team A cannot even open on team B's namespace (the core surfaces the
-        # refusal as an ExceptionGroup from its task group, holding the NOPERM error)...
-        refused = False
-        try:
-            async with open_broker(url_a, "team-b"):
+        # A broker of team A cannot even open on team B's namespace: a coded error at once,
+        # with Redis's NOPERM refusal as its cause...
+        with pytest.raises(UserQuestionError) as refused:
+            async with asyncio.timeout(5), open_broker(url_a, "team-b"):
                 pass
-        except* NoPermissionError:
-            refused = True
-        assert refused
+        assert refused.value.code == BROKER_UNAVAILABLE
+        assert isinstance(refused.value.__cause__, NoPermissionError)
 
         # ...and team A's credentials reach none of team B's keys, by any command or script.
         intruder = redis_from_url(url_a)

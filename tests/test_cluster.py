@@ -55,12 +55,12 @@ async def redis(redis_cluster: RedisClusterFixture) -> AsyncIterator[RedisCluste
 
 @pytest.fixture
 async def make_broker(redis_cluster: RedisClusterFixture, namespace: str) -> AsyncIterator[Callable[..., Any]]:
-    """Brokers on the cluster (``connect=`` builds a RedisCluster client); closed at teardown."""
+    """Brokers on the cluster (the redis+cluster:// URL builds RedisCluster clients); closed at teardown."""
     opened: list[Broker] = []
 
     async def make(**options: Any) -> Broker:
         options.setdefault("namespace", namespace)
-        broker = Broker(redis_cluster.url, connect=cluster_connect(redis_cluster), **options)
+        broker = Broker(redis_cluster.url, **options)
         await broker.__aenter__()
         opened.append(broker)
         return broker
@@ -106,10 +106,9 @@ async def test_namespaces_on_different_masters_work_at_once(redis_cluster, redis
     assert len(ports) == 3  # one namespace per master
 
     async def round_trip(namespace: str) -> list[Any]:
-        connect = cluster_connect(redis_cluster)
         async with (
-            Broker(redis_cluster.url, namespace, connect=connect) as asking,
-            Broker(redis_cluster.url, namespace, connect=connect) as answering_broker,
+            Broker(redis_cluster.url, namespace) as asking,
+            Broker(redis_cluster.url, namespace) as answering_broker,
             answering_broker.provider(f"ui-{namespace}") as provider,
         ):
             asks = [asyncio.create_task(asking.ask(one_question())) for _ in range(10)]

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import ConnectionError
 
 from broker import UserQuestionError
-from broker.broker import redis_client
+from broker._commands import Commands
 from broker.connection import SentinelManagedRedis, redis_from_url
-from tests.redis_server import RedisServer
 
 
 @pytest.mark.parametrize(
@@ -68,32 +68,41 @@ async def test_each_scheme_builds_its_client() -> None:
             await client.aclose()
 
 
-async def _survives_outage(client: Redis, server: RedisServer) -> bool:
-    await client.ping()
-    server.kill()
-
-    async def restart_soon() -> None:
-        await asyncio.sleep(0.5)
-        await asyncio.to_thread(server.start)
-
-    restarting = asyncio.create_task(restart_soon())
+async def test_commands_ride_out_a_short_outage(redis_factory) -> None:
+    """The client library's own retries are short; the broker's command sender waits the outage out."""
+    server = redis_factory()
+    client = redis_from_url(server.url)
+    commands = Commands(client, give_up_after=10.0)
+    sender = asyncio.create_task(commands.run())
     try:
-        await client.ping()
-        return True
-    except Exception:
-        return False
-    finally:
+        assert await commands.call("PING") is True
+        server.kill()
+
+        async def restart_soon() -> None:
+            await asyncio.sleep(1.5)
+            await asyncio.to_thread(server.start)
+
+        restarting = asyncio.create_task(restart_soon())
+        async with asyncio.timeout(15):
+            assert await commands.call("SET", "k", "v") is True
         await restarting
+    finally:
+        sender.cancel()
         await client.aclose()
 
 
-async def test_a_client_rides_out_a_short_outage(redis_factory) -> None:
+async def test_a_blocking_client_never_resends_a_read(redis_factory) -> None:
+    """A blocking read broken with its connection raises: its caller must recover from durable state."""
     server = redis_factory()
-    client = redis_from_url(server.url)
-    assert isinstance(client, Redis)
-    assert await _survives_outage(client, server)
-
-
-async def test_the_core_default_client_rides_out_a_short_outage(redis_factory) -> None:
-    server = redis_factory()
-    assert await _survives_outage(redis_client(server.url, "qb-test"), server)
+    blocking = redis_from_url(server.url, blocking=True)
+    killer = redis_from_url(server.url)
+    try:
+        read = asyncio.create_task(blocking.execute_command("BLMPOP", 5, 1, "nothing", "LEFT"))
+        await asyncio.sleep(0.2)
+        assert await killer.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 1
+        with pytest.raises(ConnectionError):
+            async with asyncio.timeout(3):
+                await read
+    finally:
+        await blocking.aclose()
+        await killer.aclose()

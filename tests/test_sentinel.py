@@ -22,7 +22,6 @@ from redis.exceptions import ReadOnlyError, ResponseError
 
 from broker import Broker, Provider, UserQuestionError
 from broker._commands import SCRIPTS
-from broker.connection import redis_from_url
 from tests.helpers import one_question, pick
 from tests.sentinel import SentinelGroup
 from tests.test_ask import code_of, next_pending
@@ -44,8 +43,7 @@ async def make_broker(sentinel_group: SentinelGroup, namespace: str) -> AsyncIte
     async with AsyncExitStack() as stack:
 
         async def make(**options: Any) -> Broker:
-            connect = lambda: redis_from_url(sentinel_group.url)  # noqa: E731
-            broker = Broker(sentinel_group.url, namespace, connect=connect, **options)
+            broker = Broker(sentinel_group.url, namespace, **options)
             return await stack.enter_async_context(broker)
 
         yield make
@@ -169,11 +167,10 @@ async def test_an_epoch_lost_in_a_failover_is_never_handed_out_again(make_broker
     "demotion sometimes gets LEASE_LOST; the cause is not diagnosed yet (see the issue 7 note)",
 )
 async def test_the_broker_survives_blocked_reads_being_unblocked_by_a_demotion(sentinel_group, namespace):
-    connect = lambda: redis_from_url(sentinel_group.url)  # noqa: E731
     async with (
         asyncio.timeout(8),  # today the broker's task group dies and closing it hangs
-        Broker(sentinel_group.url, namespace, connect=connect) as asking,
-        Broker(sentinel_group.url, namespace, connect=connect) as answering,
+        Broker(sentinel_group.url, namespace) as asking,
+        Broker(sentinel_group.url, namespace) as answering,
         answering.provider("ui") as provider,
     ):
         waiting = asyncio.create_task(asking.ask(one_question()))

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from redis.exceptions import RedisError
 
+from broker import UserQuestionError
+from broker.errors import BROKER_UNAVAILABLE
+
 __all__ = ["Backoff", "describe", "redis_trouble"]
 
 
@@ -11,6 +14,8 @@ def redis_trouble(error: BaseException) -> bool:
     """True when ``error`` (or every error of a group) is a connection or Redis failure."""
     if isinstance(error, BaseExceptionGroup):
         return all(redis_trouble(inner) for inner in error.exceptions)
+    if isinstance(error, UserQuestionError):
+        return error.code == BROKER_UNAVAILABLE
     return isinstance(error, OSError | RedisError)
 
 

@@ -5,6 +5,10 @@
 -- ARGV[1] entry id   ARGV[2] reason   ARGV[3] group   ARGV[4] dead-letter max length   ARGV[5] result TTL ms
 -- ARGV[6] request id ('' when unknown)   ARGV[7] audit max length   ARGV[8] the entry's fields as JSON
 -- returns {'ok'}
+-- A retry after a lost reply finds the entry gone from the stream and writes nothing again.
+if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then
+  return {'ok'}
+end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'entry', ARGV[1], 'reason', ARGV[2], 'fields', ARGV[8])
 redis.pcall('XACK', KEYS[1], ARGV[3], ARGV[1])
 redis.call('XDEL', KEYS[1], ARGV[1])

@@ -6,7 +6,9 @@
 -- ARGV[6] result TTL ms   ARGV[7] audit max length   ARGV[8] request id
 -- returns {'ok', request JSON, agent id, created unix ms} | {'gone', why} | {'err', 'LEASE_LOST', message}
 -- A request whose asker is gone is withdrawn here rather than shown (the asker, if it still
--- waits, is told CALLER_NOT_LIVE).
+-- waits, is told CALLER_NOT_LIVE). An entry whose request hash is missing (expired after the
+-- request TTL, or lost in a failover) is removed, and its asker, if it still waits, is told
+-- BROKER_UNAVAILABLE: no ask waits on a request that no longer exists.
 local lease = redis.call('GET', KEYS[1])
 if not lease or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
   return {'err', 'LEASE_LOST', 'this provider no longer holds the lease'}
@@ -15,6 +17,13 @@ local r = redis.call('HMGET', KEYS[2], 'state', 'request', 'agent', 'agent_fp', 
 if not r[1] or r[1] ~= 'pending' then
   redis.pcall('XACK', KEYS[3], ARGV[3], ARGV[2])
   redis.call('XDEL', KEYS[3], ARGV[2])
+  if not r[1] then
+    local outcome = cjson.encode({error = {name = 'UserQuestionError', code = 'BROKER_UNAVAILABLE',
+      message = 'request ' .. ARGV[8] .. ' is gone from Redis (expired after the request TTL, or lost in a failover)'}})
+    redis.call('SET', KEYS[7], outcome, 'PX', ARGV[6])
+    redis.call('RPUSH', KEYS[6], ARGV[8] .. ' ' .. outcome)
+    redis.call('PEXPIRE', KEYS[6], ARGV[6])
+  end
   return {'gone', r[1] or 'missing'}
 end
 local why = nil

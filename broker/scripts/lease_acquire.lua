@@ -3,6 +3,7 @@
 -- KEYS[1] provider lease   KEYS[2] epoch counter   KEYS[3] standbys zset
 -- ARGV[1] token   ARGV[2] name   ARGV[3] lease TTL ms   ARGV[4] standby TTL ms ('0': do not stand by)
 -- returns {epoch, lease TTL ms} on acquisition | {0, the holder's remaining ms, holder value} when busy
+-- A retry of the same call after a lost reply (same token) finds its own lease and gets the same epoch.
 -- The epoch counter never expires and increases on every acquisition: it is the fencing token.
 -- It is at least the Redis clock in ms, so it keeps increasing even when the counter itself is
 -- lost (a restart without persistence, a failover that dropped the last writes).
@@ -10,6 +11,11 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local current = redis.call('GET', KEYS[1])
 if current then
+  local held_epoch, held_token = string.match(current, '^(%d+):([^:]*):')
+  if held_token == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    return {tonumber(held_epoch), tonumber(ARGV[3])}
+  end
   if ARGV[4] ~= '0' then
     redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[1] .. ':' .. ARGV[2])
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)

@@ -10,11 +10,20 @@
 -- written and a notice pushed to the asker's inbox even when its process looks dead: a process that
 -- was only paused past its liveness TTL (GC, SIGSTOP) must not wait forever when it wakes; for a dead
 -- one both keys lapse after the result TTL. A provider that showed the request gets a withdraw notice
--- on the stream. An entry whose request is missing or already settled is stale: it is removed.
+-- on the stream. An entry whose request is missing or already settled is stale: it is removed; for
+-- a missing one (expired after the request TTL, or lost in a failover) the asker, if it still waits,
+-- is told BROKER_UNAVAILABLE, as deliver.lua does.
 local r = redis.call('HMGET', KEYS[1], 'state', 'entry', 'delivered', 'agent', 'agent_fp')
 if not r[1] or r[1] ~= 'pending' then
   redis.pcall('XACK', KEYS[2], ARGV[3], ARGV[2])
   redis.call('XDEL', KEYS[2], ARGV[2])
+  if not r[1] then
+    local outcome = cjson.encode({error = {name = 'UserQuestionError', code = 'BROKER_UNAVAILABLE',
+      message = 'request ' .. ARGV[1] .. ' is gone from Redis (expired after the request TTL, or lost in a failover)'}})
+    redis.call('SET', KEYS[6], outcome, 'PX', ARGV[4])
+    redis.call('RPUSH', KEYS[5], ARGV[1] .. ' ' .. outcome)
+    redis.call('PEXPIRE', KEYS[5], ARGV[4])
+  end
   return {'stale', r[1] or 'missing'}
 end
 local why = nil

@@ -122,7 +122,9 @@ async def test_a_paused_holder_is_fenced_and_its_late_answer_refused(
     assert await asyncio.wait_for(asking, 20) == answer(("q1", ("yes",), None))
     holder.signal(signal.SIGCONT)
 
-    await holder.expect(r"late answer to [0-9a-f]+ refused: LEASE_LOST")
+    # Either its late answer reaches Redis and the fence refuses it, or it notices first that
+    # its renewal could not finish within the lease: both ways it answers nothing.
+    await holder.expect(r"late answer to [0-9a-f]+ refused: LEASE_LOST|lost the lease")
     await holder.expect(after_loss)
     if extra:
         assert await asyncio.wait_for(holder.process.wait(), 10) == 15
@@ -160,7 +162,7 @@ async def test_survives_a_redis_restart(redis_factory, namespace, rules_file, st
     server.kill()
     seen = len(worker.lines)
     await worker.expect(r"lost the lease", after=seen)  # it notices while Redis is away
-    await worker.expect(r"Redis unavailable .*; retrying in", after=seen)  # and keeps trying, not crashing
+    await worker.expect(r"interrupted .*; sending again", after=seen)  # and keeps trying, not crashing
     server.start()  # nothing persisted: the lease, the epoch counter and the group are gone
     again = await worker.expect(r"holding the lease .* \(epoch \d+\)", after=len(worker.lines))  # taken anew
     # the epoch still increases: it is at least the Redis clock, not only a lost counter

@@ -1,0 +1,13 @@
+#!lua
+-- notice_ack: the lease holder takes a withdraw notice off the stream (its UI has taken the card down).
+-- KEYS[1] provider lease   KEYS[2] requests stream
+-- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] entry id   ARGV[3] group
+-- returns {'ok'} | {'err', 'LEASE_LOST', message}
+-- Fenced like every provider action: a reader that lost the lease leaves the notice for the holder.
+local lease = redis.call('GET', KEYS[1])
+if not lease or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
+  return {'err', 'LEASE_LOST', 'this provider no longer holds the lease'}
+end
+redis.pcall('XACK', KEYS[2], ARGV[3], ARGV[2])
+redis.call('XDEL', KEYS[2], ARGV[2])
+return {'ok'}
