@@ -76,9 +76,11 @@ async def test_a_killed_waiter_connection_loses_no_answer(make_broker, redis: Re
         # a notice lost with a broken connection: the waiter must catch up from the durable outcome
         await pendings[1].answer(pick("no"))
         await redis.delete(asking.keys.inbox(asking.client_id))
+        killed = 0
         for client in await redis.client_list():
-            if client.get("name") == f"qb-{asking.client_id}" and client.get("cmd") == "blpop":
-                await redis.client_kill_filter(_id=client["id"])
+            if client.get("name") == f"qb-{asking.client_id}" and client.get("cmd") == "blmpop":
+                killed += await redis.client_kill_filter(_id=client["id"])
+        assert killed == 1  # the waiter's blocked read, and only it
         assert await asyncio.wait_for(asks[1], 10) == pick("no")
         await pendings[2].answer(pick("yes"))
         assert await asyncio.wait_for(asks[2], 10) == pick("yes")
