@@ -413,6 +413,16 @@ async def test_the_epoch_increases_after_the_lease_and_even_the_counter_are_dele
     assert third > second
 
 
+async def test_the_epoch_increases_past_a_counter_ahead_of_the_clock(ns):
+    """The counter, not the clock, orders acquisitions that come faster than the clock moves."""
+    ahead = await redis_ms(ns.redis) + 60_000
+    await ns.redis.set(ns.keys.epoch, ahead)
+    first = await ns.acquire("tokA")
+    await ns.redis.delete(ns.keys.provider)
+    second = await ns.acquire("tokB")
+    assert ahead < first < second
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="lease_acquire.lua's floor is the Redis clock: epochs issued ahead of the clock (more than one "
