@@ -111,6 +111,7 @@ async def test_a_masters_kill_9_under_load_ends_every_ask_and_the_provider_keeps
                 await asyncio.sleep(0.05)
             slot, old_port = cluster.kill_master_of(Keys(namespace).requests)
             killed = time.monotonic()
+            killed_at = time.strftime("%H:%M:%S")
             new_port = await asyncio.to_thread(cluster.wait_failover, slot, old_port, 20.0)
             promoted_after = time.monotonic() - killed
             await asyncio.sleep(5)  # keep asking on the promoted replica
@@ -132,7 +133,7 @@ async def test_a_masters_kill_9_under_load_ends_every_ask_and_the_provider_keeps
         provider.stop()
 
     summary = (
-        f"promoted port {new_port} after {promoted_after:.1f}s; outcomes {dict(outcomes)}; slowest ask "
+        f"master {old_port} killed at {killed_at}, port {new_port} promoted {promoted_after:.1f}s later; outcomes {dict(outcomes)}; slowest ask "
         f"{slowest:.1f}s; {len(hung)} of {CONCURRENCY} asks still waiting {ASK_BOUND:.0f}s after the stop; "
         f"after the failover {dict(after)}; {provider.report()}"
     )
