@@ -210,3 +210,13 @@ async def test_a_broker_asks_and_answers_through_it(proxy, make_broker) -> None:
         await pending.answer(pick("yes"))
         assert await task == pick("yes")
     assert proxy.seen("EVALSHA") >= 3 and proxy.connections >= 4
+
+
+def test_it_pairs_resp3_replies_too(proxy, redis_server, namespace) -> None:
+    c = client(proxy, protocol=3)
+    c.hset(f"{namespace}:h", mapping={"a": "1", "b": "2"})
+    assert c.hgetall(f"{namespace}:h") == {b"a": b"1", b"b": b"2"}  # a RESP3 map
+    proxy.drop_next_reply("HGETALL")
+    with pytest.raises(ConnectionError):
+        c.hgetall(f"{namespace}:h")
+    assert c.ping()
