@@ -15,6 +15,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from redis.asyncio import RedisCluster
+
+from tests.faultproxy import FaultProxy
 from tests.redis_server import RedisServer
 
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
@@ -153,3 +156,42 @@ class RedisClusterFixture:
     def kill(self) -> None:
         for node in self.nodes:
             node.kill()
+
+
+class ClusterProxies:
+    """A FaultProxy in front of every node of a cluster, and RedisCluster clients that go through them.
+
+    The nodes announce their own ports (CLUSTER SLOTS, MOVED), so a client is given
+    ``address_remap=proxies.remap``: every node address it learns is mapped to that node's
+    proxy. ``proxies.of(port)`` is the proxy of one node, to inject faults on it alone.
+    """
+
+    def __init__(self, cluster: RedisClusterFixture) -> None:
+        self.by_port: dict[int, FaultProxy] = {}
+        try:
+            for node in cluster.nodes:
+                self.by_port[node.port] = FaultProxy(node.port).start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def remap(self, address: tuple[str, int]) -> tuple[str, int]:
+        proxy = self.by_port.get(address[1])
+        return ("127.0.0.1", proxy.port) if proxy is not None else address
+
+    def of(self, port: int) -> FaultProxy:
+        return self.by_port[port]
+
+    def client(self, **options: object) -> RedisCluster:
+        first = next(iter(self.by_port.values()))
+        return RedisCluster(host="127.0.0.1", port=first.port, address_remap=self.remap, **options)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        for proxy in self.by_port.values():
+            proxy.stop()
+
+    def __enter__(self) -> ClusterProxies:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
