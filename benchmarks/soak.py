@@ -29,7 +29,8 @@ More faults, each off by default (issue 11), at random (seeded) moments while as
   1-2 s of 50-200 ms delay.
 
 An ask that ends ASK_TIMED_OUT (``--ask-timeout``) is counted as hung: the providers answer at
-once, so it waited for something that never came.
+once, so it waited for something that never came. An ask answered only at its timeout (within
+10% of it) had lost its notice: withdrawing found the request answered and returned that.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ class Result:
     proxy_faults: dict[str, int] = field(default_factory=dict)
     hung: int = 0
     """asks that ended ASK_TIMED_OUT although the providers answer at once"""
+    answered_at_timeout: int = 0
+    """asks whose answer came only at their timeout: a lost notice, found when the ask withdrew"""
+    slowest_answer: float = 0.0
     providers_died: int = 0
     """provider processes that exited although nobody killed them"""
     died: list[str] = field(default_factory=list)
@@ -227,28 +231,35 @@ async def kill_clients(raw: Redis, rng: random.Random, times: int, result: Resul
 
 
 async def inject_proxy_faults(proxy: Any, rng: random.Random, times: int, result: Result, stop: asyncio.Event) -> None:
-    """One fault of the proxy's every 0.5-2 s (see the module's docstring)."""
+    """One fault of the proxy's every 0.5-2 s (see the module's docstring); counted when cancelled."""
     faults: Counter[str] = Counter()
-    drops = []
-    for _ in range(times):
-        await asyncio.sleep(rng.uniform(0.5, 2))
-        if stop.is_set():
-            break
-        fault = rng.choice(["drop BLMPOP", "drop XREADGROUP", "drop EVALSHA", "reset", "silence", "delay"])
-        faults[fault] += 1
-        if fault.startswith("drop "):
-            drops.append(await asyncio.to_thread(proxy.drop_next_reply, fault.split()[1].encode(), skip_empty=True))
-        elif fault == "reset":
-            await asyncio.to_thread(proxy.reset)
-        elif fault == "silence":
-            await asyncio.to_thread(proxy.silence)
+    drops: list[tuple[str, Any]] = []
+    try:
+        for _ in range(times):
             await asyncio.sleep(rng.uniform(0.5, 2))
-            await asyncio.to_thread(proxy.heal)
-        else:
-            await asyncio.to_thread(proxy.delay, rng.uniform(0.05, 0.2))
-            await asyncio.sleep(rng.uniform(1, 2))
-            await asyncio.to_thread(proxy.heal)
-        result.proxy_faults = dict(faults) | {"drops that fired": sum(d.is_set() for d in drops)}
+            if stop.is_set():
+                break
+            fault = rng.choice(["drop BLMPOP", "drop XREADGROUP", "drop EVALSHA", "reset", "silence", "delay"])
+            faults[fault] += 1
+            if fault.startswith("drop "):
+                fired = await asyncio.to_thread(proxy.drop_next_reply, fault.split()[1].encode(), skip_empty=True)
+                drops.append((fault, fired))
+            elif fault == "reset":
+                await asyncio.to_thread(proxy.reset)
+            elif fault == "silence":
+                await asyncio.to_thread(proxy.silence)
+                await asyncio.sleep(rng.uniform(0.5, 2))
+                await asyncio.to_thread(proxy.heal)
+            else:
+                await asyncio.to_thread(proxy.delay, rng.uniform(0.05, 0.2))
+                await asyncio.sleep(rng.uniform(1, 2))
+                await asyncio.to_thread(proxy.heal)
+        await stop.wait()  # drops fire later: count them at the end
+    finally:
+        result.proxy_faults = dict(faults)
+        for name, fired in drops:
+            key = f"{name} fired"
+            result.proxy_faults[key] = result.proxy_faults.get(key, 0) + fired.is_set()
 
 
 async def soak(
@@ -313,6 +324,7 @@ async def soak(
                 async def one(index: int) -> None:
                     nonlocal done
                     async with gate:
+                        asked_at = time.monotonic()
                         try:
                             answer = await broker.ask(request_for(index), timeout=ask_timeout)
                         except UserQuestionError as error:
@@ -320,6 +332,10 @@ async def soak(
                             if error.code == "ASK_TIMED_OUT":
                                 result.hung += 1
                             return
+                        took = time.monotonic() - asked_at
+                    result.slowest_answer = max(result.slowest_answer, round(took, 3))
+                    if took >= 0.9 * ask_timeout:
+                        result.answered_at_timeout += 1
                     result.answers += 1
                     if [item.selected for item in answer.answers] != [(f"ok-{index}",)]:
                         result.wrong_answers += 1
@@ -453,8 +469,9 @@ def main(argv: list[str] | None = None) -> int:
         if result.redis_kills or result.client_kills or result.proxy_faults or result.hung or result.providers_died:
             print(
                 f"redis kills {result.redis_kills}  client kills {result.client_kills}  "
-                f"proxy faults {result.proxy_faults or 'none'}  hung {result.hung}  "
-                f"providers died {result.providers_died}"
+                f"proxy faults {result.proxy_faults or 'none'}\n"
+                f"hung {result.hung}  answered only at their timeout {result.answered_at_timeout}  "
+                f"slowest answer {result.slowest_answer:.1f}s  providers died {result.providers_died}"
             )
         if args.verbose:
             print("\n".join(result.notes))
