@@ -222,6 +222,7 @@ def test_it_pairs_resp3_replies_too(proxy, redis_server, namespace) -> None:
     assert c.ping()
 
 
+@pytest.mark.timeout(60)
 async def test_a_cluster_client_goes_through_one_proxy_per_node(tmp_path, namespace) -> None:
     cluster = RedisClusterFixture(tmp_path / "cluster").start()
     try:
