@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install
+.PHONY: demo test lint install mutate
 
 $(BIN)/qbroker-installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,3 +24,8 @@ lint: install
 	$(BIN)/ruff check broker workers tests benchmarks
 	$(BIN)/ruff format --check broker workers tests benchmarks
 	$(BIN)/mypy
+
+# Every mutation in tests/mutants.toml must be caught by the tests it names.
+mutate: install
+	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server"; exit 1; }
+	$(BIN)/python -m tests.mutate

@@ -15,6 +15,22 @@ stream (``qb:{ns}:audit``, read as it grows so that its cap trims nothing unread
 request asked once and answered once: no request answered twice, none cancelled, withdrawn or
 expired, none lost. It prints the counts; ``--json`` prints them as one JSON object instead.
 Exit status 0 when nothing was lost or doubled, 1 otherwise.
+
+More faults, each off by default (issue 11), at random (seeded) moments while asks run:
+
+- ``--redis-kills N``: Redis runs with AOF (everysec) and is SIGKILLed N times, every 1-3 s,
+  and restarted 0.1-1 s later on the same port. AOF everysec may lose the last second of
+  writes, audit entries included, so the asker's own counts are then the ground truth.
+- ``--client-kills N``: N times, every 0.5-2 s, one client connection picked at random
+  (the asker's, a provider's, blocking or not) is closed with CLIENT KILL.
+- ``--proxy``: the asker and the providers reach Redis through tests/faultproxy.py, and
+  ``--proxy-faults N`` injects N faults, every 0.5-2 s: a dropped BLMPOP, XREADGROUP or
+  EVALSHA reply (with its connection), a reset of every connection, 0.5-2 s of silence, or
+  1-2 s of 50-200 ms delay.
+
+An ask that ends ASK_TIMED_OUT (``--ask-timeout``) is counted as hung: the providers answer at
+once, so it waited for something that never came. An ask answered only at its timeout (within
+10% of it) had lost its notice: withdrawing found the request answered and returned that.
 """
 
 from __future__ import annotations
@@ -32,8 +48,10 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import BusyLoadingError, ConnectionError, ResponseError, TimeoutError
 
 from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, Broker, UserQuestionError
 from workers.redis_server import RedisServer
@@ -64,10 +82,22 @@ class Result:
     """from each SIGKILL to a standby announcing it holds the lease"""
     notes: list[str] = field(default_factory=list)
     """the providers' lease lines and anything unexpected they printed"""
+    redis_kills: int = 0
+    client_kills: int = 0
+    proxy_faults: dict[str, int] = field(default_factory=dict)
+    hung: int = 0
+    """asks that ended ASK_TIMED_OUT although the providers answer at once"""
+    answered_at_timeout: int = 0
+    """asks whose answer came only at their timeout: a lost notice, found when the ask withdrew"""
+    slowest_answer: float = 0.0
+    providers_died: int = 0
+    """provider processes that exited although nobody killed them"""
+    died: list[str] = field(default_factory=list)
+    """the last line each of those printed"""
 
     @property
     def ok(self) -> bool:
-        clean = not self.wrong_answers and not self.audit_other and not self.errors
+        clean = not self.wrong_answers and not self.audit_other and not self.errors and not self.providers_died
         return clean and self.duplicates == 0 and self.lost == 0 and self.answers == self.asks
 
 
@@ -79,6 +109,7 @@ class Provider:
         self.name = name
         self.epoch = 0
         self.answered = 0
+        self.killed = False  # by the soak (not by itself)
         self.notes: list[str] = []
         self._on_holding = on_holding
         self._reader = asyncio.get_running_loop().create_task(self._read())
@@ -114,6 +145,7 @@ class Provider:
         return self.process.returncode is None
 
     def kill(self) -> None:
+        self.killed = True
         self.process.send_signal(signal.SIGKILL)
 
     async def stop(self) -> None:
@@ -136,11 +168,20 @@ def request_for(index: int) -> AskUserQuestionRequest:
     return AskUserQuestionRequest(questions=(item,))
 
 
+_REDIS_DOWN = (ConnectionError, TimeoutError, BusyLoadingError, OSError)
+
+
 async def follow_audit(redis: Redis, key: str, events: list[tuple[str, str, str]], stop: asyncio.Event) -> None:
     """Read the audit stream as it grows: (event, rid, epoch) for every entry."""
     last = "0-0"
     while True:
-        replies = await redis.xread({key: last}, count=1000, block=200)
+        try:
+            replies = await redis.xread({key: last}, count=1000, block=200)
+        except _REDIS_DOWN:  # Redis killed (--redis-kills) or this connection killed (--client-kills)
+            if stop.is_set():
+                return
+            await asyncio.sleep(0.1)
+            continue
         for _, entries in replies:
             for entry_id, fields in entries:
                 last = entry_id
@@ -149,9 +190,82 @@ async def follow_audit(redis: Redis, key: str, events: list[tuple[str, str, str]
             return
 
 
+async def patiently(call: Any, within: float = 30.0) -> Any:
+    """Await ``call()`` again while Redis is restarting."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return await call()
+        except _REDIS_DOWN:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def kill_redis(server: RedisServer, rng: random.Random, times: int, result: Result, stop: asyncio.Event) -> None:
+    """SIGKILL Redis every 1-3 s and restart it (AOF) 0.1-1 s later."""
+    for _ in range(times):
+        await asyncio.sleep(rng.uniform(1, 3))
+        if stop.is_set():
+            return
+        await asyncio.to_thread(server.kill)
+        result.redis_kills += 1
+        await asyncio.sleep(rng.uniform(0.1, 1))
+        await asyncio.to_thread(server.start)
+
+
+async def kill_clients(raw: Redis, rng: random.Random, times: int, result: Result, stop: asyncio.Event) -> None:
+    """CLIENT KILL one connection at random, every 0.5-2 s."""
+    for _ in range(times):
+        await asyncio.sleep(rng.uniform(0.5, 2))
+        if stop.is_set():
+            return
+        try:
+            me = await raw.client_id()
+            others = [c for c in await raw.client_list() if int(c["id"]) != me]
+            if others:
+                await raw.execute_command("CLIENT", "KILL", "ID", rng.choice(others)["id"])
+                result.client_kills += 1
+        except (*_REDIS_DOWN, ResponseError):
+            pass
+
+
+async def inject_proxy_faults(proxy: Any, rng: random.Random, times: int, result: Result, stop: asyncio.Event) -> None:
+    """One fault of the proxy's every 0.5-2 s (see the module's docstring); counted when cancelled."""
+    faults: Counter[str] = Counter()
+    drops: list[tuple[str, Any]] = []
+    try:
+        for _ in range(times):
+            await asyncio.sleep(rng.uniform(0.5, 2))
+            if stop.is_set():
+                break
+            fault = rng.choice(["drop BLMPOP", "drop XREADGROUP", "drop EVALSHA", "reset", "silence", "delay"])
+            faults[fault] += 1
+            if fault.startswith("drop "):
+                fired = await asyncio.to_thread(proxy.drop_next_reply, fault.split()[1].encode(), skip_empty=True)
+                drops.append((fault, fired))
+            elif fault == "reset":
+                await asyncio.to_thread(proxy.reset)
+            elif fault == "silence":
+                await asyncio.to_thread(proxy.silence)
+                await asyncio.sleep(rng.uniform(0.5, 2))
+                await asyncio.to_thread(proxy.heal)
+            else:
+                await asyncio.to_thread(proxy.delay, rng.uniform(0.05, 0.2))
+                await asyncio.sleep(rng.uniform(1, 2))
+                await asyncio.to_thread(proxy.heal)
+        await stop.wait()  # drops fire later: count them at the end
+    finally:
+        result.proxy_faults = dict(faults)
+        for name, fired in drops:
+            key = f"{name} fired"
+            result.proxy_faults[key] = result.proxy_faults.get(key, 0) + fired.is_set()
+
+
 async def soak(
     *, asks: int, kills: int, seed: int, providers: int = 3, concurrency: int = 64, lease_ttl: float = 1.0,
-    ask_timeout: float = 120.0, progress: bool = False,
+    ask_timeout: float = 120.0, progress: bool = False, redis_kills: int = 0, client_kills: int = 0,
+    proxy: bool = False, proxy_faults: int = 0,
 ) -> Result:  # fmt: skip
     rng = random.Random(seed)
     # kill when this many asks have been answered (distinct, so every holder answers some first)
@@ -160,7 +274,17 @@ async def soak(
     result = Result(asks=asks)
     namespace = f"soak-{seed}"
     with tempfile.TemporaryDirectory(prefix="qb-soak-") as tmp:
-        server = RedisServer(Path(tmp) / "redis", "--maxclients", "20000").start()
+        durable = ("--appendonly", "yes", "--appendfsync", "everysec") if redis_kills else ()
+        server = RedisServer(Path(tmp) / "redis", "--maxclients", "20000", *durable).start()
+        fault_proxy = None
+        url = server.url
+        if proxy:
+            from tests.faultproxy import FaultProxy  # a test helper: only with --proxy
+
+            fault_proxy = FaultProxy(server.port).start()
+            url = fault_proxy.url
+        chaos_rng = random.Random(seed + 1)  # the kill thresholds above stay what they were
+        chaos_stop = asyncio.Event()
         rules = Path(tmp) / "rules.toml"
         rules.write_text(RULES)
         holding = asyncio.Event()
@@ -171,9 +295,7 @@ async def soak(
         raw = Redis.from_url(server.url, decode_responses=True)
 
         async def start_provider() -> None:
-            provider = await Provider.start(
-                server.url, namespace, f"soak-{len(all_providers)}", rules, lease_ttl, holding
-            )
+            provider = await Provider.start(url, namespace, f"soak-{len(all_providers)}", rules, lease_ttl, holding)
             running.append(provider)
             all_providers.append(provider)
 
@@ -182,7 +304,16 @@ async def soak(
                 await start_provider()
             await asyncio.wait_for(holding.wait(), 30)
             audit = asyncio.create_task(follow_audit(raw, f"qb:{{{namespace}}}:audit", audit_events, audit_done))
-            async with Broker(server.url, namespace) as broker:
+            chaos = []
+            if redis_kills:
+                chaos.append(asyncio.create_task(kill_redis(server, chaos_rng, redis_kills, result, chaos_stop)))
+            if client_kills:
+                chaos.append(asyncio.create_task(kill_clients(raw, chaos_rng, client_kills, result, chaos_stop)))
+            if fault_proxy is not None and proxy_faults:
+                chaos.append(
+                    asyncio.create_task(inject_proxy_faults(fault_proxy, chaos_rng, proxy_faults, result, chaos_stop))
+                )
+            async with Broker(url, namespace) as broker:
                 assert broker.keys.audit == f"qb:{{{namespace}}}:audit"
                 done = 0
                 progressed = asyncio.Condition()
@@ -193,11 +324,18 @@ async def soak(
                 async def one(index: int) -> None:
                     nonlocal done
                     async with gate:
+                        asked_at = time.monotonic()
                         try:
                             answer = await broker.ask(request_for(index), timeout=ask_timeout)
                         except UserQuestionError as error:
                             errors[error.code] += 1
+                            if error.code == "ASK_TIMED_OUT":
+                                result.hung += 1
                             return
+                        took = time.monotonic() - asked_at
+                    result.slowest_answer = max(result.slowest_answer, round(took, 3))
+                    if took >= 0.9 * ask_timeout:
+                        result.answered_at_timeout += 1
                     result.answers += 1
                     if [item.selected for item in answer.answers] != [(f"ok-{index}",)]:
                         result.wrong_answers += 1
@@ -213,7 +351,10 @@ async def soak(
                             while done < target:
                                 await progressed.wait()
                         await asyncio.sleep(rng.uniform(0, 0.02))
-                        holder = max((p for p in running if p.alive), key=lambda p: p.epoch)
+                        alive = [p for p in running if p.alive]
+                        if not alive:
+                            continue  # every provider died by itself (counted as providers_died)
+                        holder = max(alive, key=lambda p: p.epoch)
                         killed_at = time.monotonic()
                         holder.kill()
                         await holder.process.wait()
@@ -234,17 +375,31 @@ async def soak(
                 if not kill_task.done():  # some asks failed, so a threshold was never reached
                     kill_task.cancel()
                 await asyncio.gather(kill_task, return_exceptions=True)
+                chaos_stop.set()
+                for task in chaos:
+                    task.cancel()
+                await asyncio.gather(*chaos, return_exceptions=True)
+                if server.process is None:
+                    await asyncio.to_thread(server.start)  # cancelled between a kill and its restart
+                if fault_proxy is not None:
+                    await asyncio.to_thread(fault_proxy.heal)
                 result.wall_seconds = time.monotonic() - started
                 result.errors = dict(errors)
-                result.stream_left = int(await raw.xlen(broker.keys.requests))
+                result.stream_left = int(await patiently(lambda: raw.xlen(broker.keys.requests)))
+                dead = [p for p in all_providers if not p.alive and not p.killed]
+                result.providers_died = len(dead)
+                result.died = [f"{p.name}: {p.notes[-1] if p.notes else '(nothing)'}" for p in dead]
                 # lease acquisitions during the run (stopping the providers below hands the lease on again)
                 result.failovers = max(0, len({p.epoch for p in all_providers if p.epoch}) - 1)
             audit_done.set()
             await audit
         finally:
+            chaos_stop.set()
             for provider in running:
                 await provider.stop()
             await raw.aclose()
+            if fault_proxy is not None:
+                fault_proxy.stop()
             server.kill()
 
     tally(result, audit_events)
@@ -274,15 +429,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--providers", type=int, default=3, help="qbroker auto processes running at once")
     parser.add_argument("--concurrency", type=int, default=64, help="asks waiting at once")
     parser.add_argument("--lease-ttl", type=float, default=1.0)
+    parser.add_argument("--ask-timeout", type=float, default=120.0, help="each ask's own timeout (then: hung)")
+    parser.add_argument("--redis-kills", type=int, default=0, help="SIGKILL Redis (AOF everysec) this many times")
+    parser.add_argument("--client-kills", type=int, default=0, help="CLIENT KILL a random connection this many times")
+    parser.add_argument("--proxy", action="store_true", help="route the asker and providers through a fault proxy")
+    parser.add_argument("--proxy-faults", type=int, default=0, help="with --proxy: inject this many faults")
     parser.add_argument("--verbose", "-v", action="store_true", help="print the providers' lease lines")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = parser.parse_args(argv)
     if not 0 <= args.kills < args.asks or args.providers < 2:
         parser.error("need 0 <= kills < asks and at least 2 providers")
+    if args.proxy_faults and not args.proxy:
+        parser.error("--proxy-faults needs --proxy")
     result = asyncio.run(
         soak(
             asks=args.asks, kills=args.kills, seed=args.seed, providers=args.providers,
             concurrency=args.concurrency, lease_ttl=args.lease_ttl, progress=not args.json,
+            ask_timeout=args.ask_timeout, redis_kills=args.redis_kills, client_kills=args.client_kills,
+            proxy=args.proxy, proxy_faults=args.proxy_faults,
         )
     )  # fmt: skip
     if args.json:
@@ -302,8 +466,17 @@ def main(argv: list[str] | None = None) -> int:
             f"errors {result.errors or 'none'}; wrong answers {result.wrong_answers}; "
             f"requests stream left {result.stream_left}; providers started {result.providers_started}"
         )
+        if result.redis_kills or result.client_kills or result.proxy_faults or result.hung or result.providers_died:
+            print(
+                f"redis kills {result.redis_kills}  client kills {result.client_kills}  "
+                f"proxy faults {result.proxy_faults or 'none'}\n"
+                f"hung {result.hung}  answered only at their timeout {result.answered_at_timeout}  "
+                f"slowest answer {result.slowest_answer:.1f}s  providers died {result.providers_died}"
+            )
         if args.verbose:
             print("\n".join(result.notes))
+        elif result.providers_died:
+            print("providers that died: " + "; ".join(result.died))
     return 0 if result.ok else 1
 
 

@@ -1,0 +1,72 @@
+"""A blocking read's reply lost with its connection (through tests/faultproxy.py): recovered from durable state.
+
+The proxy drops the reply that carried the data and resets the connection, then refuses
+reconnections until the ask ends, so that the client sees its read break (however many times
+its library retries the connection: redis-py's Retry gives up after about 5.5 s) and must catch
+up from what Redis kept: the outcome key for the asker, the consumer group's pending list for
+the provider. (A reconnection that succeeds at once, with the read re-sent silently, is issue 11
+case 1: the lead's tests.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from tests.faultproxy import FaultProxy
+from tests.helpers import one_question, pick
+from tests.redis_server import RedisServer
+from tests.test_ask import next_pending
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def proxy(redis_server: RedisServer) -> Iterator[FaultProxy]:
+    with FaultProxy(redis_server.port) as running:
+        yield running
+
+
+async def test_a_notice_lost_with_a_broken_inbox_read_is_caught_up(proxy, make_broker):
+    asking = await make_broker(url=proxy.url)
+    answering = await make_broker()
+    async with answering.provider("ui") as provider:
+        task = asyncio.create_task(asking.ask(one_question()))  # no timeout of its own
+        pending = await next_pending(provider)
+        await seen(proxy, "BLMPOP")
+        lost = proxy.drop_next_reply(b"BLMPOP", skip_empty=True)
+        proxy.refuse()  # open connections (the command connection) keep working
+        try:
+            await pending.answer(pick("yes"))
+            assert await asyncio.to_thread(lost.wait, 5), "the notice's BLMPOP reply never came"
+            # not wait_for: cancelling the ask withdraws it, finds it answered and returns the answer
+            await asyncio.wait({task}, timeout=20)
+            assert task.done(), "the ask still waits for a notice that was lost"
+            assert task.result() == pick("yes")
+        finally:
+            proxy.heal()
+
+
+async def test_an_entry_lost_with_a_broken_provider_read_is_claimed_from_the_pending_list(proxy, make_broker):
+    asking = await make_broker()
+    answering = await make_broker(url=proxy.url)
+    async with answering.provider("ui") as provider:
+        await seen(proxy, "XREADGROUP")  # its blocking connection is open before new ones are refused
+        lost = proxy.drop_next_reply(b"XREADGROUP", skip_empty=True)
+        proxy.refuse()
+        try:
+            task = asyncio.create_task(asking.ask(one_question(), timeout=40))
+            assert await asyncio.to_thread(lost.wait, 5), "the entry's XREADGROUP reply never came"
+            pending = await next_pending(provider, timeout=20)
+            await pending.answer(pick("no"))
+            assert await asyncio.wait_for(task, 10) == pick("no")
+        finally:
+            proxy.heal()
+
+
+async def seen(proxy: FaultProxy, command: str, within: float = 10.0) -> None:
+    async with asyncio.timeout(within):
+        while not proxy.seen(command):
+            await asyncio.sleep(0.02)
