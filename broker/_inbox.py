@@ -13,6 +13,10 @@ per-request key, which is what makes the rest safe:
   is gone from Redis (expired after the request TTL, or lost in a failover) with a coded error,
   once two sweeps in a row have found neither the request nor its outcome;
 - the liveness beat runs on its own timer, never behind a blocking read.
+
+Bounds (``BLOCK_S`` + ``REPLY_MARGIN_S`` = 5 s): a silent connection is noticed within 5 s;
+asks waiting on an unreachable or silent Redis fail with ``BROKER_UNAVAILABLE`` within
+``unavailable_after`` + 10 s; an ask whose request is gone ends within 3 × ``sweep_every``.
 """
 
 from __future__ import annotations
@@ -112,7 +116,8 @@ class Inbox:
         while True:
             try:
                 if catch_up:
-                    await self._catch_up()
+                    async with asyncio.timeout(BLOCK_S + REPLY_MARGIN_S):
+                        await self._catch_up()
                     catch_up = False
                 async with asyncio.timeout(BLOCK_S + REPLY_MARGIN_S):
                     popped = await self._blocking.execute_command(
@@ -205,8 +210,9 @@ class Inbox:
             future = self._waiting.pop(request_id, None)
             if future is not None and not future.done():
                 future.set_result(outcome)
-            elif future is None:
-                self._commands.fire("UNLINK", self._keys.outcome(request_id), self._keys.request(request_id))
+            elif future is None:  # nobody here waits for it (any more): clean up for the asker
+                for command in self._keys.settled_cleanup(request_id):
+                    self._commands.fire(*command)
         if bare:  # housekeeping's notices carry no outcome
             await self._resolve(bare)
 

@@ -10,9 +10,11 @@ import re
 
 from .errors import BAD_REQUEST, UserQuestionError
 
-__all__ = ["GROUP", "Keys"]
+__all__ = ["GROUP", "TOMBSTONE_MS", "Keys"]
 
 GROUP = "providers"
+TOMBSTONE_MS = 60_000
+"""how long a settled request's slim hash outlives the asker's clean-up"""
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 
 
@@ -46,6 +48,16 @@ class Keys:
         self.dead = self.prefix + "dead"
         self.agents = self.prefix + "agents"
         """a zset of agent ids scored by when their record expires (unix ms): read without SCAN"""
+
+    def settled_cleanup(self, request_id: str) -> list[tuple[str | int, ...]]:
+        """What an asker sends once it has a request's outcome (after its ask call returned).
+
+        The outcome goes; the hash keeps only its small bookkeeping (state, settle call id)
+        for ``TOMBSTONE_MS``, so that a provider's settle retried after a lost reply still
+        recognises its own settlement instead of getting NOT_PENDING.
+        """
+        request = self.request(request_id)
+        return [("UNLINK", self.outcome(request_id)), ("HDEL", request, "request"), ("PEXPIRE", request, TOMBSTONE_MS)]
 
     def request(self, request_id: str) -> str:
         return f"{self.prefix}req:{request_id}"

@@ -54,7 +54,8 @@ class Broker:
     """Agents ask through it; providers answer through it. An async context manager.
 
     ``unavailable_after`` bounds how long anything waits out an unreachable Redis before it
-    fails with ``BROKER_UNAVAILABLE``; opening the broker waits at most ``connect_timeout``. ``min_replicas`` makes lease acquisition and every
+    fails with ``BROKER_UNAVAILABLE``; opening the broker waits at most ``connect_timeout``.
+    ``min_replicas`` makes lease acquisition and every
     settlement wait (WAIT) until that many replicas have them, for up to ``replica_timeout``
     seconds each try, before the provider serves or the asker is told. ``connect`` replaces
     the client builder (a fakeredis client, say) for every connection the broker opens.
@@ -532,7 +533,8 @@ class _Ask:
             broker._asks.pop(self.request_id, None)
         # The request's keys go only now, after the ask call returned: a retried ask can then
         # never land after them and enqueue the question again.
-        broker._fire("UNLINK", broker.keys.outcome(self.request_id), broker.keys.request(self.request_id))
+        for command in broker.keys.settled_cleanup(self.request_id):
+            broker._fire(*command)
         return _settled(outcome)
 
     async def end_on_close(self) -> None:
@@ -584,7 +586,8 @@ class _Ask:
         outcome: str | None = await broker.commands.call("GET", outcome_key)
         if outcome is None:
             return _outcome_of(future)  # the inbox waiter took the outcome meanwhile
-        broker._fire("UNLINK", outcome_key, keys.request(self.request_id))
+        for command in keys.settled_cleanup(self.request_id):
+            broker._fire(*command)
         return outcome
 
 

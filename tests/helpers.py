@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from broker import (
     AskUserQuestionAnswer,
     AskUserQuestionAnswerItem,
@@ -10,6 +13,7 @@ from broker import (
     AskUserQuestionRequest,
     PlanReviewIntent,
 )
+from broker._keys import TOMBSTONE_MS
 
 
 def options(*labels: str) -> tuple[AskUserQuestionOption, ...]:
@@ -47,3 +51,22 @@ def answer(*items: tuple[str, tuple[str, ...], str | None]) -> AskUserQuestionAn
 
 def pick(label: str, qid: str = "q1") -> AskUserQuestionAnswer:
     return answer((qid, (label,), None))
+
+
+async def request_residue(redis: Any, namespace: str, *, within: float = 2.0) -> list[str]:
+    """Per-request keys left beyond the asker's clean-up: outcome keys, and request hashes that
+    still hold their request or outlive the slim tombstone (``Keys.settled_cleanup``).
+
+    Clean-up commands are fired, not awaited, so this waits up to ``within`` seconds for them.
+    """
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        left = []
+        async for key in redis.scan_iter(match=f"qb:{{{namespace}}}:*"):
+            if ":ans:" in key or (
+                ":req:" in key and (await redis.hexists(key, "request") or await redis.pttl(key) > TOMBSTONE_MS)
+            ):
+                left.append(key)
+        if not left or asyncio.get_running_loop().time() >= deadline:
+            return sorted(left)
+        await asyncio.sleep(0.05)

@@ -54,7 +54,7 @@ async def wait_until(predicate: Any, seconds: float = 5.0) -> None:
 
 async def test_a_notice_lost_with_its_connection_is_recovered_even_when_reconnecting_at_once(proxy, make_broker):
     """The blocking client never re-sends BLMPOP; the broken read leads to catch-up."""
-    asking = await make_broker(url=proxy.url)
+    asking = await make_broker(url=proxy.url, sweep_every=60.0)  # only the catch-up can save it
     answering = await make_broker()
     async with answering.provider("ui") as provider:
         task = asyncio.create_task(asking.ask(one_question()))  # no timeout of its own
@@ -62,7 +62,7 @@ async def test_a_notice_lost_with_its_connection_is_recovered_even_when_reconnec
         lost = proxy.drop_next_reply(b"BLMPOP", skip_empty=True)
         await pending.answer(pick("yes"))
         assert await asyncio.to_thread(lost.wait, 5)
-        result, elapsed = await ends_within(task, 10)
+        result, _ = await ends_within(task, 10)
         assert result == pick("yes")
 
 
@@ -133,21 +133,33 @@ async def test_redis_out_of_memory_fails_asks_with_a_code_and_the_broker_recover
     server = redis_factory()
     from broker import Broker
 
-    async with Broker(server.url, "oom", unavailable_after=2.0) as asking, Broker(server.url, "oom") as answering:
-        async with answering.provider("ui") as provider:
-            admin = Redis.from_url(server.url)
-            try:
-                await admin.config_set("maxmemory-policy", "noeviction")
-                await admin.config_set("maxmemory", "1")
-                result, elapsed = await ends_within(asking.ask(one_question(), timeout=30), 10)
-                assert isinstance(result, UserQuestionError) and result.code == BROKER_UNAVAILABLE, result
-                assert "OutOfMemoryError" in result.message
-                await admin.config_set("maxmemory", "0")
-            finally:
-                await admin.aclose()
-            task = asyncio.create_task(asking.ask(one_question(), timeout=10))
+    async with (
+        Broker(server.url, "oom", unavailable_after=4.0) as asking,
+        Broker(server.url, "oom") as answering,
+        answering.provider("ui") as provider,
+    ):
+        admin = Redis.from_url(server.url)
+        try:
+            await admin.config_set("maxmemory-policy", "noeviction")
+            # A second of OOM is waited out: the ask goes through once memory is back.
+            await admin.config_set("maxmemory", "1")
+            task = asyncio.create_task(asking.ask(one_question(), timeout=20))
+            await asyncio.sleep(1.0)
+            await admin.config_set("maxmemory", "0")
             await (await next_pending(provider, timeout=10)).answer(pick("no"))
-            assert await task == pick("no")
+            assert await asyncio.wait_for(task, 10) == pick("no")
+            # OOM for longer than unavailable_after: a coded error, within that bound.
+            await admin.config_set("maxmemory", "1")
+            result, elapsed = await ends_within(asking.ask(one_question(), timeout=30), 15)
+            assert isinstance(result, UserQuestionError) and result.code == BROKER_UNAVAILABLE, result
+            assert "OutOfMemoryError" in result.message
+            assert 3.5 < elapsed < 4.0 + 2.0  # unavailable_after, plus one backoff
+            await admin.config_set("maxmemory", "0")
+        finally:
+            await admin.aclose()
+        task = asyncio.create_task(asking.ask(one_question(), timeout=10))
+        await (await next_pending(provider, timeout=10)).answer(pick("yes"))
+        assert await task == pick("yes")
 
 
 # -- 5: a silent (half-open) connection -------------------------------------------------
@@ -163,6 +175,7 @@ async def test_a_silent_redis_ends_a_waiting_ask_within_the_stated_bound(proxy, 
         # Bound: BLMPOP block (2 s) + reply margin (3 s) + unavailable_after, plus one more deadline.
         result, elapsed = await ends_within(task, 15)
         assert isinstance(result, UserQuestionError) and result.code == BROKER_UNAVAILABLE
+        assert elapsed < 2.0 + 3.0 + 2.0 + 5.0
         proxy.heal()
 
 
@@ -190,6 +203,7 @@ async def test_an_ask_whose_request_hash_expired_ends(make_broker, redis: Redis)
         await next_pending(provider)
         result, elapsed = await ends_within(task, 10)
         assert isinstance(result, UserQuestionError) and result.code == ASK_TIMED_OUT, result
+        assert elapsed < 1.0 + 3 * 0.5 + 1.0  # request_ttl, then two sweeps that miss it
 
 
 async def test_deliver_tells_the_asker_when_the_request_hash_is_gone(make_broker, redis: Redis):
@@ -200,7 +214,7 @@ async def test_deliver_tells_the_asker_when_the_request_hash_is_gone(make_broker
     await redis.zadd(asking.keys.standbys, {"tok:someone": time.time() * 1000 + 60_000})
     task = asyncio.create_task(asking.ask(one_question()))
     await wait_until(lambda: redis.xlen(asking.keys.requests), 5)
-    (entry_id, fields), *_ = await redis.xrange(asking.keys.requests)
+    (_, fields), *_ = await redis.xrange(asking.keys.requests)
     await redis.delete(asking.keys.request(fields["rid"]))  # expired or lost
     async with answering.provider("ui"):
         result, _ = await ends_within(task, 10)
@@ -284,6 +298,7 @@ async def test_a_database_index_out_of_range_is_a_coded_error_at_once(redis_serv
 
     result, elapsed = await ends_within(Broker(f"redis://127.0.0.1:{redis_server.port}/99").__aenter__(), 5)
     assert isinstance(result, UserQuestionError) and result.code == BROKER_UNAVAILABLE
+    assert elapsed < 1.0  # a refusal, not a wait
     assert "DB index" in result.message
 
 
@@ -299,7 +314,7 @@ async def test_an_unreachable_cluster_is_a_coded_error_within_unavailable_after(
     from broker import Broker
 
     broker = Broker("redis+cluster://127.0.0.1:1", "x", unavailable_after=1.0)
-    result, elapsed = await ends_within(broker.__aenter__(), 10)
+    result, _ = await ends_within(broker.__aenter__(), 10)
     assert isinstance(result, UserQuestionError) and result.code == BROKER_UNAVAILABLE
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from tests.helpers import one_question, pick
+from tests.helpers import one_question, pick, request_residue
 
 
 async def test_closing_right_after_an_answer_leaves_no_request_keys(
@@ -32,5 +32,4 @@ async def test_closing_right_after_an_answer_leaves_no_request_keys(
         answer, _ = await asyncio.gather(asking, answer_first())
         assert answer == pick("yes")
         await asker.aclose()  # at once, as a script that asked one question and exits would
-    left = [key async for key in redis.scan_iter(match=f"qb:{{{namespace}}}:*") if ":req:" in key or ":ans:" in key]
-    assert left == []
+    assert await request_residue(redis, namespace) == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.helpers import one_question, pick
+from tests.helpers import one_question, pick, request_residue
 from tests.test_ask import next_pending
 
 
@@ -32,9 +32,7 @@ async def test_nothing_but_the_audit_is_left_once_answered(make_broker, redis):
         for _ in range(20):
             await (await next_pending(provider)).answer(pick("no"))
         await asyncio.gather(*asks)
-        keys = set(await redis.keys(f"qb:{{{asking.namespace}}}:*"))
-        per_request = {k for k in keys if ":req:" in k or ":ans:" in k}
-        assert per_request == set()
+        assert await request_residue(redis, asking.namespace) == []
         assert await redis.xlen(asking.keys.requests) == 0
         assert (await redis.xpending(asking.keys.requests, "providers"))["pending"] == 0
 

@@ -63,13 +63,15 @@ class Namespace:
         return list(
             await self.script(
                 "agent_register",
-                [k.agent(agent), owner_key],
-                [fingerprint(token), owner, ttl_ms, "1" if owner else "0"],
+                [k.agent(agent), owner_key, k.agents],
+                [fingerprint(token), owner, ttl_ms, "1" if owner else "0", agent],
             )
         )
 
     async def heartbeat(self, agent: str, fp: str, ttl_ms: int | str) -> int:
-        return int(await self.script("agent_heartbeat", [self.keys.agent(agent)], [fp, ttl_ms]))
+        return int(
+            await self.script("agent_heartbeat", [self.keys.agent(agent), self.keys.agents], [fp, ttl_ms, agent])
+        )
 
     # -- asks
 
@@ -282,24 +284,14 @@ async def test_settle_retried_with_the_same_call_id_succeeds_once(ns):
     assert len(await ns.redis.lrange(ns.keys.inbox("c1"), 0, -1)) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="settle.lua recognises its own retry only through the request hash, which the asker UNLINKs as "
-    "soon as it reads the notice (Inbox._clean): a retry after a lost reply then gets NOT_PENDING for an "
-    "answer that won",
-)
 async def test_settle_retried_after_the_asker_cleaned_up_still_succeeds(ns):
     fence, epoch, _ = await delivered_request(ns)
     assert await ns.settle(fence, epoch, "r1", outcome("yes"), call="call-1") == ["ok"]
-    await ns.redis.unlink(ns.keys.outcome("r1"), ns.keys.request("r1"))  # what the asker does on the notice
+    for command in ns.keys.settled_cleanup("r1"):  # what the asker does once it has the outcome
+        await ns.redis.execute_command(*command)
     assert await ns.settle(fence, epoch, "r1", outcome("yes"), call="call-1") == ["ok"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the fence is a prefix match: an empty fence ('') prefixes every lease, so a caller that has no "
-    "lease (a bug, or a fence never set) passes deliver, settle, renew and release",
-)
 async def test_an_empty_fence_is_refused(ns):
     await holder(ns, "tokA")
     assert await ns.renew("") == 0
@@ -410,12 +402,6 @@ async def test_deliver_of_a_stale_entry_acks_and_removes_it(ns):
     assert len(await ns.audit("delivered")) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deliver.lua does not guarantee it: a second deliver of a pending request's entry by the same "
-    "holder and epoch returns 'ok' again and appends a second 'delivered' audit event; nothing in its "
-    "reply tells a re-delivery from a first one",
-)
 async def test_a_second_deliver_of_the_same_entry_is_detectable(ns):
     fence, epoch, entry = await delivered_request(ns)
     again = await ns.deliver(fence, epoch, "r1", entry)
@@ -473,3 +459,30 @@ async def test_lease_acquire_while_held_registers_a_standby_and_takes_nothing(ns
 def test_the_script_table_has_every_script_the_tests_call() -> None:
     for name in ("ask", "deliver", "settle", "withdraw", "lease_acquire", "lease_renew", "lease_release"):
         assert SCRIPTS[name].source.startswith("#!lua")
+
+
+# -- retry safety and fencing added with the client rewrite ---------------------------------
+
+
+async def test_deadletter_retried_after_a_lost_reply_writes_once(ns):
+    k = ns.keys
+    entry = await ns.redis.xadd(k.requests, {"kind": "bogus"})
+    keys = [k.requests, k.dead, k.dead, k.dead, k.dead, k.audit]
+    args = [entry, "malformed stream entry", GROUP, 100, RESULT_MS, "", AUDIT_MAX, "{}"]
+    assert await ns.script("deadletter", keys, args) == ["ok"]
+    assert await ns.script("deadletter", keys, args) == ["ok"]  # the retry
+    assert await ns.redis.xlen(k.dead) == 1
+    assert len(await ns.audit("dead-lettered")) == 1
+
+
+async def test_a_stale_reader_leaves_withdraw_notices_for_the_holder(ns):
+    k = ns.keys
+    stale = f"{await ns.acquire('tokA')}:tokA:"
+    await ns.redis.delete(k.provider)
+    fence, _ = await holder(ns, "tokB")
+    notice = await ns.redis.xadd(k.requests, {"kind": "withdraw", "rid": "r1"})
+    reply = await ns.script("notice_ack", [k.provider, k.requests], [stale, notice, GROUP])
+    assert reply[:2] == ["err", "LEASE_LOST"]
+    assert await ns.stream_ids() == [notice]
+    assert await ns.script("notice_ack", [k.provider, k.requests], [fence, notice, GROUP]) == ["ok"]
+    assert await ns.stream_ids() == []

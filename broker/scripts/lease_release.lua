@@ -5,7 +5,7 @@
 -- returns 1 when released, 0 when it was not ours
 redis.call('ZREM', KEYS[3], ARGV[2])
 local current = redis.call('GET', KEYS[1])
-if current and string.sub(current, 1, #ARGV[1]) == ARGV[1] then
+if current and ARGV[1] ~= '' and string.sub(current, 1, #ARGV[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1], KEYS[2])
   redis.call('RPUSH', KEYS[2], '1')
   redis.call('PEXPIRE', KEYS[2], 10000)

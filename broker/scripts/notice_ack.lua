@@ -5,7 +5,7 @@
 -- returns {'ok'} | {'err', 'LEASE_LOST', message}
 -- Fenced like every provider action: a reader that lost the lease leaves the notice for the holder.
 local lease = redis.call('GET', KEYS[1])
-if not lease or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
+if not lease or ARGV[1] == '' or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
   return {'err', 'LEASE_LOST', 'this provider no longer holds the lease'}
 end
 redis.pcall('XACK', KEYS[2], ARGV[3], ARGV[2])

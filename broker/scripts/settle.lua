@@ -9,7 +9,7 @@
 -- returns {'ok'} | {'err', CODE, message}
 -- A retry of the same call after a lost reply finds its own settlement and succeeds again.
 local lease = redis.call('GET', KEYS[1])
-if not lease or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
+if not lease or ARGV[1] == '' or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
   return {'err', 'LEASE_LOST', 'this provider no longer holds the lease'}
 end
 local r = redis.call('HMGET', KEYS[2], 'state', 'entry', 'settle_call', 'by')
