@@ -51,7 +51,7 @@ class WebProcess:
             "--port", str(self.port), "--redis-url", self.redis_url, "--namespace", self.namespace,
             "--name", self.name, "--users-file", str(self.users_file), "--lease-ttl", "2", *self.extra,
         ]  # fmt: skip
-        env = {**os.environ, "QBROKER_WEB_SECRET": "test-secret-" + self.namespace}
+        env = {**os.environ, "QBROKER_LOG_LEVEL": "INFO"}
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20

@@ -181,6 +181,7 @@ async def test_refusals_carry_code_and_status(
             "name": "UserQuestionError",
             "code": "NOT_PENDING",
             "message": f"request {request['id']} was already answered by alice",
+            "winner": {"state": "answered", "by": "alice", "answer": {"answers": [{"id": "q1", "selected": ["yes"]}]}},
         }
         unknown = await bob.post("/api/requests/nope/cancel", json={})
         assert unknown.status_code == 409 and unknown.json()["code"] == "NOT_PENDING"
@@ -242,7 +243,7 @@ async def test_events_stream_added_and_withdrawn(client: httpx.AsyncClient, make
         kind, removed = await anext(events)
         assert (kind, removed) == (
             "removed",
-            {"type": "removed", "id": added["request"]["id"], "reason": "withdrawn", "by": ""},
+            {"type": "removed", "id": added["request"]["id"], "reason": "withdrawn", "by": "", "settled": None},
         )
 
 

@@ -11,12 +11,15 @@ Who may sign in comes from a TOML users file and/or ``--token NAME=TOKEN`` flags
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .throttle import Network, ThrottleLimits
 
 __all__ = ["ConfigError", "Credentials", "WebConfig", "hash_password", "load_credentials", "verify_password"]
 
@@ -47,6 +50,12 @@ def verify_password(password: str, stored: str) -> bool:
     return hmac.compare_digest(derived, expected)
 
 
+@functools.cache
+def _unknown_user_hash() -> str:
+    """A hash no password matches (its key is not scrypt's output), at the default cost."""
+    return hash_password("", salt=b"\0" * 16)[:-8] + "00000000"
+
+
 @dataclass(frozen=True)
 class Credentials:
     """Password hashes by user name and bearer tokens by name; never shown in a repr."""
@@ -54,10 +63,15 @@ class Credentials:
     users: dict[str, str] = field(default_factory=dict, repr=False)
     tokens: dict[str, str] = field(default_factory=dict, repr=False)
 
+    def __post_init__(self) -> None:
+        if self.users:
+            _unknown_user_hash()  # computed now, not on the first unknown name (which would cost two)
+
     def check_password(self, user: str, password: str) -> bool:
+        """One scrypt whether or not ``user`` exists, so timing does not tell which names do."""
         stored = self.users.get(user)
         if stored is None:
-            verify_password(password, hash_password("", salt=b"\0" * 16))  # same cost either way
+            verify_password(password, _unknown_user_hash())
             return False
         return verify_password(password, stored)
 
@@ -103,8 +117,12 @@ class WebConfig:
     name: str = "web"
     host: str = "127.0.0.1"
     port: int = 8080
-    secret: str = field(repr=False, default_factory=lambda: secrets.token_hex(32))
     credentials: Credentials = field(default_factory=Credentials)
     secure_cookies: bool = False
-    session_max_age: int = 12 * 3600
+    session_max_age: float = 12 * 3600
     lease_ttl: float = 10.0
+    trusted_proxies: tuple[Network, ...] = ()
+    """peers whose X-Forwarded-For is believed (``--trusted-proxy``)"""
+    throttle: ThrottleLimits = field(default_factory=ThrottleLimits)
+    public_url: str = ""
+    """where people reach this server's page (``--public-url``); a standby's page links the holder's"""
