@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -139,7 +140,7 @@ async def test_sign_in_and_answer_single(people: People, asker: Broker, screensh
     await page.screenshot(path=screenshots / "01-sign-in.png")
     await page.fill("#password", PASSWORDS["alice"])
     await page.click("#sign-in-button")
-    await expect(page.locator("#who")).to_have_text("signed in as alice")
+    await expect(page.locator("#who")).to_have_text("alice")
 
     asked = ask(
         asker,
@@ -159,7 +160,7 @@ async def test_sign_in_and_answer_single(people: People, asker: Broker, screensh
     await expect(request.locator(".desc").first).to_have_text("about Redis (Recommended)")
     await page.screenshot(path=screenshots / "02-single.png", full_page=True)
     await request.get_by_text("Redis", exact=True).click()
-    await request.get_by_role("button", name="Send answers").click()
+    await request.get_by_role("button", name="Send answer").click()
     await expect(request).to_have_count(0)
     answer = await asked
     assert answer.answers[0].selected == ("Redis (Recommended)",)  # the badge is display only
@@ -177,7 +178,7 @@ async def test_multi_with_other_and_skip(people: People, asker: Broker, screensh
     )
     request = card(page, "Which languages?")
     await expect(request).to_be_visible()
-    send = request.get_by_role("button", name="Send answers")
+    send = request.get_by_role("button", name="Send 3 answers")
     await send.click()
     await expect(request.locator(".notice")).to_contain_text("Answer or skip")  # nothing chosen yet
     langs = fieldset(page, "Which languages?")
@@ -204,7 +205,9 @@ async def test_cancel_batch(people: People, asker: Broker) -> None:
     page = await people.page()
     asked = ask(asker, AskUserQuestionItem(id="q", question="Cancel me?", options=options("a", "b")))
     request = card(page, "Cancel me?")
-    await request.get_by_role("button", name="Cancel batch").click()
+    await request.get_by_role("button", name="Dismiss question").click()
+    await expect(request).to_be_visible()  # destructive: it asks first
+    await request.get_by_role("button", name="Yes, dismiss it").click()
     await expect(request).to_have_count(0)
     with pytest.raises(UserQuestionError) as caught:
         await asked
@@ -235,14 +238,31 @@ async def test_plan_review(people: People, asker: Broker, screenshots: Path) -> 
     refused = ask(asker, plan("Second plan?", "Approve", "Refuse", approve="Approve"))
     request = card(page, "Second plan?")
     await request.get_by_role("button", name="Refuse").click()
+    await request.get_by_role("button", name="Back").click()  # changed my mind: back to the card
+    await expect(request.locator(".decline")).to_be_hidden()
+    await request.get_by_role("button", name="Refuse").click()
+    await request.get_by_role("button", name="Send: Refuse").click()  # no note: the label alone
     await expect(request).to_have_count(0)
     assert (await refused).answers[0].selected == ("Refuse",)
+
+    noted = ask(asker, plan("Plan with a note?", "Approve", "Request changes", approve="Approve"))
+    request = card(page, "Plan with a note?")
+    await request.get_by_role("button", name="Request changes").click()
+    await request.get_by_label("Request changes, with a note").fill("add a rollback step first")
+    await page.screenshot(path=screenshots / "04b-plan-decline-note.png", full_page=True)
+    await request.get_by_role("button", name="Send: Request changes").click()
+    await expect(request).to_have_count(0)
+    item = (await noted).answers[0]
+    # single-select: free text replaces the choice (the seeds' rule), and it is not the approve label
+    assert (item.selected, item.custom) == ((), "add a rollback step first")
 
     only = ask(asker, plan("Only approve?", "Approve", approve="Approve"))
     request = card(page, "Only approve?")
     await expect(request.get_by_role("button", name="Approve")).to_be_visible()
     await expect(request.get_by_role("button", name="Refuse")).to_have_count(0)
-    await request.get_by_role("button", name="Chat about it").click()
+    chat = request.get_by_role("button", name="Chat about it")
+    await expect(chat).to_have_accessible_description(re.compile("reply in the agent's own chat"))
+    await chat.click()
     await expect(request).to_have_count(0)
     with pytest.raises(UserQuestionError) as caught:
         await only
@@ -256,7 +276,7 @@ async def test_plan_review_conditions_fall_back_to_the_form(people: People, aske
     await expect(request.locator("form.answer-form")).to_be_visible()  # more than two options: generic form
     await expect(request.locator("input.option")).to_have_count(3)
     await request.get_by_text("Defer", exact=True).click()
-    await request.get_by_role("button", name="Send answers").click()
+    await request.get_by_role("button", name="Send answer").click()
     await expect(request).to_have_count(0)
     assert (await asked).answers[0].selected == ("Defer",)
 
@@ -265,7 +285,7 @@ async def test_plan_review_conditions_fall_back_to_the_form(people: People, aske
     request = card(page, "Card with feedback?")
     await request.get_by_role("button", name="Other answer…").click()
     await request.locator("textarea.other").fill("add a rollback step first")
-    await request.get_by_role("button", name="Send answers").click()
+    await request.get_by_role("button", name="Send answer").click()
     await expect(request).to_have_count(0)
     item = (await feedback).answers[0]
     assert (item.selected, item.custom) == ((), "add a rollback step first")
@@ -285,12 +305,12 @@ async def test_two_people_race(people: People, asker: Broker, screenshots: Path)
     asked = ask(asker, AskUserQuestionItem(id="q", question="Who is first?", options=options("me", "you")))
     for page, text in ((alice, "alice was here"), (bob, "bob typed this")):
         await card(page, "Who is first?").locator("textarea.other").fill(text)
-    await card(alice, "Who is first?").get_by_role("button", name="Send answers").click()
+    await card(alice, "Who is first?").get_by_role("button", name="Send answer").click()
     await expect(card(alice, "Who is first?")).to_have_count(0)
     losing = card(bob, "Who is first?")
     await expect(losing.locator(".notice")).to_contain_text("answered by alice")
     await expect(losing.locator("textarea.other")).to_have_value("bob typed this")  # nothing lost
-    await expect(losing.get_by_role("button", name="Send answers")).to_be_disabled()
+    await expect(losing.get_by_role("button", name="Send answer")).to_be_disabled()
     await bob.screenshot(path=screenshots / "05-race-lost.png", full_page=True)
     assert (await asked).answers[0].custom == "alice was here"
 
@@ -332,7 +352,7 @@ async def test_asker_text_stays_inert(people: People, asker: Broker, screenshots
         assert all(h is not None and not h.lower().startswith("javascript") for h in hrefs)
         await page.screenshot(path=screenshots / "06-xss-inert.png", full_page=True)
         await request.locator("input.option").check()
-        await request.get_by_role("button", name="Send answers").click()
+        await request.get_by_role("button", name="Send answer").click()
         await expect(request).to_have_count(0)
         answer = await asked
     assert answer.answers[0].selected == (payload_label,)
