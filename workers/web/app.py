@@ -225,7 +225,8 @@ def create_app(config: WebConfig) -> Starlette:
         except ValueError:
             raise WebError(400, "BAD_REQUEST", "limit is a number") from None
         broker: Broker = request.app.state.broker
-        return JSONResponse({"entries": await read_history(broker, limit=limit)})
+        entries = await read_history(broker, limit=limit, known=service_of(request).shown)
+        return JSONResponse({"entries": entries})
 
     async def answer(request: Request) -> Response:
         identity = await auth_of(request).identify_for_change(request)

@@ -1,14 +1,16 @@
 """Recently settled requests, read from the namespace's audit stream (read-only).
 
 Who answered what and when: the audit stream's terminal events (answered, cancelled,
-withdrawn, expired, dead-lettered), newest first, with the questions' text while the
-request hash still exists (it lives as long as the outcome, then only ids remain).
+withdrawn, expired, dead-lettered), newest first. The audit stream holds ids, not the
+questions' text: that comes from the requests this server showed (``known``) or, while it
+still exists, the request hash; otherwise only question ids are shown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from broker import Broker
@@ -70,15 +72,24 @@ def _entry(entry_id: str, fields: dict[str, str], request: Any) -> dict[str, Any
     }
 
 
-async def read_history(broker: Broker, *, limit: int = 50) -> list[dict[str, Any]]:
+async def read_history(
+    broker: Broker, *, limit: int = 50, known: Callable[[str], dict[str, Any] | None] = lambda rid: None
+) -> list[dict[str, Any]]:
     """The last ``limit`` settlements of the namespace, newest first."""
     call = broker.commands.call
     raw = await call("XREVRANGE", broker.keys.audit, "+", "-", "COUNT", limit * _SCAN_FACTOR)
     settled = [(entry_id, fields) for entry_id, flat in raw if (fields := _pairs(flat)).get("event") in TERMINAL]
     settled = settled[:limit]
-    requests = await asyncio.gather(
-        *(call("HGET", broker.keys.request(f.get("rid", "")), "request") for _, f in settled)
+    shown = [known(fields.get("rid", "")) for _, fields in settled]
+    stored = await asyncio.gather(
+        *(
+            call("HGET", broker.keys.request(fields.get("rid", "")), "request")
+            for (_, fields), view in zip(settled, shown, strict=True)
+            if view is None
+        )
     )
+    fallback = iter(stored)
     return [
-        _entry(entry_id, fields, _json(request)) for (entry_id, fields), request in zip(settled, requests, strict=True)
+        _entry(entry_id, fields, view if view is not None else _json(next(fallback)))
+        for (entry_id, fields), view in zip(settled, shown, strict=True)
     ]

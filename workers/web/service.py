@@ -77,6 +77,7 @@ class WebProvider:
         self._views: dict[str, dict[str, Any]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._settled: OrderedDict[str, _Settled] = OrderedDict()
+        self._shown: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
 
@@ -101,6 +102,10 @@ class WebProvider:
 
     def requests(self) -> list[dict[str, Any]]:
         return list(self._views.values())
+
+    def shown(self, request_id: str) -> dict[str, Any] | None:
+        """The view of a request this server showed (pending or recently gone), for the history."""
+        return self._views.get(request_id) or self._shown.get(request_id)
 
     @asynccontextmanager
     async def subscribe(self) -> AsyncIterator[asyncio.Queue[Event | None]]:
@@ -230,7 +235,12 @@ class WebProvider:
         watcher = self._watchers.pop(request_id, None)
         if watcher is not None and watcher is not asyncio.current_task():
             watcher.cancel()
-        if self._views.pop(request_id, None) is not None:
+        view = self._views.pop(request_id, None)
+        if view is not None:
+            questions = [{"id": q["id"], "question": q["question"]} for q in view["questions"]]
+            self._shown[request_id] = {"agent": view["agent"], "questions": questions}  # no plan text kept
+            while len(self._shown) > _SETTLED_MEMORY:
+                self._shown.popitem(last=False)
             self._publish({"type": "removed", "id": request_id, "reason": reason, "by": by, "settled": settled})
 
     # -- the lease loop ---------------------------------------------------------------

@@ -394,8 +394,23 @@
     $("requests").append(root);
   }
 
+  function reopen(card) {
+    // Served again (by this server after a restart, say): what was typed can be sent now.
+    card.closed = false;
+    card.root.classList.remove("closed");
+    const dismiss = card.root.querySelector(".dismiss");
+    if (dismiss) dismiss.remove();
+    notice(card, "");
+    arm(card);
+  }
+
   function addCard(request) {
-    if (state.cards.has(request.id)) return;
+    const known = state.cards.get(request.id);
+    if (known) {
+      if (known.closed && !known.submitting) reopen(known);
+      renderEmpty();
+      return;
+    }
     const count = request.questions.length;
     const root = el("article", { class: "card", "data-id": request.id, "aria-label": (count === 1 ? request.questions[0].question : count + " questions") });
     const ageNode = el("span", { class: "age" });
