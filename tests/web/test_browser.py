@@ -27,7 +27,7 @@ from broker import (
     UserQuestionError,
 )
 from tests.redis_server import RedisServer
-from tests.web.conftest import PASSWORDS, WebProcess, write_users_file
+from tests.web.conftest import PASSWORDS, ROOT, WebProcess, write_users_file
 
 CHROMIUM = os.environ.get("QBROKER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -569,5 +569,49 @@ async def test_mobile_layout_fits(browser: Browser, web: WebProcess, asker: Brok
         await page.screenshot(path=screenshots / "13-mobile-decline.png", full_page=True)
         await request.get_by_role("button", name="Send: Request changes").click()
         assert (await asked).answers[0].custom == "keep ten releases, not five"
+    finally:
+        await context.close()
+
+
+AXE = Path(os.environ.get("QBROKER_AXE", ROOT / "node_modules" / "axe-core" / "axe.min.js"))
+
+
+async def axe_violations(page: Page) -> list[str]:
+    await page.add_script_tag(path=AXE)
+    results = await page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+    assert results["testEngine"]["name"] == "axe-core"
+    return [
+        f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']][:3]}"
+        for v in results["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
+
+
+@pytest.mark.skipif(not AXE.exists(), reason="axe-core missing: npm install axe-core, or set QBROKER_AXE")
+async def test_no_serious_accessibility_violations(browser: Browser, web: WebProcess, asker: Broker) -> None:
+    context = await browser.new_context(viewport={"width": 1000, "height": 900}, bypass_csp=True)  # to inject axe
+    try:
+        page = await context.new_page()
+        await page.goto(web.url)
+        await expect(page.locator("#sign-in")).to_be_visible()
+        assert await axe_violations(page) == []
+        await page.fill("#user", "alice")
+        await page.fill("#password", PASSWORDS["alice"])
+        await page.click("#sign-in-button")
+        planned = ask(asker, plan("Accessible plan?", "Approve", "Request changes", approve="Approve"))
+        batch = ask(
+            asker,
+            AskUserQuestionItem(id="a", question="First of two?", header="Pair", options=options("x", "y")),
+            AskUserQuestionItem(id="b", question="Second of two?", options=options("p", "q"), multi_select=True),
+        )
+        await expect(card(page, "Accessible plan?")).to_be_visible()
+        await expect(card(page, "First of two?")).to_be_visible()
+        await card(page, "Accessible plan?").get_by_role("button", name="Request changes").click()
+        assert await axe_violations(page) == []
+        await page.get_by_role("button", name="History").click()
+        await expect(page.locator("#history-view")).to_be_visible()
+        assert await axe_violations(page) == []
+        planned.cancel()
+        batch.cancel()
     finally:
         await context.close()

@@ -469,7 +469,8 @@
     const refuse = review.refuse === null ? null
       : el("button", { type: "button", class: "refuse", "data-key": "2", "aria-expanded": "false", onclick: () => openDecline(card, question, review.refuse) }, labelNode(review.refuse));
     const hintId = "chat-hint-" + card.id;
-    const chat = el("button", { type: "button", class: "cancel", text: "Chat about it", title: CHAT_HINT, "aria-describedby": hintId, onclick: () => cancelBatch(card) });
+    const chat = el("button", { type: "button", class: "cancel", text: "Chat about it", title: CHAT_HINT, "aria-describedby": hintId,
+      onclick: () => cancelBatch(card, state.user + " wants to talk about this plan in your chat instead of answering here; ask there.") });
     const full = el("button", { type: "button", class: "link full-form", text: "Other answer…", onclick: () => { card.root.classList.remove("plan-card"); renderForm(card, true); } });
     card.actions = el("div", { class: "actions" }, approve, refuse, chat, full);
     card.decline = el("div", { class: "decline", hidden: true });
@@ -545,7 +546,7 @@
     const name = card.id + ":" + question.id;
     const fieldset = el("fieldset", { class: "question", "data-qid": question.id });
     fieldset.append(el("legend", { class: "visually-hidden", text: question.question }));
-    fieldset.append(questionHeading(question, count === 1 ? "h2" : "h3"));
+    fieldset.append(questionHeading(question, "h2"));
     const detail = detailNode(question);
     if (detail) fieldset.append(detail);
     const choices = el("div", { class: "choices" });
@@ -642,9 +643,9 @@
     settle(card, "/answer", { answers: [{ id: question.id, selected: [label] }] });
   }
 
-  function cancelBatch(card) {
+  function cancelBatch(card, message) {
     card.dirty = true;
-    settle(card, "/cancel", {});
+    settle(card, "/cancel", message ? { message } : {});
   }
 
   // -- keyboard ------------------------------------------------------------------------------
@@ -707,10 +708,10 @@
       const parts = [...(q.selected || [])];
       if (q.custom) parts.push("“" + q.custom + "”");
       body.append(el("li", {},
-        el("span", { class: "q", text: (q.question || q.id) + " " }),
-        el("span", { class: "a", text: "→ " + (parts.length ? parts.join(", ") : "(skipped)") })));
+        el("span", { class: "q", text: (q.question || "question " + q.id) + " " }),
+        entry.event === "answered" ? el("span", { class: "a", text: "→ " + (parts.length ? parts.join(", ") : "(skipped)") }) : null));
     }
-    if (!entry.questions.length && entry.message) body.append(el("li", { class: "muted", text: entry.message }));
+    if (entry.event !== "answered" && entry.message) body.append(el("li", { class: "muted message", text: entry.message }));
     return el("li", { class: "history-item card" }, head, body);
   }
 
