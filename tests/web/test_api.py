@@ -285,6 +285,8 @@ async def test_fenced_provider_refuses_and_stands_by(
         return bool(body["status"] == "standby" and body["holder"] == "intruder")
 
     await eventually(standing_by, "the fenced web provider stands by")
+    metrics = (await client.get("/metrics", headers=BEARER)).text
+    assert f'qbroker_lease_losses_total{{namespace="{namespace}"}} 1.0' in metrics
     assert await pending_ids(client, headers=BEARER) == []
     response = await client.post(
         f"/api/requests/{request['id']}/answer",
@@ -337,3 +339,19 @@ async def test_serves_again_after_redis_comes_back(
                 assert (await asked).answers[0].selected == ("no",)
     finally:
         web.stop()
+
+
+async def test_metrics_need_a_token_and_count_leases_and_sign_ins(
+    start_web: Callable[..., WebProcess], namespace: str
+) -> None:
+    web = start_web()
+    async with httpx.AsyncClient(base_url=web.url) as client:
+        assert (await client.get("/metrics")).status_code == 401
+        await client.post("/api/session", json={"user": "alice", "password": "wrong"})
+        await client.post("/api/session", json={"user": "alice", "password": PASSWORDS["alice"]})
+        response = await client.get("/metrics", headers=BEARER)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert f'qbroker_lease_acquisitions_total{{namespace="{namespace}"}} 1.0' in text
+    assert f'qbroker_web_sign_ins_total{{namespace="{namespace}",result="ok"}} 1.0' in text
+    assert f'qbroker_web_sign_ins_total{{namespace="{namespace}",result="refused"}} 1.0' in text

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.applications import Starlette
@@ -34,6 +35,7 @@ from .config import WebConfig
 from .errors import WebError
 from .history import read_history
 from .keys import WebKeys
+from .metrics import SIGN_INS
 from .service import WebProvider
 from .sessions import SessionStore
 from .throttle import Throttle
@@ -183,6 +185,10 @@ def create_app(config: WebConfig) -> Starlette:
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
 
+    async def metrics(request: Request) -> Response:
+        await auth_of(request).identify(request)  # a bearer token for Prometheus (bearer_token_file)
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
     async def healthz(request: Request) -> Response:
         service = service_of(request)
         return JSONResponse({"status": service.status, "holder": service.holder})
@@ -199,7 +205,12 @@ def create_app(config: WebConfig) -> Starlette:
         except WebError:
             await auth.throttle.take_sign_in(None, auth.address(request))  # a malformed try counts too
             raise
-        cookie, record = await auth.sign_in(request, body)
+        try:
+            cookie, record = await auth.sign_in(request, body)
+        except WebError as error:
+            SIGN_INS.labels(config.namespace, "throttled" if error.status == 429 else "refused").inc()
+            raise
+        SIGN_INS.labels(config.namespace, "ok").inc()
         response = JSONResponse(session_view(record.user, record.csrf))
         auth.set_cookie(response, cookie)
         log.info("%s signed in from %s", record.user, record.address)
@@ -270,6 +281,7 @@ def create_app(config: WebConfig) -> Starlette:
     routes = [
         Route("/", page),
         Route("/healthz", healthz),
+        Route("/metrics", metrics),
         Route("/api/session", get_session, methods=["GET"]),
         Route("/api/session", sign_in, methods=["POST"]),
         Route("/api/session", sign_out, methods=["DELETE"]),

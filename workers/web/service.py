@@ -21,6 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker import AskUserQuestionAnswer, Broker, PendingRequest, Provider, UserQuestionError
+from workers.metrics import lease_acquired, lease_lost
 
 from .keys import WebKeys
 from .render import request_view, safe_url
@@ -302,6 +303,7 @@ class WebProvider:
         on_standby: Callable[[str], None] = lambda holder: self._set_status("standby", holder)  # noqa: E731
         async with self.broker.provider(self.name, standby=True, on_standby=on_standby) as provider:
             self._provider = provider
+            lease_acquired(self.broker.namespace)
             self._set_status("active", self.name)
             try:
                 async with asyncio.TaskGroup() as tasks:
@@ -313,6 +315,8 @@ class WebProvider:
                         for watcher in self._watchers.values():
                             watcher.cancel()
             finally:
+                if provider.lost:
+                    lease_lost(self.broker.namespace)
                 self._provider = None
                 for request_id in list(self._pending):
                     self._remove(request_id, "lost", "")
