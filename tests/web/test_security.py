@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -183,3 +184,33 @@ async def test_bearer_guesses_are_throttled(start_web: Callable[..., WebProcess]
         assert refused.status_code == 429 and int(refused.headers["retry-after"]) > 0
         right = await client.get("/api/requests", headers={"Authorization": f"Bearer {TOKEN}"})
         assert right.status_code == 429  # even a right guess is not checked once throttled
+
+
+async def test_works_with_the_namespace_acl_of_the_operations_guide(
+    start_web: Callable[..., WebProcess], redis: Redis, namespace: str, tmp_path: Path
+) -> None:
+    """Every web key stays under ``qb:{ns}:*``, and nothing needs SCAN (the guide's ACL refuses it)."""
+    user = f"web-{namespace}"
+    rules = (
+        f"on >pw-{namespace} ~qb:{{{namespace}}}:* -@all +@read +@write +@stream +@list +@hash +@string "
+        "+@keyspace +evalsha +eval +ping +time +client|setname +client|id -@dangerous -scan"
+    )
+    await redis.execute_command("ACL", "SETUSER", user, "reset", *rules.split())
+    try:
+        base = start_web()  # only for its port and users file; restarted below as the ACL user
+        base.stop()
+        url = base.redis_url.replace("redis://", f"redis://{user}:pw-{namespace}@")
+        web = WebProcess(url, namespace, base.users_file, tmp_path / "acl.log").start()
+        try:
+            async with httpx.AsyncClient(base_url=web.url) as client:
+                for _ in range(2):
+                    assert (await client.post("/api/session", json={"user": "bob", "password": "x"})).status_code == 401
+                assert (await sign_in(client)).status_code == 200
+                assert (await client.get("/api/requests")).json()["status"] == "active"
+                assert (await client.get("/api/history")).status_code == 200
+            listed = qbroker(url, namespace, "list")
+            assert listed.returncode == 0 and " alice " in listed.stdout, listed.stderr
+        finally:
+            web.stop()
+    finally:
+        await redis.execute_command("ACL", "DELUSER", user)

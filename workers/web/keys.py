@@ -17,14 +17,13 @@ def digest(text: str) -> str:
 
 
 class WebKeys:
-    __slots__ = ("namespace", "prefix")
+    __slots__ = ("namespace", "prefix", "sessions")
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
         self.prefix = f"qb:{{{namespace}}}:web:"
-
-    def session_pattern(self) -> str:
-        return f"{self.prefix}session:*"
+        self.sessions = self.prefix + "sessions"
+        """sorted set: the digests of live sessions (scored by expiry, unix ms), for listing without SCAN"""
 
     def session(self, session_digest: str) -> str:
         """One session record (a JSON string with a PX TTL), named by the digest of its cookie."""

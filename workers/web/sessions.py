@@ -1,7 +1,8 @@
 """Server-side sessions: one Redis key per signed-in browser, revocable and expiring.
 
 The cookie holds only a random id (256 bits). Redis keeps the session under the digest
-of that id (``qb:{ns}:web:session:<digest>``), as one JSON string with a PX TTL, so a
+of that id (``qb:{ns}:web:session:<digest>``), as one JSON string with a PX TTL, and
+lists the digests in a sorted set (``qb:{ns}:web:sessions``, no SCAN needed), so a
 session ends when it expires, when its person signs out, or when an operator revokes
 it (``qbroker web sessions revoke``); and reading Redis (or the listing) gives nobody a
 usable cookie.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -22,7 +23,6 @@ __all__ = ["SHORT_ID", "SessionInfo", "SessionRecord", "SessionStore"]
 
 SHORT_ID = 12
 """characters of the key digest shown as a session's id"""
-_SCAN_PAGE = 500
 
 Call = Callable[..., Awaitable[Any]]
 
@@ -65,7 +65,14 @@ class SessionStore:
             address=address[:100],
             agent=agent[:120],
         )
-        await self._call("SET", self._keys.session(digest(cookie)), _encoder.encode(record), "PX", self._max_age_ms)
+        session_digest = digest(cookie)
+        await self._call("SET", self._keys.session(session_digest), _encoder.encode(record), "PX", self._max_age_ms)
+        # The index lets `sessions list` work without SCAN (which a namespace's ACL refuses).
+        # Its scores are for pruning only; the records' own TTLs decide when a session ends.
+        await self._call("ZADD", self._keys.sessions, record.created_ms + self._max_age_ms, session_digest)
+        await self._call("ZREMRANGEBYSCORE", self._keys.sessions, "-inf", record.created_ms)
+        await self._call("PEXPIRE", self._keys.sessions, self._max_age_ms, "GT")
+        await self._call("PEXPIRE", self._keys.sessions, self._max_age_ms, "NX")
         return cookie, record
 
     async def get(self, cookie: str) -> SessionRecord | None:
@@ -81,22 +88,25 @@ class SessionStore:
 
     async def end(self, cookie: str) -> None:
         """Sign-out: the cookie stops working at once, here and on every other server."""
-        await self._call("DEL", self._keys.session(digest(cookie)))
+        session_digest = digest(cookie)
+        await self._call("DEL", self._keys.session(session_digest))
+        await self._call("ZREM", self._keys.sessions, session_digest)
 
     async def list(self) -> list[SessionInfo]:
         found: list[SessionInfo] = []
-        prefix = len(self._keys.session(""))
-        async for key in self._scan():
+        for session_digest in await self._call("ZRANGE", self._keys.sessions, 0, -1):
+            key = self._keys.session(session_digest)
             raw, pttl = await self._call("GET", key), await self._call("PTTL", key)
-            if raw is None:
-                continue  # expired or revoked meanwhile
+            if raw is None:  # expired or revoked: drop it from the index too
+                await self._call("ZREM", self._keys.sessions, session_digest)
+                continue
             try:
                 record = _decoder.decode(raw)
             except msgspec.DecodeError:
                 continue
             found.append(
                 SessionInfo(
-                    id=key[prefix : prefix + SHORT_ID],
+                    id=session_digest[:SHORT_ID],
                     user=record.user,
                     created_ms=record.created_ms,
                     expires_in_s=max(0, int(pttl)) / 1000,
@@ -108,23 +118,14 @@ class SessionStore:
 
     async def revoke(self, *, ids: tuple[str, ...] = (), user: str | None = None, everyone: bool = False) -> int:
         """End the sessions named by id (a prefix of at least 6 characters), of a user, or all; returns how many."""
-        prefix = len(self._keys.session(""))
-        doomed: list[str] = []
-        for session in await self.list():
-            wanted = everyone or session.user == user or any(len(i) >= 6 and session.id.startswith(i) for i in ids)
-            if wanted:
-                doomed.append(session.id)
+        wanted = {
+            s.id
+            for s in await self.list()
+            if everyone or s.user == user or any(len(i) >= 6 and s.id.startswith(i) for i in ids)
+        }
         ended = 0
-        async for key in self._scan():
-            if key[prefix : prefix + SHORT_ID] in doomed:
-                ended += int(await self._call("DEL", key))
+        for session_digest in await self._call("ZRANGE", self._keys.sessions, 0, -1):
+            if session_digest[:SHORT_ID] in wanted:
+                ended += int(await self._call("DEL", self._keys.session(session_digest)))
+                await self._call("ZREM", self._keys.sessions, session_digest)
         return ended
-
-    async def _scan(self) -> AsyncIterator[str]:
-        cursor: Any = 0
-        while True:
-            cursor, names = await self._call("SCAN", cursor, "MATCH", self._keys.session_pattern(), "COUNT", _SCAN_PAGE)
-            for name in names:
-                yield name if isinstance(name, str) else name.decode()
-            if int(cursor) == 0:
-                return
