@@ -615,3 +615,37 @@ async def test_no_serious_accessibility_violations(browser: Browser, web: WebPro
         batch.cancel()
     finally:
         await context.close()
+
+
+async def test_opt_in_desktop_notification(browser: Browser, web: WebProcess, asker: Broker) -> None:
+    context = await browser.new_context(viewport={"width": 1000, "height": 900})
+    await context.grant_permissions(["notifications"], origin=web.url)
+    try:
+        page = await context.new_page()
+        await page.goto(web.url)
+        await page.fill("#user", "bob")
+        await page.fill("#password", PASSWORDS["bob"])
+        await page.click("#sign-in-button")
+        notify = page.get_by_role("button", name="Notify")
+        await expect(notify).to_have_attribute("aria-pressed", "false")  # off until asked for
+        await notify.click()
+        await expect(page.locator("#notify")).to_have_attribute("aria-pressed", "true")
+        assert await page.evaluate("localStorage.getItem('qb-notify')") == "on"
+        # The tab goes to the background; record what the page shows through the real API.
+        await page.evaluate(
+            """() => {
+                Object.defineProperty(document, 'hidden', {get: () => true});
+                const Real = window.Notification;
+                window.__shown = [];
+                window.Notification = class extends Real {
+                    constructor(title, options) { super(title, options); window.__shown.push([title, options.body]); }
+                };
+                window.Notification.permission = Real.permission;
+            }"""
+        )
+        asked = ask(asker, AskUserQuestionItem(id="q", question="Did you hear me?", options=options("yes")))
+        await expect(card(page, "Did you hear me?")).to_be_visible()
+        assert await page.evaluate("window.__shown") == [["Question from an agent", "Did you hear me?"]]
+        asked.cancel()
+    finally:
+        await context.close()

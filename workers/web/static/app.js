@@ -229,7 +229,7 @@
 
   function renderNotify() {
     const button = $("notify");
-    button.textContent = state.notify ? "Notifications on" : "Notify me";
+    button.textContent = state.notify ? "Notifying" : "Notify";
     button.setAttribute("aria-pressed", state.notify ? "true" : "false");
   }
 
@@ -282,10 +282,10 @@
   // -- settled requests ----------------------------------------------------------------------
 
   function onRemoved(event) {
+    if (state.view === "history") loadHistory();
     const card = state.cards.get(event.id);
     if (!card || card.submitting) return;  // our own submission settles the card itself
     closeOrDrop(event.id, event.reason, event.by, event.settled);
-    if (state.view === "history") loadHistory();
   }
 
   function answerText(card, settled) {
