@@ -7,13 +7,15 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from redis.asyncio import Redis
 
+from tests.helpers import one_question
 from tests.web.conftest import PASSWORDS, ROOT, TOKEN, WebProcess
 
 pytestmark = pytest.mark.slow
@@ -214,3 +216,30 @@ async def test_works_with_the_namespace_acl_of_the_operations_guide(
             web.stop()
     finally:
         await redis.execute_command("ACL", "DELUSER", user)
+
+
+async def test_a_revoked_session_sees_no_more_events(
+    start_web: Callable[..., WebProcess], make_broker: Callable[..., Any]
+) -> None:
+    web = start_web()
+    asker = await make_broker()
+    async with httpx.AsyncClient(base_url=web.url) as client:
+        assert (await sign_in(client)).status_code == 200
+        async with asyncio.timeout(20), client.stream("GET", "/api/events") as response:
+            lines = response.aiter_lines()
+            assert [line async for line in _until_blank(lines)] == ["retry: 1000"]
+            snapshot = [line async for line in _until_blank(lines)]
+            assert snapshot[0] == "event: snapshot"
+            assert qbroker(web.redis_url, web.namespace, "revoke", "--all").returncode == 0
+            asked = asyncio.create_task(asker.ask(one_question("yes", "no"), abort=None, timeout=30))
+            rest = [line async for line in lines]  # the stream ends without showing the question
+            assert not any("added" in line for line in rest), rest
+            asked.cancel()
+        assert (await client.get("/api/events")).status_code == 401
+
+
+async def _until_blank(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    async for line in lines:
+        if not line:
+            return
+        yield line

@@ -260,8 +260,16 @@ def create_app(config: WebConfig) -> Starlette:
         return JSONResponse({"ok": True, "by": identity.user})
 
     async def events(request: Request) -> Response:
-        await auth_of(request).identify(request)
+        auth = auth_of(request)
+        await auth.identify(request)
         service = service_of(request)
+
+        async def still_signed_in() -> bool:
+            try:
+                await auth.identify(request)
+            except WebError:
+                return False  # signed out, revoked or expired meanwhile: the stream ends
+            return True
 
         async def stream() -> AsyncIterator[str]:
             async with service.subscribe() as queue:
@@ -270,11 +278,13 @@ def create_app(config: WebConfig) -> Starlette:
                     try:
                         event = await asyncio.wait_for(queue.get(), _KEEPALIVE_S)
                     except TimeoutError:
-                        yield ": keepalive\n\n"
-                        continue
-                    if event is None:
+                        event = {"type": "keepalive"}
+                    if event is None or not await still_signed_in():
                         return
-                    yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+                    if event["type"] == "keepalive":
+                        yield ": keepalive\n\n"
+                    else:
+                        yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
 
