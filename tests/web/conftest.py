@@ -28,6 +28,12 @@ def write_users_file(path: Path) -> Path:
     return path
 
 
+def qbroker(redis_url: str, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``qbroker -n NS --redis-url URL web sessions ARGS...`` as a real process."""
+    command = [sys.executable, "-m", "workers.cli", "-n", namespace, "--redis-url", redis_url, "web", "sessions"]
+    return subprocess.run([*command, *args], cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
+
+
 @dataclass
 class WebProcess:
     """``python -m workers.web`` on a free port, as a real process."""

@@ -27,7 +27,7 @@ from broker import (
     UserQuestionError,
 )
 from tests.redis_server import RedisServer
-from tests.web.conftest import PASSWORDS, ROOT, WebProcess, write_users_file
+from tests.web.conftest import PASSWORDS, ROOT, WebProcess, qbroker, write_users_file
 
 CHROMIUM = os.environ.get("QBROKER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -649,3 +649,13 @@ async def test_opt_in_desktop_notification(browser: Browser, web: WebProcess, as
         asked.cancel()
     finally:
         await context.close()
+
+
+async def test_revoked_session_returns_to_sign_in(people: People, asker: Broker) -> None:
+    page = await people.page("bob")
+    revoked = await asyncio.to_thread(qbroker, people.web.redis_url, people.web.namespace, "revoke", "--user", "bob")
+    assert revoked.returncode == 0, revoked.stderr
+    asked = ask(asker, AskUserQuestionItem(id="q", question="Bob may not see this?", options=options("a")))
+    await expect(page.locator("#sign-in-error")).to_have_text("Your session ended; sign in again.", timeout=10_000)
+    await expect(page.locator("article.card")).to_have_count(0)
+    asked.cancel()

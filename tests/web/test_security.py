@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -16,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.helpers import one_question
-from tests.web.conftest import PASSWORDS, ROOT, TOKEN, WebProcess
+from tests.web.conftest import PASSWORDS, TOKEN, WebProcess, qbroker
 
 pytestmark = pytest.mark.slow
 
@@ -101,11 +99,6 @@ async def test_sessions_survive_a_restart_and_expire(
     await asyncio.sleep(max(0.0, signed_at + 3.8 - time.monotonic()))
     async with httpx.AsyncClient(base_url=web.url, cookies={"qb_session": cookie}) as replay:
         assert (await replay.get("/api/requests")).status_code == 401  # expired in Redis
-
-
-def qbroker(redis_url: str, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "workers.cli", "-n", namespace, "--redis-url", redis_url, "web", "sessions"]
-    return subprocess.run([*command, *args], cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
 
 
 async def test_operator_lists_and_revokes_sessions(start_web: Callable[..., WebProcess]) -> None:
