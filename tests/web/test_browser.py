@@ -27,7 +27,7 @@ from broker import (
     UserQuestionError,
 )
 from tests.redis_server import RedisServer
-from tests.web.conftest import PASSWORDS, ROOT, WebProcess, qbroker, write_users_file
+from tests.web.conftest import PASSWORDS, WebProcess, qbroker, write_users_file
 
 CHROMIUM = os.environ.get("QBROKER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -573,7 +573,7 @@ async def test_mobile_layout_fits(browser: Browser, web: WebProcess, asker: Brok
         await context.close()
 
 
-AXE = Path(os.environ.get("QBROKER_AXE", ROOT / "node_modules" / "axe-core" / "axe.min.js"))
+AXE = Path(os.environ.get("QBROKER_AXE", Path(__file__).parent / "node_modules" / "axe-core" / "axe.min.js"))
 
 
 async def axe_violations(page: Page) -> list[str]:
@@ -587,7 +587,7 @@ async def axe_violations(page: Page) -> list[str]:
     ]
 
 
-@pytest.mark.skipif(not AXE.exists(), reason="axe-core missing: npm install axe-core, or set QBROKER_AXE")
+@pytest.mark.skipif(not AXE.exists(), reason="axe-core missing: `npm ci` in tests/web, or set QBROKER_AXE")
 async def test_no_serious_accessibility_violations(browser: Browser, web: WebProcess, asker: Broker) -> None:
     context = await browser.new_context(viewport={"width": 1000, "height": 900}, bypass_csp=True)  # to inject axe
     try:
