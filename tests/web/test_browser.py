@@ -659,3 +659,36 @@ async def test_revoked_session_returns_to_sign_in(people: People, asker: Broker)
     await expect(page.locator("#sign-in-error")).to_have_text("Your session ended; sign in again.", timeout=10_000)
     await expect(page.locator("article.card")).to_have_count(0)
     asked.cancel()
+
+
+async def test_one_page_for_several_namespaces(
+    browser: Browser, redis_server: RedisServer, tmp_path: Path, screenshots: Path
+) -> None:
+    first, second = f"ns1-{os.getpid()}", f"ns2-{os.getpid()}"
+    users = write_users_file(tmp_path / "u.toml")
+    holder = WebProcess(redis_server.url, first, users, tmp_path / "a.log", name="web-a")
+    holder.extra = ["--public-url", f"http://127.0.0.1:{holder.port}/"]
+    holder.start()  # holds the first namespace's lease
+    both = WebProcess(redis_server.url, first, users, tmp_path / "b.log", name="web-b", extra=["--serve", second])
+    both.start()  # stands by for the first, serves the second
+    people = People(browser, both)
+    try:
+        page = await people.page()
+        async with Broker(redis_server.url, first) as asker_one, Broker(redis_server.url, second) as asker_two:
+            asked = ask(asker_two, AskUserQuestionItem(id="q", question="From the second?", options=options("ok")))
+            elsewhere = ask(asker_one, AskUserQuestionItem(id="q", question="From the first?", options=options("ok")))
+            request = card(page, "From the second?")
+            await expect(request.locator(".namespace-chip")).to_have_text(second)
+            await expect(page.locator("#banner")).to_contain_text(f"Standing by: web-a is serving {first}")
+            await expect(page.locator("#banner .holder-link")).to_have_attribute("href", holder.url + "/")
+            await expect(card(page, "From the first?")).to_have_count(0)  # answered on web-a
+            await expect(page).to_have_title(re.compile(rf"^\(1\) Questions · {first}, {second}"))
+            await page.screenshot(path=screenshots / "14-two-namespaces.png", full_page=True)
+            await request.get_by_text("ok", exact=True).click()
+            await request.get_by_role("button", name="Send answer").click()
+            assert (await asked).answers[0].selected == ("ok",)
+            elsewhere.cancel()
+    finally:
+        await people.close()
+        both.stop()
+        holder.stop()

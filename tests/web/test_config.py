@@ -120,3 +120,18 @@ def test_unknown_and_known_users_cost_one_scrypt_each(monkeypatch: pytest.Monkey
     assert len(calls) == 2
     assert credentials.check_password("alice", "alice-password")
     assert not credentials.check_password("mallory", "")  # no password matches the stand-in hash
+
+
+def test_namespaces_per_user(tmp_path: Path) -> None:
+    users = tmp_path / "users.toml"
+    users.write_text('[tokens]\nbot = "0123456789abcdef0"\n[namespaces]\nalice = ["a", "b"]\nbot = ["b", "zzz"]\n')
+    credentials = load_credentials(users, [])
+    served = ("a", "b", "c")
+    assert credentials.allowed("alice", served) == ("a", "b")
+    assert credentials.allowed("bot", served) == ("b",)  # only what is served, in the served order
+    assert credentials.allowed("carol", served) == ()  # not listed: nowhere
+    assert Credentials().allowed("carol", served) == served  # no table: everywhere served
+    assert WebConfig(redis_url="redis://x", namespace="a", also_serve=("b", "a", "b")).namespaces == ("a", "b")
+    users.write_text('[namespaces]\nalice = "a"\n')
+    with pytest.raises(ConfigError, match=r"\[namespaces\]"):
+        load_credentials(users, [])

@@ -72,6 +72,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "QBROKER_WEB_TRUSTED_PROXIES, comma-separated); without it the header is ignored",
     )
     parser.add_argument(
+        "--serve",
+        action="append",
+        default=[n for n in env.get("QBROKER_WEB_NAMESPACES", "").split(",") if n.strip()],
+        metavar="NS",
+        help="also provide for this namespace, on the same page (repeatable; env QBROKER_WEB_NAMESPACES, "
+        "comma-separated); -n names the primary one, which keeps the sessions. [namespaces] in the users "
+        "file says who may answer where",
+    )
+    parser.add_argument(
         "--session-hours", type=float, default=12.0, help="a sign-in lasts this long (sessions live in Redis)"
     )
     parser.add_argument(
@@ -95,6 +104,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 async def run(args: argparse.Namespace) -> int:
+    from broker import Broker, UserQuestionError
     from workers.web import ConfigError, WebConfig, hash_password, load_credentials
     from workers.web.render import safe_url
     from workers.web.throttle import parse_networks
@@ -111,12 +121,16 @@ async def run(args: argparse.Namespace) -> int:
         proxies = parse_networks(args.trusted_proxy)
         if args.public_url and not safe_url(args.public_url):
             raise ConfigError(f"--public-url {args.public_url!r} is not an absolute http(s) URL")
-    except (ConfigError, ValueError) as error:
+        also_serve = tuple(namespace.strip() for namespace in args.serve)
+        for namespace in also_serve:
+            Broker(settings.redis_url, namespace)  # refuses a malformed namespace name; connects to nothing
+    except (ConfigError, ValueError, UserQuestionError) as error:
         print(f"qbroker web: {error}", file=sys.stderr)
         return 2
     config = WebConfig(
         redis_url=settings.redis_url,
         namespace=settings.namespace,
+        also_serve=also_serve,
         name=args.name,
         host=args.host,
         port=args.port,
@@ -141,8 +155,7 @@ async def _serve(config: WebConfig) -> int:
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             # Open event streams would hold the shutdown until its timeout: end them first.
-            service = getattr(app.state, "service", None)
-            if service is not None:
+            for service in getattr(app.state, "services", {}).values():
                 loop.call_soon_threadsafe(service.end_streams)
             super().handle_exit(sig, frame)
 

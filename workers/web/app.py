@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +30,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker import AskUserQuestionAnswer, Broker, UserQuestionError
 
-from .auth import Auth, check_same_origin
+from .auth import Auth, Identity, check_same_origin
 from .config import WebConfig
 from .errors import WebError
 from .history import read_history
 from .keys import WebKeys
 from .metrics import SIGN_INS
-from .service import WebProvider
+from .service import QUEUE_SIZE, Event, WebProvider
 from .sessions import SessionStore
 from .throttle import Throttle
 
@@ -154,33 +154,59 @@ def create_app(config: WebConfig) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if not config.credentials:
             log.warning("no users or tokens configured: nobody can sign in")
-        async with Broker(config.redis_url, config.namespace, lease_ttl=config.lease_ttl) as broker:
-            call = broker.commands.call
-            service = WebProvider(broker, name=config.name, keys=keys, public_url=config.public_url)
-            app.state.service = service
-            app.state.broker = broker
+        async with AsyncExitStack() as stack:
+            services: dict[str, WebProvider] = {}
+            for namespace in config.namespaces:
+                broker = await stack.enter_async_context(
+                    Broker(config.redis_url, namespace, lease_ttl=config.lease_ttl)
+                )
+                services[namespace] = WebProvider(
+                    broker, name=config.name, keys=WebKeys(namespace), public_url=config.public_url
+                )
+            call = services[config.namespace].broker.commands.call  # sessions live in the primary namespace
+            app.state.services = services
             app.state.auth = Auth(
                 config,
                 SessionStore(call, keys, max_age=config.session_max_age),
                 Throttle(call, keys, config.throttle),
             )
             async with asyncio.TaskGroup() as tasks:
-                serving = tasks.create_task(service.run(), name="qb-web-provider")
+                serving = [
+                    tasks.create_task(service.run(), name=f"qb-web-provider-{namespace}")
+                    for namespace, service in services.items()
+                ]
                 try:
                     yield
                 finally:
-                    serving.cancel()
+                    for task in serving:
+                        task.cancel()
 
-    def service_of(request: Request) -> WebProvider:
-        service: WebProvider = request.app.state.service
-        return service
+    def services_of(request: Request, identity: Identity | None = None) -> list[WebProvider]:
+        """The providers of the namespaces served here (that ``identity`` may use), primary first."""
+        services: dict[str, WebProvider] = request.app.state.services
+        if identity is None:
+            return list(services.values())
+        return [services[namespace] for namespace in identity.namespaces]
+
+    def service_for(request: Request, identity: Identity) -> WebProvider:
+        """The provider that knows the request in the path, among those the caller may use."""
+        mine = services_of(request, identity)
+        if not mine:
+            raise WebError(403, "NO_NAMESPACE", f"{identity.user} may not answer in any namespace served here")
+        request_id = request.path_params["id"]
+        return next((service for service in mine if service.knows(request_id)), mine[0])
 
     def auth_of(request: Request) -> Auth:
         auth: Auth = request.app.state.auth
         return auth
 
-    def session_view(user: str, csrf: str | None) -> dict[str, Any]:
-        return {"user": user, "csrf": csrf, "namespace": config.namespace}
+    def session_view(identity: Identity) -> dict[str, Any]:
+        return {
+            "user": identity.user,
+            "csrf": identity.csrf,
+            "namespace": config.namespace,
+            "namespaces": list(identity.namespaces),
+        }
 
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
@@ -190,12 +216,17 @@ def create_app(config: WebConfig) -> Starlette:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> Response:
-        service = service_of(request)
-        return JSONResponse({"status": service.status, "holder": service.holder})
+        primary, *others = services_of(request)
+        body: dict[str, Any] = {"status": primary.status, "holder": primary.holder}
+        if others:
+            body["namespaces"] = {
+                s.broker.namespace: {"status": s.status, "holder": s.holder} for s in [primary, *others]
+            }
+        return JSONResponse(body)
 
     async def get_session(request: Request) -> Response:
         identity = await auth_of(request).identify(request)
-        return JSONResponse(session_view(identity.user, identity.csrf))
+        return JSONResponse(session_view(identity))
 
     async def sign_in(request: Request) -> Response:
         auth = auth_of(request)
@@ -211,7 +242,7 @@ def create_app(config: WebConfig) -> Starlette:
             SIGN_INS.labels(config.namespace, "throttled" if error.status == 429 else "refused").inc()
             raise
         SIGN_INS.labels(config.namespace, "ok").inc()
-        response = JSONResponse(session_view(record.user, record.csrf))
+        response = JSONResponse(session_view(auth.identity_of(record)))
         auth.set_cookie(response, cookie)
         log.info("%s signed in from %s", record.user, record.address)
         return response
@@ -225,19 +256,29 @@ def create_app(config: WebConfig) -> Starlette:
         return response
 
     async def list_requests(request: Request) -> Response:
-        await auth_of(request).identify(request)
-        service = service_of(request)
-        return JSONResponse({**service.status_event(), "requests": service.requests()})
+        identity = await auth_of(request).identify(request)
+        mine = services_of(request, identity)
+        first = mine[0].status_event() if mine else {}
+        return JSONResponse(
+            {
+                **first,  # the first namespace's status, as a single-namespace server always said
+                "namespaces": {s.broker.namespace: s.status_event() for s in mine},
+                "requests": [view for service in mine for view in service.requests()],
+            }
+        )
 
     async def history(request: Request) -> Response:
-        await auth_of(request).identify(request)
+        identity = await auth_of(request).identify(request)
         try:
             limit = min(200, max(1, int(request.query_params.get("limit", "50"))))
         except ValueError:
             raise WebError(400, "BAD_REQUEST", "limit is a number") from None
-        broker: Broker = request.app.state.broker
-        entries = await read_history(broker, limit=limit, known=service_of(request).shown)
-        return JSONResponse({"entries": entries})
+        entries: list[dict[str, Any]] = []
+        for service in services_of(request, identity):
+            for entry in await read_history(service.broker, limit=limit, known=service.shown):
+                entries.append({**entry, "namespace": service.broker.namespace})
+        entries.sort(key=lambda entry: entry["atMs"], reverse=True)
+        return JSONResponse({"entries": entries[:limit]})
 
     async def answer(request: Request) -> Response:
         identity = await auth_of(request).identify_for_change(request)
@@ -246,7 +287,8 @@ def create_app(config: WebConfig) -> Starlette:
             parsed = msgspec.convert(body, AskUserQuestionAnswer)
         except msgspec.ValidationError as error:
             raise UserQuestionError(f"malformed answer: {error}", "BAD_ANSWER") from error
-        accepted = await service_of(request).answer(request.path_params["id"], parsed, by=identity.user)
+        service = service_for(request, identity)
+        accepted = await service.answer(request.path_params["id"], parsed, by=identity.user)
         content = msgspec.json.encode({"ok": True, "by": identity.user, "answer": accepted})
         return Response(content, media_type="application/json")
 
@@ -256,13 +298,13 @@ def create_app(config: WebConfig) -> Starlette:
         message = body.get("message") if isinstance(body, dict) else None
         if not isinstance(message, str) or not message.strip():
             message = f"{identity.user} dismissed the question"
-        await service_of(request).cancel(request.path_params["id"], message[:2000], by=identity.user)
+        await service_for(request, identity).cancel(request.path_params["id"], message[:2000], by=identity.user)
         return JSONResponse({"ok": True, "by": identity.user})
 
     async def events(request: Request) -> Response:
         auth = auth_of(request)
-        await auth.identify(request)
-        service = service_of(request)
+        identity = await auth.identify(request)
+        mine = services_of(request, identity)
 
         async def still_signed_in() -> bool:
             try:
@@ -272,7 +314,10 @@ def create_app(config: WebConfig) -> Starlette:
             return True
 
         async def stream() -> AsyncIterator[str]:
-            async with service.subscribe() as queue:
+            queue: asyncio.Queue[Event | None] = asyncio.Queue(QUEUE_SIZE * max(1, len(mine)))
+            async with AsyncExitStack() as subscriptions:
+                for service in mine:  # one queue for all: every event names its namespace
+                    await subscriptions.enter_async_context(service.subscribe(queue))
                 yield "retry: 1000\n\n"
                 while True:
                     try:

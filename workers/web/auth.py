@@ -35,6 +35,8 @@ class Identity:
     user: str
     csrf: str | None
     """the session's CSRF token; ``None`` for a bearer token"""
+    namespaces: tuple[str, ...] = ()
+    """the served namespaces this caller may see and answer in"""
 
 
 class Auth:
@@ -55,11 +57,17 @@ class Auth:
             if owner is None:
                 await self.throttle.token_failed(address)
                 raise unauthenticated("unknown token")
-            return Identity(owner, None)
+            return Identity(owner, None, self._allowed(owner))
         record = await self._session(request)
         if record is None:
             raise unauthenticated()
-        return Identity(record.user, record.csrf)
+        return self.identity_of(record)
+
+    def identity_of(self, record: SessionRecord) -> Identity:
+        return Identity(record.user, record.csrf, self._allowed(record.user))
+
+    def _allowed(self, name: str) -> tuple[str, ...]:
+        return self.config.credentials.allowed(name, self.config.namespaces)
 
     async def identify_for_change(self, request: Request) -> Identity:
         """The caller of a state-changing request: a cookie session must pass the CSRF check."""

@@ -26,7 +26,7 @@ from workers.metrics import lease_acquired, lease_lost
 from .keys import WebKeys
 from .render import request_view, safe_url
 
-__all__ = ["AlreadySettled", "Event", "Status", "WebProvider"]
+__all__ = ["QUEUE_SIZE", "AlreadySettled", "Event", "Status", "WebProvider"]
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ Status = Literal["connecting", "standby", "active", "stopped"]
 Event = dict[str, Any]
 
 _SETTLED_MEMORY = 2_000
-_QUEUE_SIZE = 256
+QUEUE_SIZE = 256
 _REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 _NOT_PENDING, _LEASE_LOST = "NOT_PENDING", "LEASE_LOST"
 
@@ -87,6 +87,7 @@ class WebProvider:
     def snapshot(self) -> Event:
         return {
             "type": "snapshot",
+            "namespace": self.broker.namespace,
             "status": self.status_event(),
             "requests": list(self._views.values()),
             "nowMs": int(time.time() * 1000),
@@ -95,6 +96,7 @@ class WebProvider:
     def status_event(self) -> Event:
         return {
             "type": "status",
+            "namespace": self.broker.namespace,
             "status": self.status,
             "holder": self.holder,
             "holderUrl": self.holder_url if self.status == "standby" else "",
@@ -104,14 +106,24 @@ class WebProvider:
     def requests(self) -> list[dict[str, Any]]:
         return list(self._views.values())
 
+    def knows(self, request_id: str) -> bool:
+        """Whether the request is pending here or was settled here lately."""
+        return request_id in self._pending or request_id in self._settled
+
     def shown(self, request_id: str) -> dict[str, Any] | None:
         """The view of a request this server showed (pending or recently gone), for the history."""
         return self._views.get(request_id) or self._shown.get(request_id)
 
     @asynccontextmanager
-    async def subscribe(self) -> AsyncIterator[asyncio.Queue[Event | None]]:
-        """A queue of change events, starting with a snapshot; ``None`` means: stop."""
-        queue: asyncio.Queue[Event | None] = asyncio.Queue(_QUEUE_SIZE)
+    async def subscribe(
+        self, queue: asyncio.Queue[Event | None] | None = None
+    ) -> AsyncIterator[asyncio.Queue[Event | None]]:
+        """A queue of change events, starting with a snapshot; ``None`` means: stop.
+
+        Pass a queue to share it between the providers of several namespaces (every event
+        names its namespace).
+        """
+        queue = queue if queue is not None else asyncio.Queue(QUEUE_SIZE)
         queue.put_nowait(self.snapshot())
         self._subscribers.add(queue)
         try:
@@ -212,7 +224,7 @@ class WebProvider:
         except Exception:  # never let one odd request stop the others being served
             log.exception("cannot show request %s", pending.request_id)
             return
-        view.update(await self._context(pending))
+        view.update(await self._context(pending), namespace=self.broker.namespace)
         if pending.withdrawn.is_set():
             return
         self._pending[pending.request_id] = pending
@@ -242,7 +254,8 @@ class WebProvider:
             self._shown[request_id] = {"agent": view["agent"], "questions": questions}  # no plan text kept
             while len(self._shown) > _SETTLED_MEMORY:
                 self._shown.popitem(last=False)
-            self._publish({"type": "removed", "id": request_id, "reason": reason, "by": by, "settled": settled})
+            removed = {"type": "removed", "id": request_id, "reason": reason, "by": by, "settled": settled}
+            self._publish({**removed, "namespace": self.broker.namespace})
 
     # -- the lease loop ---------------------------------------------------------------
 

@@ -6,8 +6,7 @@
 (function () {
   const $ = (id) => document.getElementById(id);
   const state = {
-    csrf: null, user: null, namespace: "", source: null, status: "connecting", holder: "", holderUrl: "",
-    connected: false, skewMs: 0, cards: new Map(), view: "pending", notify: false,
+    csrf: null, user: null, namespaces: [], source: null, statuses: new Map(), connected: false, skewMs: 0, cards: new Map(), view: "pending", notify: false,
   };
   const RECOMMENDED = /\s*\(recommended\)\s*$/i;
   const OFFLINE = "Could not reach the server, so nothing was sent. Your answer is kept here: send it again when the connection is back.";
@@ -111,11 +110,12 @@
   function start(session) {
     state.csrf = session.csrf;
     state.user = session.user;
-    state.namespace = session.namespace;
+    state.namespaces = session.namespaces || [session.namespace];
+    state.statuses = new Map();
     $("who").textContent = session.user;
     $("who").title = "signed in as " + session.user;
-    $("namespace").textContent = session.namespace;
-    $("namespace").title = "namespace " + session.namespace;
+    $("namespace").textContent = state.namespaces.join(", ");
+    $("namespace").title = (state.namespaces.length === 1 ? "namespace " : "namespaces ") + state.namespaces.join(", ");
     $("sign-in").hidden = true;
     $("main").hidden = false;
     $("views").hidden = false;
@@ -157,48 +157,62 @@
     for (const card of state.cards.values()) arm(card);
   }
 
+  function statusOf(namespace) {
+    const status = state.statuses.get(namespace);
+    return status ? status.status : "connecting";
+  }
+
+  function standbyLine(status) {
+    const line = el("span", {}, "Standing by: " + (status.holder || "another server") + " is serving " +
+      (state.namespaces.length > 1 ? status.namespace : "this namespace") + ", so its questions are answered there");
+    const url = /^https?:\/\//i.test(status.holderUrl || "") ? status.holderUrl : "";
+    if (url) line.append(" at ", el("a", { href: url, class: "holder-link", id: state.namespaces.length > 1 ? null : "holder-link", text: url }));
+    line.append(". Questions appear here if this server takes over.");
+    return line;
+  }
+
   function renderBanner() {
     const banner = $("banner");
     banner.replaceChildren();
-    banner.className = "";
-    let bad = true;
+    let bad = false;
     if (!state.connected) {
+      bad = true;
       banner.append("Disconnected from the server; reconnecting… Sending is paused, and what you typed stays here.");
-    } else if (state.status === "active") {
-      banner.hidden = true;
-      return;
-    } else if (state.status === "standby") {
-      bad = false;
-      banner.append("Standing by: " + (state.holder || "another server") + " is serving this namespace, so its questions are answered there");
-      if (state.holderUrl) banner.append(" at ", el("a", { href: state.holderUrl, id: "holder-link", text: state.holderUrl }));
-      banner.append(". Questions appear here if this server takes over.");
-    } else if (state.status === "stopped") {
-      banner.append("This server is stopping.");
+    } else if (!state.namespaces.length) {
+      bad = true;
+      banner.append("You may not answer in any namespace this server serves; ask an operator to add you in [namespaces] of its users file.");
     } else {
-      banner.append("Connecting to the broker…");
+      for (const namespace of state.namespaces) {
+        const status = state.statuses.get(namespace) || { status: "connecting", namespace };
+        const prefix = state.namespaces.length > 1 && status.status !== "standby" ? namespace + ": " : "";
+        if (status.status === "active") continue;
+        if (status.status !== "standby") bad = true;
+        const line = status.status === "standby" ? standbyLine(status)
+          : el("span", { text: prefix + (status.status === "stopped" ? "This server is stopping." : "Connecting to the broker…") });
+        banner.append(el("div", {}, line));
+      }
     }
+    banner.hidden = !banner.childNodes.length;
     banner.className = bad ? "bad" : "";
-    banner.hidden = false;
     renderEmpty();
   }
 
   function onSnapshot(snapshot) {
+    // One snapshot per namespace (the stream carries every namespace this person may use).
     state.skewMs = snapshot.nowMs - Date.now();
     state.connected = true;
     onStatus(snapshot.status);
     const live = new Set(snapshot.requests.map((r) => r.id));
-    for (const [id, card] of state.cards) if (!live.has(id) && !card.closed) closeOrDrop(id, "gone", "", null);
+    for (const [id, card] of state.cards)
+      if (card.request.namespace === snapshot.namespace && !live.has(id) && !card.closed) closeOrDrop(id, "gone", "", null);
     for (const request of snapshot.requests) addCard(request);
     setConnected(true);
   }
 
   function onStatus(status) {
-    state.status = status.status;
-    state.holder = status.holder || "";
-    state.holderUrl = /^https?:\/\//i.test(status.holderUrl || "") ? status.holderUrl : "";
-    document.body.dataset.status = status.status;
+    state.statuses.set(status.namespace, status);
+    document.body.dataset.status = [...state.statuses.values()].map((s) => s.status).join(" ");
     renderBanner();
-    renderEmpty();
     for (const card of state.cards.values()) arm(card);
   }
 
@@ -206,7 +220,8 @@
     const open = openCount();
     const empty = $("empty");
     empty.hidden = open > 0;
-    empty.textContent = state.status === "standby"
+    const standingBy = state.namespaces.length > 0 && state.namespaces.every((n) => statusOf(n) === "standby");
+    empty.textContent = standingBy
       ? "This server is standing by: pending questions are answered on the active server (see above)."
       : "No pending questions. New ones appear here as agents ask.";
     $("keys-hint").hidden = open === 0;
@@ -222,7 +237,8 @@
 
   function updateTitle() {
     const open = state.csrf ? openCount() : 0;
-    document.title = (open ? "(" + open + ") " : "") + "Questions" + (state.namespace ? " · " + state.namespace : "") + " · question-broker";
+    const where = state.csrf && state.namespaces.length ? " · " + state.namespaces.join(", ") : "";
+    document.title = (open ? "(" + open + ") " : "") + "Questions" + where + " · question-broker";
   }
 
   // -- arrival notice (opt-in) -------------------------------------------------------------
@@ -418,7 +434,8 @@
     const who = el("span", { class: "who" },
       el("span", { class: "agent", text: request.agent || "anonymous agent" }),
       request.owner ? el("span", { class: "owner", text: " · for " + request.owner }) : null);
-    root.append(el("div", { class: "meta" }, who, ageNode, leftNode,
+    const where = state.namespaces.length > 1 ? el("span", { class: "namespace-chip", text: request.namespace }) : null;
+    root.append(el("div", { class: "meta" }, where, who, ageNode, leftNode,
       count > 1 ? el("span", { text: count + " questions" }) : null));
     const card = { id: request.id, request, root, age: ageNode, left: leftNode, dirty: false, closed: false, submitting: false };
     renderTimes(card);
@@ -604,7 +621,7 @@
   }
 
   function arm(card) {
-    const off = card.closed || card.submitting || state.status !== "active" || !state.connected;
+    const off = card.closed || card.submitting || statusOf(card.request.namespace) !== "active" || !state.connected;
     for (const button of card.root.querySelectorAll(".actions button:not(.dismiss):not(.link):not(.back):not(.keep)")) button.disabled = off;
     card.root.classList.toggle("paused", off && !card.closed);
   }
@@ -699,6 +716,7 @@
   function historyItem(entry) {
     const when = new Date(entry.atMs);
     const head = el("div", { class: "meta" },
+      state.namespaces.length > 1 ? el("span", { class: "namespace-chip", text: entry.namespace }) : null,
       el("span", { class: "event event-" + entry.event, text: VERB[entry.event] || entry.event }),
       entry.by ? el("span", { class: "by", text: "by " + entry.by }) : null,
       el("time", { datetime: when.toISOString(), text: when.toLocaleString() }),
