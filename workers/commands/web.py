@@ -114,6 +114,8 @@ async def run(args: argparse.Namespace) -> int:
         print(hash_password(password))
         return 0
     settings = _settings(args)
+    if os.environ.get("QBROKER_WEB_SECRET"):
+        log.warning("QBROKER_WEB_SECRET is no longer used: sessions live in Redis (qbroker web sessions list)")
     if getattr(args, "web_command", None) == "sessions":
         return await _sessions(args, settings)
     try:
