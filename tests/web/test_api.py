@@ -411,3 +411,30 @@ async def test_one_server_serves_several_namespaces_by_user(
         assert health["namespaces"] == {n: {"status": "active", "holder": "web-1"} for n in (namespace, other)}
     finally:
         web.stop()
+
+
+async def test_a_late_answer_on_another_server_learns_the_winner(
+    start_web: Callable[..., WebProcess], make_broker: Callable[..., Any]
+) -> None:
+    first = start_web("web-1")
+    asker = await make_broker()
+    asked = asking(asker, one_question("yes", "no"))
+    async with signed_in(first, "alice") as alice:
+        request = await wait_request(alice)
+        url = f"/api/requests/{request['id']}/answer"
+        assert (
+            await alice.post(url, json={"answers": [{"id": "q1", "selected": [], "custom": "alice's words"}]})
+        ).status_code == 200
+    assert (await asked).answers[0].custom == "alice's words"  # the asker has it: its request hash is gone
+    first.stop()
+    second = start_web("web-2")
+    async with signed_in(second, "bob") as bob:
+        late = await bob.post(url, json={"answers": [{"id": "q1", "selected": ["no"]}]})
+    assert late.status_code == 409
+    body = late.json()
+    assert body["message"] == f"request {request['id']} was already answered by alice"
+    assert body["winner"] == {
+        "state": "answered",
+        "by": "alice",
+        "answer": {"answers": [{"id": "q1", "selected": [], "custom": "alice's words"}]},
+    }

@@ -15,9 +15,11 @@ from typing import Any
 
 from broker import Broker
 
-__all__ = ["TERMINAL", "read_history"]
+__all__ = ["TERMINAL", "find_settlement", "read_history"]
 
 TERMINAL = frozenset({"answered", "cancelled", "withdrawn", "expired", "dead-lettered"})
+_SEARCH_DEPTH = 2_000
+"""audit events searched for one request's settlement (newest first)"""
 _SCAN_FACTOR = 6
 """audit events read per history entry wanted (asks and deliveries sit between settlements)"""
 
@@ -93,3 +95,15 @@ async def read_history(
         _entry(entry_id, fields, view if view is not None else _json(next(fallback)))
         for (entry_id, fields), view in zip(settled, shown, strict=True)
     ]
+
+
+async def find_settlement(broker: Broker, request_id: str) -> tuple[str, str, Any] | None:
+    """``(event, by, answer)`` of a request's settlement among the recent audit events, if there."""
+    raw = await broker.commands.call("XREVRANGE", broker.keys.audit, "+", "-", "COUNT", _SEARCH_DEPTH)
+    for _entry_id, flat in raw:
+        fields = _pairs(flat)
+        if fields.get("rid") == request_id and fields.get("event") in TERMINAL:
+            outcome = _json(fields.get("outcome"))
+            answer = outcome.get("answer") if isinstance(outcome, dict) else None
+            return str(fields["event"]), fields.get("by") or "", answer
+    return None

@@ -23,6 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from broker import AskUserQuestionAnswer, Broker, PendingRequest, Provider, UserQuestionError
 from workers.metrics import lease_acquired, lease_lost
 
+from .history import find_settlement
 from .keys import WebKeys
 from .render import request_view, safe_url
 
@@ -201,9 +202,12 @@ class WebProvider:
             (state, by), outcome = await asyncio.gather(
                 call("HMGET", keys.request(request_id), "state", "by"), call("GET", keys.outcome(request_id))
             )
+            if not state:  # the asker has read its outcome and the hash is gone: ask the audit stream
+                found = await find_settlement(self.broker, request_id)
+                return _Settled(*found) if found is not None else None
         except (*_REDIS_DOWN, UserQuestionError):
             return None
-        if not state or state == "pending":
+        if state == "pending":
             return None
         answer = None
         if outcome:
