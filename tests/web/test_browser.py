@@ -564,6 +564,18 @@ async def test_mobile_layout_fits(browser: Browser, web: WebProcess, asker: Brok
         ):
             assert box[0] >= 24 and box[1] >= 24, box
         await page.screenshot(path=screenshots / "12-mobile-plan.png", full_page=True)
+        form = ask(
+            asker,
+            AskUserQuestionItem(id="a", question="Tap targets?", options=options("x", "y")),
+            AskUserQuestionItem(id="b", question="Second?", options=options("p"), multi_select=True),
+        )
+        taps = card(page, "Tap targets?")
+        await expect(taps).to_be_visible()
+        sizes = await taps.locator("input, button").evaluate_all(
+            "xs => xs.map(x => x.getBoundingClientRect()).map(r => [Math.round(r.width), Math.round(r.height)])"
+        )
+        assert all(w >= 24 and h >= 24 for w, h in sizes), sizes
+        form.cancel()
         await request.get_by_role("button", name="Request changes").click()
         await request.locator("textarea.decline-note").fill("keep ten releases, not five")
         await page.screenshot(path=screenshots / "13-mobile-decline.png", full_page=True)
