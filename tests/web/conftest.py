@@ -28,6 +28,12 @@ def write_users_file(path: Path) -> Path:
     return path
 
 
+def qbroker(redis_url: str, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``qbroker -n NS --redis-url URL web sessions ARGS...`` as a real process."""
+    command = [sys.executable, "-m", "workers.cli", "-n", namespace, "--redis-url", redis_url, "web", "sessions"]
+    return subprocess.run([*command, *args], cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
+
+
 @dataclass
 class WebProcess:
     """``python -m workers.web`` on a free port, as a real process."""
@@ -51,7 +57,7 @@ class WebProcess:
             "--port", str(self.port), "--redis-url", self.redis_url, "--namespace", self.namespace,
             "--name", self.name, "--users-file", str(self.users_file), "--lease-ttl", "2", *self.extra,
         ]  # fmt: skip
-        env = {**os.environ, "QBROKER_WEB_SECRET": "test-secret-" + self.namespace}
+        env = {**os.environ, "QBROKER_LOG_LEVEL": "INFO"}
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20

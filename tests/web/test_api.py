@@ -181,6 +181,7 @@ async def test_refusals_carry_code_and_status(
             "name": "UserQuestionError",
             "code": "NOT_PENDING",
             "message": f"request {request['id']} was already answered by alice",
+            "winner": {"state": "answered", "by": "alice", "answer": {"answers": [{"id": "q1", "selected": ["yes"]}]}},
         }
         unknown = await bob.post("/api/requests/nope/cancel", json={})
         assert unknown.status_code == 409 and unknown.json()["code"] == "NOT_PENDING"
@@ -242,7 +243,14 @@ async def test_events_stream_added_and_withdrawn(client: httpx.AsyncClient, make
         kind, removed = await anext(events)
         assert (kind, removed) == (
             "removed",
-            {"type": "removed", "id": added["request"]["id"], "reason": "withdrawn", "by": ""},
+            {
+                "type": "removed",
+                "id": added["request"]["id"],
+                "reason": "withdrawn",
+                "by": "",
+                "settled": None,
+                "namespace": added["request"]["namespace"],
+            },
         )
 
 
@@ -284,6 +292,8 @@ async def test_fenced_provider_refuses_and_stands_by(
         return bool(body["status"] == "standby" and body["holder"] == "intruder")
 
     await eventually(standing_by, "the fenced web provider stands by")
+    metrics = (await client.get("/metrics", headers=BEARER)).text
+    assert f'qbroker_lease_losses_total{{namespace="{namespace}"}} 1.0' in metrics
     assert await pending_ids(client, headers=BEARER) == []
     response = await client.post(
         f"/api/requests/{request['id']}/answer",
@@ -336,3 +346,95 @@ async def test_serves_again_after_redis_comes_back(
                 assert (await asked).answers[0].selected == ("no",)
     finally:
         web.stop()
+
+
+async def test_metrics_need_a_token_and_count_leases_and_sign_ins(
+    start_web: Callable[..., WebProcess], namespace: str
+) -> None:
+    web = start_web()
+    async with httpx.AsyncClient(base_url=web.url) as client:
+        assert (await client.get("/metrics")).status_code == 401
+        await client.post("/api/session", json={"user": "alice", "password": "wrong"})
+        await client.post("/api/session", json={"user": "alice", "password": PASSWORDS["alice"]})
+        response = await client.get("/metrics", headers=BEARER)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert f'qbroker_lease_acquisitions_total{{namespace="{namespace}"}} 1.0' in text
+    assert f'qbroker_web_sign_ins_total{{namespace="{namespace}",result="ok"}} 1.0' in text
+    assert f'qbroker_web_sign_ins_total{{namespace="{namespace}",result="refused"}} 1.0' in text
+
+
+async def test_one_server_serves_several_namespaces_by_user(
+    start_web: Callable[..., WebProcess], make_broker: Callable[..., Any], namespace: str, tmp_path: Path
+) -> None:
+    other = namespace + "-b"
+    users = write_users_file(tmp_path / "multi.toml")
+    users.write_text(users.read_text() + f'[namespaces]\nalice = ["{namespace}", "{other}"]\nbob = ["{other}"]\n')
+    base = start_web("web-1", "--serve", other)
+    base.stop()
+    web = WebProcess(base.redis_url, namespace, users, tmp_path / "multi.log", extra=["--serve", other]).start()
+    try:
+        home, away = await make_broker(), await make_broker(namespace=other)
+        asked_home = asking(home, one_question("yes", "no"))
+        asked_away = asking(away, one_question("left", "right"))
+        async with signed_in(web, "alice") as alice, signed_in(web, "bob") as bob:
+            assert (await alice.get("/api/session")).json()["namespaces"] == [namespace, other]
+            assert (await bob.get("/api/session")).json()["namespaces"] == [other]
+
+            async def both() -> list[dict[str, Any]] | None:
+                requests: list[dict[str, Any]] = (await alice.get("/api/requests")).json()["requests"]
+                return requests if len(requests) == 2 else None
+
+            requests = {r["namespace"]: r for r in await eventually(both, "alice sees both namespaces")}
+            seen_by_bob = (await bob.get("/api/requests")).json()
+            assert [r["namespace"] for r in seen_by_bob["requests"]] == [other]
+            assert set(seen_by_bob["namespaces"]) == {other}
+            home_id, away_id = requests[namespace]["id"], requests[other]["id"]
+            refused = await bob.post(
+                f"/api/requests/{home_id}/answer", json={"answers": [{"id": "q1", "selected": ["yes"]}]}
+            )
+            assert refused.status_code == 409 and refused.json()["code"] == "NOT_PENDING"  # not his namespace
+            ok = await bob.post(
+                f"/api/requests/{away_id}/answer", json={"answers": [{"id": "q1", "selected": ["left"]}]}
+            )
+            assert ok.status_code == 200, ok.text
+            ok = await alice.post(
+                f"/api/requests/{home_id}/answer", json={"answers": [{"id": "q1", "selected": ["no"]}]}
+            )
+            assert ok.status_code == 200, ok.text
+            history = (await alice.get("/api/history")).json()["entries"]
+            assert {(e["namespace"], e["by"]) for e in history} == {(namespace, "alice"), (other, "bob")}
+            assert [e["namespace"] for e in (await bob.get("/api/history")).json()["entries"]] == [other]
+            health = (await alice.get("/healthz")).json()
+        assert (await asked_home).answers[0].selected == ("no",)
+        assert (await asked_away).answers[0].selected == ("left",)
+        assert health["namespaces"] == {n: {"status": "active", "holder": "web-1"} for n in (namespace, other)}
+    finally:
+        web.stop()
+
+
+async def test_a_late_answer_on_another_server_learns_the_winner(
+    start_web: Callable[..., WebProcess], make_broker: Callable[..., Any]
+) -> None:
+    first = start_web("web-1")
+    asker = await make_broker()
+    asked = asking(asker, one_question("yes", "no"))
+    async with signed_in(first, "alice") as alice:
+        request = await wait_request(alice)
+        url = f"/api/requests/{request['id']}/answer"
+        assert (
+            await alice.post(url, json={"answers": [{"id": "q1", "selected": [], "custom": "alice's words"}]})
+        ).status_code == 200
+    assert (await asked).answers[0].custom == "alice's words"  # the asker has it: its request hash is gone
+    first.stop()
+    second = start_web("web-2")
+    async with signed_in(second, "bob") as bob:
+        late = await bob.post(url, json={"answers": [{"id": "q1", "selected": ["no"]}]})
+    assert late.status_code == 409
+    body = late.json()
+    assert body["message"] == f"request {request['id']} was already answered by alice"
+    assert body["winner"] == {
+        "state": "answered",
+        "by": "alice",
+        "answer": {"answers": [{"id": "q1", "selected": [], "custom": "alice's words"}]},
+    }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from broker import (
     UserQuestionError,
 )
 from tests.redis_server import RedisServer
-from tests.web.conftest import PASSWORDS, WebProcess, write_users_file
+from tests.web.conftest import PASSWORDS, WebProcess, qbroker, write_users_file
 
 CHROMIUM = os.environ.get("QBROKER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -112,10 +113,10 @@ async def people(browser: Browser, web: WebProcess) -> AsyncIterator[People]:
 
 
 def ask(
-    broker: Broker, *questions: AskUserQuestionItem, agent: str | None = None
+    broker: Broker, *questions: AskUserQuestionItem, agent: str | None = None, timeout: float | None = 50
 ) -> asyncio.Task[AskUserQuestionAnswer]:
     request = AskUserQuestionRequest(questions=questions, agent=agent)
-    return asyncio.create_task(broker.ask(request, abort=None, timeout=50))
+    return asyncio.create_task(broker.ask(request, abort=None, timeout=timeout))
 
 
 def options(*labels: str, descriptions: bool = False) -> tuple[AskUserQuestionOption, ...]:
@@ -139,7 +140,7 @@ async def test_sign_in_and_answer_single(people: People, asker: Broker, screensh
     await page.screenshot(path=screenshots / "01-sign-in.png")
     await page.fill("#password", PASSWORDS["alice"])
     await page.click("#sign-in-button")
-    await expect(page.locator("#who")).to_have_text("signed in as alice")
+    await expect(page.locator("#who")).to_have_text("alice")
 
     asked = ask(
         asker,
@@ -159,7 +160,7 @@ async def test_sign_in_and_answer_single(people: People, asker: Broker, screensh
     await expect(request.locator(".desc").first).to_have_text("about Redis (Recommended)")
     await page.screenshot(path=screenshots / "02-single.png", full_page=True)
     await request.get_by_text("Redis", exact=True).click()
-    await request.get_by_role("button", name="Send answers").click()
+    await request.get_by_role("button", name="Send answer").click()
     await expect(request).to_have_count(0)
     answer = await asked
     assert answer.answers[0].selected == ("Redis (Recommended)",)  # the badge is display only
@@ -177,7 +178,7 @@ async def test_multi_with_other_and_skip(people: People, asker: Broker, screensh
     )
     request = card(page, "Which languages?")
     await expect(request).to_be_visible()
-    send = request.get_by_role("button", name="Send answers")
+    send = request.get_by_role("button", name="Send 3 answers")
     await send.click()
     await expect(request.locator(".notice")).to_contain_text("Answer or skip")  # nothing chosen yet
     langs = fieldset(page, "Which languages?")
@@ -204,7 +205,9 @@ async def test_cancel_batch(people: People, asker: Broker) -> None:
     page = await people.page()
     asked = ask(asker, AskUserQuestionItem(id="q", question="Cancel me?", options=options("a", "b")))
     request = card(page, "Cancel me?")
-    await request.get_by_role("button", name="Cancel batch").click()
+    await request.get_by_role("button", name="Dismiss question").click()
+    await expect(request).to_be_visible()  # destructive: it asks first
+    await request.get_by_role("button", name="Yes, dismiss it").click()
     await expect(request).to_have_count(0)
     with pytest.raises(UserQuestionError) as caught:
         await asked
@@ -235,14 +238,31 @@ async def test_plan_review(people: People, asker: Broker, screenshots: Path) -> 
     refused = ask(asker, plan("Second plan?", "Approve", "Refuse", approve="Approve"))
     request = card(page, "Second plan?")
     await request.get_by_role("button", name="Refuse").click()
+    await request.get_by_role("button", name="Back").click()  # changed my mind: back to the card
+    await expect(request.locator(".decline")).to_be_hidden()
+    await request.get_by_role("button", name="Refuse").click()
+    await request.get_by_role("button", name="Send: Refuse").click()  # no note: the label alone
     await expect(request).to_have_count(0)
     assert (await refused).answers[0].selected == ("Refuse",)
+
+    noted = ask(asker, plan("Plan with a note?", "Approve", "Request changes", approve="Approve"))
+    request = card(page, "Plan with a note?")
+    await request.get_by_role("button", name="Request changes").click()
+    await request.get_by_label("Request changes, with a note").fill("add a rollback step first")
+    await page.screenshot(path=screenshots / "04b-plan-decline-note.png", full_page=True)
+    await request.get_by_role("button", name="Send: Request changes").click()
+    await expect(request).to_have_count(0)
+    item = (await noted).answers[0]
+    # single-select: free text replaces the choice (the seeds' rule), and it is not the approve label
+    assert (item.selected, item.custom) == ((), "add a rollback step first")
 
     only = ask(asker, plan("Only approve?", "Approve", approve="Approve"))
     request = card(page, "Only approve?")
     await expect(request.get_by_role("button", name="Approve")).to_be_visible()
     await expect(request.get_by_role("button", name="Refuse")).to_have_count(0)
-    await request.get_by_role("button", name="Chat about it").click()
+    chat = request.get_by_role("button", name="Chat about it")
+    await expect(chat).to_have_accessible_description(re.compile("reply in the agent's own chat"))
+    await chat.click()
     await expect(request).to_have_count(0)
     with pytest.raises(UserQuestionError) as caught:
         await only
@@ -256,7 +276,7 @@ async def test_plan_review_conditions_fall_back_to_the_form(people: People, aske
     await expect(request.locator("form.answer-form")).to_be_visible()  # more than two options: generic form
     await expect(request.locator("input.option")).to_have_count(3)
     await request.get_by_text("Defer", exact=True).click()
-    await request.get_by_role("button", name="Send answers").click()
+    await request.get_by_role("button", name="Send answer").click()
     await expect(request).to_have_count(0)
     assert (await asked).answers[0].selected == ("Defer",)
 
@@ -265,7 +285,7 @@ async def test_plan_review_conditions_fall_back_to_the_form(people: People, aske
     request = card(page, "Card with feedback?")
     await request.get_by_role("button", name="Other answer…").click()
     await request.locator("textarea.other").fill("add a rollback step first")
-    await request.get_by_role("button", name="Send answers").click()
+    await request.get_by_role("button", name="Send answer").click()
     await expect(request).to_have_count(0)
     item = (await feedback).answers[0]
     assert (item.selected, item.custom) == ((), "add a rollback step first")
@@ -285,12 +305,12 @@ async def test_two_people_race(people: People, asker: Broker, screenshots: Path)
     asked = ask(asker, AskUserQuestionItem(id="q", question="Who is first?", options=options("me", "you")))
     for page, text in ((alice, "alice was here"), (bob, "bob typed this")):
         await card(page, "Who is first?").locator("textarea.other").fill(text)
-    await card(alice, "Who is first?").get_by_role("button", name="Send answers").click()
+    await card(alice, "Who is first?").get_by_role("button", name="Send answer").click()
     await expect(card(alice, "Who is first?")).to_have_count(0)
     losing = card(bob, "Who is first?")
-    await expect(losing.locator(".notice")).to_contain_text("answered by alice")
+    await expect(losing.locator(".notice")).to_contain_text("answered by alice: “alice was here”")  # what won
     await expect(losing.locator("textarea.other")).to_have_value("bob typed this")  # nothing lost
-    await expect(losing.get_by_role("button", name="Send answers")).to_be_disabled()
+    await expect(losing.get_by_role("button", name="Send answer")).to_be_disabled()
     await bob.screenshot(path=screenshots / "05-race-lost.png", full_page=True)
     assert (await asked).answers[0].custom == "alice was here"
 
@@ -332,7 +352,7 @@ async def test_asker_text_stays_inert(people: People, asker: Broker, screenshots
         assert all(h is not None and not h.lower().startswith("javascript") for h in hrefs)
         await page.screenshot(path=screenshots / "06-xss-inert.png", full_page=True)
         await request.locator("input.option").check()
-        await request.get_by_role("button", name="Send answers").click()
+        await request.get_by_role("button", name="Send answer").click()
         await expect(request).to_have_count(0)
         answer = await asked
     assert answer.answers[0].selected == (payload_label,)
@@ -350,3 +370,337 @@ async def test_standby_banner(people: People, web: WebProcess, tmp_path: Path, s
     finally:
         people.web = web
         second.stop()
+
+
+async def test_untouched_card_a_teammate_answered_says_so(people: People, asker: Broker) -> None:
+    alice, bob = await people.page("alice"), await people.page("bob")
+    asked = ask(asker, AskUserQuestionItem(id="q", question="Teammate answers this?", options=options("yes", "no")))
+    await card(alice, "Teammate answers this?").get_by_text("no", exact=True).click()
+    await card(alice, "Teammate answers this?").get_by_role("button", name="Send answer").click()
+    await expect(card(bob, "Teammate answers this?")).to_have_count(0)
+    await expect(bob.locator(".settled-note")).to_contain_text(
+        "Teammate answers this? — Already answered by alice: no."
+    )
+    assert (await asked).answers[0].selected == ("no",)
+
+
+async def test_title_count_order_times_and_history(people: People, asker: Broker, screenshots: Path) -> None:
+    page = await people.page()
+    relaxed = ask(asker, AskUserQuestionItem(id="q", question="No hurry?", options=options("a", "b")), timeout=None)
+    await expect(card(page, "No hurry?")).to_be_visible()
+    async with asker.agent("builder-7"):
+        urgent = ask(
+            asker,
+            AskUserQuestionItem(id="q", question="Deploy now?", header="Release", options=options("yes", "no")),
+            agent="builder-7",
+            timeout=40,
+        )
+        await expect(card(page, "Deploy now?")).to_be_visible()
+        await expect(page).to_have_title(re.compile(r"^\(2\) Questions · browser"))
+        titles = await page.locator("article.card .question-text").all_inner_texts()
+        assert [t.split("\n")[-1].strip() for t in titles[:2]] == ["ReleaseDeploy now?", "No hurry?"] or titles[
+            0
+        ].endswith("Deploy now?"), titles  # the one whose asker stops waiting soonest comes first
+        deploy = card(page, "Deploy now?")
+        await expect(deploy.locator(".agent")).to_have_text("builder-7")
+        await expect(deploy.locator(".left")).to_have_text(re.compile(r"^(39|40) s left$"))
+        await expect(card(page, "No hurry?").locator(".left")).to_be_hidden()
+        await expect(deploy.locator(".header-chip")).to_have_count(1)  # one header per card
+        await page.screenshot(path=screenshots / "08-list-desktop.png", full_page=True)
+        await deploy.get_by_text("yes", exact=True).click()
+        await deploy.get_by_role("button", name="Send answer").click()
+        assert (await urgent).answers[0].selected == ("yes",)
+    await expect(page).to_have_title(re.compile(r"^\(1\) Questions"))
+    hurry = card(page, "No hurry?")
+    await hurry.locator("textarea.other").fill("whenever you like")
+    await hurry.get_by_role("button", name="Send answer").click()
+    assert (await relaxed).answers[0].custom == "whenever you like"
+    await expect(page).to_have_title(re.compile(r"^Questions"))
+
+    await page.get_by_role("button", name="History").click()
+    history = page.locator("#history")
+    await expect(history.locator("li.history-item").first).to_contain_text("No hurry?")
+    await expect(history.locator("li.history-item").first).to_contain_text("“whenever you like”")
+    await expect(history.locator("li.history-item").first).to_contain_text("by alice")
+    await expect(history.locator("li.history-item", has_text="Deploy now?")).to_contain_text("asked by builder-7")
+    await page.screenshot(path=screenshots / "09-history.png", full_page=True)
+
+
+async def test_keyboard_digits_pick_and_enter_needs_send(people: People, asker: Broker) -> None:
+    page = await people.page()
+    asked = ask(asker, AskUserQuestionItem(id="q", question="Pick by key?", options=options("red", "green", "blue")))
+    request = card(page, "Pick by key?")
+    await expect(request).to_be_visible()
+    await request.locator("input.option").first.focus()
+    await page.keyboard.press("3")
+    await expect(request.locator("input.option").nth(2)).to_be_checked()
+    await page.keyboard.press("Enter")  # on an option: nothing is sent
+    await page.wait_for_timeout(300)
+    assert not asked.done()
+    await request.get_by_role("button", name="Send answer").focus()
+    await page.keyboard.press("Enter")
+    await expect(request).to_have_count(0)
+    assert (await asked).answers[0].selected == ("blue",)
+
+
+async def test_failed_send_keeps_the_answer(people: People, asker: Broker, screenshots: Path) -> None:
+    page = await people.page()
+    asked = ask(asker, AskUserQuestionItem(id="q", question="Network trouble?", options=options("a", "b")))
+    request = card(page, "Network trouble?")
+    await request.locator("textarea.other").fill("my careful answer")
+    await page.route("**/api/requests/*/answer", lambda route: route.abort())
+    await request.get_by_role("button", name="Send answer").click()
+    await expect(request.locator(".notice")).to_contain_text("Could not reach the server, so nothing was sent")
+    await expect(request.locator("textarea.other")).to_have_value("my careful answer")
+    assert "undefined" not in await request.locator(".notice").inner_text()
+    await page.unroute("**/api/requests/*/answer")
+    await request.get_by_role("button", name="Send answer").click()
+    await expect(request).to_have_count(0)
+    assert (await asked).answers[0].custom == "my careful answer"
+
+
+async def test_disconnected_page_pauses_and_resumes(
+    browser: Browser, redis_server: RedisServer, tmp_path: Path, screenshots: Path
+) -> None:
+    namespace = f"down{os.getpid()}"
+    web = WebProcess(redis_server.url, namespace, write_users_file(tmp_path / "u.toml"), tmp_path / "w.log").start()
+    people = People(browser, web)
+    try:
+        page = await people.page()
+        async with Broker(redis_server.url, namespace) as asker:
+            asked = ask(asker, AskUserQuestionItem(id="q", question="Still there?", options=options("yes", "no")))
+            request = card(page, "Still there?")
+            await request.locator("textarea.other").fill("typed before the crash")
+            assert web.process is not None
+            web.process.kill()  # the server dies
+            web.process.wait()
+            await expect(page.locator("#banner")).to_contain_text("Disconnected from the server")
+            await expect(request.get_by_role("button", name="Send answer")).to_be_disabled()
+            await expect(request.locator("textarea.other")).to_have_value("typed before the crash")
+            await page.screenshot(path=screenshots / "10-disconnected.png", full_page=True)
+            web.start()  # same port; sessions live in Redis, the request is redelivered after the lease TTL
+            await expect(request.get_by_role("button", name="Send answer")).to_be_enabled(timeout=20_000)
+            await expect(page.locator("#banner")).to_be_hidden()
+            await expect(request.locator("textarea.other")).to_have_value("typed before the crash")
+            await request.get_by_role("button", name="Send answer").click()
+            await expect(request).to_have_count(0)
+            assert (await asked).answers[0].custom == "typed before the crash"
+    finally:
+        await people.close()
+        web.stop()
+
+
+async def test_standby_links_the_active_server(
+    browser: Browser, redis_server: RedisServer, tmp_path: Path, screenshots: Path
+) -> None:
+    namespace = f"pair{os.getpid()}"
+    users = write_users_file(tmp_path / "u.toml")
+    active = WebProcess(redis_server.url, namespace, users, tmp_path / "a.log", name="web-a")
+    active.extra = ["--public-url", f"http://127.0.0.1:{active.port}/"]
+    active.start()
+    standby = WebProcess(redis_server.url, namespace, users, tmp_path / "b.log", name="web-b").start()
+    people = People(browser, standby)
+    try:
+        page = await people.page()
+        await expect(page.locator("#banner")).to_contain_text("Standing by: web-a is serving this namespace")
+        link = page.locator("#holder-link")
+        await expect(link).to_have_attribute("href", active.url + "/")
+        await expect(page.locator("#empty")).to_contain_text("standing by")
+        await expect(page.locator("#empty")).not_to_contain_text("No pending questions")
+        await page.screenshot(path=screenshots / "11-standby.png")
+        await link.click()
+        await expect(page).to_have_url(active.url + "/")
+    finally:
+        await people.close()
+        standby.stop()
+        active.stop()
+
+
+LONG_DETAIL = """Touch `/srv/deploy/releases/2026-11-30T20-22-12Z/very/deeply/nested/path/that/never/breaks/config.toml`
+and hash `sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08`.
+
+| file | before | after |
+| --- | --- | --- |
+| /srv/deploy/releases/current/a-really-long-file-name-with-no-spaces.yaml | 1 | 2 |
+
+> Quote: keep the old release for a day.
+
+```
+for release in $(ls -1 /srv/deploy/releases | sort | head -n -5); do rm -rf "/srv/deploy/releases/$release"; done
+```
+"""
+
+
+async def test_mobile_layout_fits(browser: Browser, web: WebProcess, asker: Broker, screenshots: Path) -> None:
+    context = await browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    try:
+        page = await context.new_page()
+        await page.goto(web.url)
+        await page.fill("#user", "alice")
+        await page.fill("#password", PASSWORDS["alice"])
+        await page.click("#sign-in-button")
+        asked = ask(
+            asker,
+            AskUserQuestionItem(
+                id="plan",
+                question="Prune old releases?",
+                detail=LONG_DETAIL,
+                options=options("Approve", "Request changes"),
+                intent=PlanReviewIntent(approve="Approve"),
+            ),
+        )
+        request = card(page, "Prune old releases?")
+        await expect(request).to_be_visible()
+        width = await page.evaluate("document.documentElement.scrollWidth")
+        wide = await page.evaluate(
+            "[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 391)"
+            ".map(e => e.tagName + '.' + e.className).slice(0, 8)"
+        )
+        assert width <= 390, (width, wide)  # long paths, hashes, tables and code wrap or scroll in their box
+        header = await page.locator("header.top").bounding_box()
+        assert header is not None and header["height"] < 60  # one line
+        for box in await request.locator("button").evaluate_all(
+            "bs => bs.map(b => b.getBoundingClientRect()).map(r => [r.width, r.height])"
+        ):
+            assert box[0] >= 24 and box[1] >= 24, box
+        await page.screenshot(path=screenshots / "12-mobile-plan.png", full_page=True)
+        form = ask(
+            asker,
+            AskUserQuestionItem(id="a", question="Tap targets?", options=options("x", "y")),
+            AskUserQuestionItem(id="b", question="Second?", options=options("p"), multi_select=True),
+        )
+        taps = card(page, "Tap targets?")
+        await expect(taps).to_be_visible()
+        sizes = await taps.locator("input, button").evaluate_all(
+            "xs => xs.map(x => x.getBoundingClientRect()).map(r => [Math.round(r.width), Math.round(r.height)])"
+        )
+        assert all(w >= 24 and h >= 24 for w, h in sizes), sizes
+        form.cancel()
+        await request.get_by_role("button", name="Request changes").click()
+        await request.locator("textarea.decline-note").fill("keep ten releases, not five")
+        await page.screenshot(path=screenshots / "13-mobile-decline.png", full_page=True)
+        await request.get_by_role("button", name="Send: Request changes").click()
+        assert (await asked).answers[0].custom == "keep ten releases, not five"
+    finally:
+        await context.close()
+
+
+AXE = Path(os.environ.get("QBROKER_AXE", Path(__file__).parent / "node_modules" / "axe-core" / "axe.min.js"))
+
+
+async def axe_violations(page: Page) -> list[str]:
+    await page.add_script_tag(path=AXE)
+    results = await page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+    assert results["testEngine"]["name"] == "axe-core"
+    return [
+        f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']][:3]}"
+        for v in results["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
+
+
+@pytest.mark.skipif(not AXE.exists(), reason="axe-core missing: `npm ci` in tests/web, or set QBROKER_AXE")
+async def test_no_serious_accessibility_violations(browser: Browser, web: WebProcess, asker: Broker) -> None:
+    context = await browser.new_context(viewport={"width": 1000, "height": 900}, bypass_csp=True)  # to inject axe
+    try:
+        page = await context.new_page()
+        await page.goto(web.url)
+        await expect(page.locator("#sign-in")).to_be_visible()
+        assert await axe_violations(page) == []
+        await page.fill("#user", "alice")
+        await page.fill("#password", PASSWORDS["alice"])
+        await page.click("#sign-in-button")
+        planned = ask(asker, plan("Accessible plan?", "Approve", "Request changes", approve="Approve"))
+        batch = ask(
+            asker,
+            AskUserQuestionItem(id="a", question="First of two?", header="Pair", options=options("x", "y")),
+            AskUserQuestionItem(id="b", question="Second of two?", options=options("p", "q"), multi_select=True),
+        )
+        await expect(card(page, "Accessible plan?")).to_be_visible()
+        await expect(card(page, "First of two?")).to_be_visible()
+        await card(page, "Accessible plan?").get_by_role("button", name="Request changes").click()
+        assert await axe_violations(page) == []
+        await page.get_by_role("button", name="History").click()
+        await expect(page.locator("#history-view")).to_be_visible()
+        assert await axe_violations(page) == []
+        planned.cancel()
+        batch.cancel()
+    finally:
+        await context.close()
+
+
+async def test_opt_in_desktop_notification(browser: Browser, web: WebProcess, asker: Broker) -> None:
+    context = await browser.new_context(viewport={"width": 1000, "height": 900})
+    await context.grant_permissions(["notifications"], origin=web.url)
+    try:
+        page = await context.new_page()
+        await page.goto(web.url)
+        await page.fill("#user", "bob")
+        await page.fill("#password", PASSWORDS["bob"])
+        await page.click("#sign-in-button")
+        notify = page.get_by_role("button", name="Notify")
+        await expect(notify).to_have_attribute("aria-pressed", "false")  # off until asked for
+        await notify.click()
+        await expect(page.locator("#notify")).to_have_attribute("aria-pressed", "true")
+        assert await page.evaluate("localStorage.getItem('qb-notify')") == "on"
+        # The tab goes to the background; record what the page shows through the real API.
+        await page.evaluate(
+            """() => {
+                Object.defineProperty(document, 'hidden', {get: () => true});
+                const Real = window.Notification;
+                window.__shown = [];
+                window.Notification = class extends Real {
+                    constructor(title, options) { super(title, options); window.__shown.push([title, options.body]); }
+                };
+                window.Notification.permission = Real.permission;
+            }"""
+        )
+        asked = ask(asker, AskUserQuestionItem(id="q", question="Did you hear me?", options=options("yes")))
+        await expect(card(page, "Did you hear me?")).to_be_visible()
+        assert await page.evaluate("window.__shown") == [["Question from an agent", "Did you hear me?"]]
+        asked.cancel()
+    finally:
+        await context.close()
+
+
+async def test_revoked_session_returns_to_sign_in(people: People, asker: Broker) -> None:
+    page = await people.page("bob")
+    revoked = await asyncio.to_thread(qbroker, people.web.redis_url, people.web.namespace, "revoke", "--user", "bob")
+    assert revoked.returncode == 0, revoked.stderr
+    asked = ask(asker, AskUserQuestionItem(id="q", question="Bob may not see this?", options=options("a")))
+    await expect(page.locator("#sign-in-error")).to_have_text("Your session ended; sign in again.", timeout=10_000)
+    await expect(page.locator("article.card")).to_have_count(0)
+    asked.cancel()
+
+
+async def test_one_page_for_several_namespaces(
+    browser: Browser, redis_server: RedisServer, tmp_path: Path, screenshots: Path
+) -> None:
+    first, second = f"ns1-{os.getpid()}", f"ns2-{os.getpid()}"
+    users = write_users_file(tmp_path / "u.toml")
+    holder = WebProcess(redis_server.url, first, users, tmp_path / "a.log", name="web-a")
+    holder.extra = ["--public-url", f"http://127.0.0.1:{holder.port}/"]
+    holder.start()  # holds the first namespace's lease
+    both = WebProcess(redis_server.url, first, users, tmp_path / "b.log", name="web-b", extra=["--serve", second])
+    both.start()  # stands by for the first, serves the second
+    people = People(browser, both)
+    try:
+        page = await people.page()
+        async with Broker(redis_server.url, first) as asker_one, Broker(redis_server.url, second) as asker_two:
+            asked = ask(asker_two, AskUserQuestionItem(id="q", question="From the second?", options=options("ok")))
+            elsewhere = ask(asker_one, AskUserQuestionItem(id="q", question="From the first?", options=options("ok")))
+            request = card(page, "From the second?")
+            await expect(request.locator(".namespace-chip")).to_have_text(second)
+            await expect(page.locator("#banner")).to_contain_text(f"Standing by: web-a is serving {first}")
+            await expect(page.locator("#banner .holder-link")).to_have_attribute("href", holder.url + "/")
+            await expect(card(page, "From the first?")).to_have_count(0)  # answered on web-a
+            await expect(page).to_have_title(re.compile(rf"^\(1\) Questions · {first}, {second}"))
+            await page.screenshot(path=screenshots / "14-two-namespaces.png", full_page=True)
+            await request.get_by_text("ok", exact=True).click()
+            await request.get_by_role("button", name="Send answer").click()
+            assert (await asked).answers[0].selected == ("ok",)
+            elsewhere.cancel()
+    finally:
+        await people.close()
+        both.stop()
+        holder.stop()

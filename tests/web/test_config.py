@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
+import hashlib
 from pathlib import Path
+from typing import Any
 
 import pytest
+from starlette.requests import Request
 
+from workers.cli import build_parser
 from workers.commands import web as web_command
-from workers.web import ConfigError, WebConfig, hash_password, load_credentials, verify_password
-from workers.web.auth import SignInThrottle, WebError
+from workers.settings import Settings
+from workers.web import ConfigError, Credentials, WebConfig, hash_password, load_credentials, verify_password
+from workers.web.throttle import client_address, parse_networks
 
 
 def test_password_hashes_verify() -> None:
@@ -46,30 +50,88 @@ def test_bad_configuration_is_refused(tmp_path: Path, text: str, tokens: list[st
 
 
 def test_secrets_stay_out_of_repr() -> None:
-    config = WebConfig(redis_url="redis://:hunter2@db:6379/0", secret="the-secret")
-    assert "hunter2" not in repr(config) and "the-secret" not in repr(config)
+    credentials = Credentials(users={"alice": hash_password("pw")}, tokens={"bot": "the-secret-token-123"})
+    config = WebConfig(redis_url="redis://:hunter2@db:6379/0", credentials=credentials)
+    assert "hunter2" not in repr(config) and "the-secret" not in repr(config) and "scrypt" not in repr(config)
 
 
-def test_command_registers_web(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("QBROKER_REDIS_URL", "redis://example:6390/1")
-    monkeypatch.setenv("QBROKER_NAMESPACE", "team")
-    parser = argparse.ArgumentParser(prog="qbroker")
-    web_command.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["web", "--port", "9000", "--token", "bot=0123456789abcdef"])
-    assert (args.command, args.port, args.host) == ("web", 9000, "127.0.0.1")
-    assert (args.redis_url, args.namespace, args.token) == ("redis://example:6390/1", "team", ["bot=0123456789abcdef"])
+def test_command_registers_web() -> None:
+    args = build_parser().parse_args(["web", "--port", "9000", "--token", "bot=0123456789abcdef"])
+    assert (args.command, args.port, args.host, args.web_command) == ("web", 9000, "127.0.0.1", None)
+    assert args.token == ["bot=0123456789abcdef"]
     assert args.func is web_command.run
 
 
-def test_sign_in_throttle_per_address() -> None:
-    now = [0.0]
-    throttle = SignInThrottle(limit=3, window=60, clock=lambda: now[0])
-    for _ in range(3):
-        throttle.check("10.0.0.1")
-        throttle.failed("10.0.0.1")
-    with pytest.raises(WebError) as caught:
-        throttle.check("10.0.0.1")
-    assert (caught.value.status, caught.value.code) == (429, "TOO_MANY_ATTEMPTS")
-    throttle.check("10.0.0.2")  # another address is not affected
-    now[0] = 61.0
-    throttle.check("10.0.0.1")  # the window has passed
+def test_web_follows_the_shared_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QBROKER_REDIS_URL", "redis://example:6390/1")
+    monkeypatch.setenv("QBROKER_LEASE_TTL", "4")
+    parser = build_parser()
+    for argv in (["-n", "team", "web"], ["web", "-n", "team"], ["web", "--namespace", "team", "--port", "9000"]):
+        args = parser.parse_args(argv)
+        settings = Settings.build(args)
+        assert (args.func, settings.namespace, settings.lease_ttl) == (web_command.run, "team", 4.0), argv
+        assert settings.redis_url == "redis://example:6390/1"
+    args = parser.parse_args(
+        ["--redis-url", "redis://other:1/0", "web", "sessions", "revoke", "--user", "bob", "-n", "x"]
+    )
+    settings = Settings.build(args)
+    assert (settings.redis_url, settings.namespace) == ("redis://other:1/0", "x")
+    assert (args.web_command, args.sessions_command, args.user) == ("sessions", "revoke", "bob")
+
+
+@pytest.mark.parametrize(
+    ("peer", "forwarded", "proxies", "client"),
+    [
+        ("10.0.0.5", "1.2.3.4", (), "10.0.0.5"),
+        ("10.0.0.5", "1.2.3.4", ("10.0.0.0/8",), "1.2.3.4"),
+        ("10.0.0.5", "6.6.6.6, 1.2.3.4, 10.0.0.9", ("10.0.0.0/8",), "1.2.3.4"),
+        ("192.168.1.1", "1.2.3.4", ("10.0.0.0/8",), "192.168.1.1"),
+        ("::1", "2001:db8::1", ("::1",), "2001:db8::1"),
+    ],
+    ids=["header-ignored-without-proxy", "trusted-proxy", "right-most-untrusted", "untrusted-peer", "ipv6"],
+)
+def test_client_address_behind_proxies(peer: str, forwarded: str, proxies: tuple[str, ...], client: str) -> None:
+    scope = {
+        "type": "http",
+        "client": (peer, 1234),
+        "headers": [(b"x-forwarded-for", forwarded.encode())],
+    }
+    assert client_address(Request(scope), parse_networks(proxies)) == client
+
+
+def test_bad_trusted_proxy_is_refused() -> None:
+    with pytest.raises(ValueError, match="not-an-ip"):
+        parse_networks(["not-an-ip"])
+
+
+def test_unknown_and_known_users_cost_one_scrypt_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    credentials = Credentials(users={"alice": hash_password("alice-password")})
+    calls: list[int] = []
+    real = hashlib.scrypt
+
+    def counting(*args: Any, **kwargs: Any) -> bytes:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hashlib, "scrypt", counting)
+    assert not credentials.check_password("mallory", "x")
+    assert len(calls) == 1
+    assert not credentials.check_password("alice", "x")
+    assert len(calls) == 2
+    assert credentials.check_password("alice", "alice-password")
+    assert not credentials.check_password("mallory", "")  # no password matches the stand-in hash
+
+
+def test_namespaces_per_user(tmp_path: Path) -> None:
+    users = tmp_path / "users.toml"
+    users.write_text('[tokens]\nbot = "0123456789abcdef0"\n[namespaces]\nalice = ["a", "b"]\nbot = ["b", "zzz"]\n')
+    credentials = load_credentials(users, [])
+    served = ("a", "b", "c")
+    assert credentials.allowed("alice", served) == ("a", "b")
+    assert credentials.allowed("bot", served) == ("b",)  # only what is served, in the served order
+    assert credentials.allowed("carol", served) == ()  # not listed: nowhere
+    assert Credentials().allowed("carol", served) == served  # no table: everywhere served
+    assert WebConfig(redis_url="redis://x", namespace="a", also_serve=("b", "a", "b")).namespaces == ("a", "b")
+    users.write_text('[namespaces]\nalice = "a"\n')
+    with pytest.raises(ConfigError, match=r"\[namespaces\]"):
+        load_credentials(users, [])

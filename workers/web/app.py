@@ -1,7 +1,10 @@
 """The Starlette app: the page, its JSON API under ``/api`` and the change stream.
 
 The app's lifespan opens the broker and runs the ``WebProvider`` lease loop in a task
-group it owns, so the lease is released when the server stops.
+group it owns, so the lease is released when the server stops. Refusals are
+``WebError`` / ``UserQuestionError`` raised anywhere in a handler and turned into
+``{name, code, message}`` by the exception handlers; anything else becomes a coded 500,
+and every response, refusals and crashes included, carries the security headers.
 """
 
 from __future__ import annotations
@@ -10,11 +13,14 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import msgspec
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
@@ -22,13 +28,17 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from broker import Broker, UserQuestionError
-from broker.errors import BAD_ANSWER, LEASE_LOST, NOT_PENDING
-from broker.types import convert_answer, encode
+from broker import AskUserQuestionAnswer, Broker, UserQuestionError
 
-from .auth import Sessions, SignInThrottle, WebError, check_same_origin, new_csrf_token, unauthenticated
+from .auth import Auth, Identity, check_same_origin
 from .config import WebConfig
-from .service import WebProvider
+from .errors import WebError
+from .history import read_history
+from .keys import WebKeys
+from .metrics import SIGN_INS
+from .service import QUEUE_SIZE, Event, WebProvider
+from .sessions import SessionStore
+from .throttle import Throttle
 
 __all__ = ["CONTENT_SECURITY_POLICY", "create_app"]
 
@@ -41,11 +51,29 @@ CONTENT_SECURITY_POLICY = (
 )
 _MAX_BODY = 1024 * 1024
 _KEEPALIVE_S = 15.0
-_STATUS_OF_CODE = {BAD_ANSWER: 422, NOT_PENDING: 409, LEASE_LOST: 503}
+_STATUS_OF_CODE = {"BAD_ANSWER": 422, "NOT_PENDING": 409, "LEASE_LOST": 503, "BROKER_UNAVAILABLE": 503}
+_INTERNAL = json.dumps({"name": "WebError", "code": "INTERNAL", "message": "internal error; see the server log"})
+
+
+def _security_headers(path: str) -> list[tuple[bytes, bytes]]:
+    headers = [
+        (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+        (b"x-content-type-options", b"nosniff"),
+        (b"referrer-policy", b"no-referrer"),
+        (b"x-frame-options", b"DENY"),
+        (b"cross-origin-opener-policy", b"same-origin"),
+    ]
+    if path.startswith("/api") or path == "/":
+        headers.append((b"cache-control", b"no-store"))
+    return headers
 
 
 class SecurityHeaders:
-    """Strict CSP and friends on every response; nothing from ``/api`` is cached."""
+    """Strict CSP and friends on every response; nothing from ``/api`` is cached.
+
+    It also turns a crash into a coded 500 here, inside the headers, rather than leaving
+    it to Starlette's outermost error middleware (whose 500 would carry none of them).
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -54,29 +82,49 @@ class SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = False
 
         async def send_with_headers(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                headers += [
-                    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
-                    (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"no-referrer"),
-                    (b"x-frame-options", b"DENY"),
-                    (b"cross-origin-opener-policy", b"same-origin"),
-                ]
-                if scope["path"].startswith("/api") or scope["path"] == "/":
-                    headers.append((b"cache-control", b"no-store"))
-                message["headers"] = headers
+                started = True
+                message["headers"] = [*message.get("headers", []), *_security_headers(scope["path"])]
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception:
+            log.exception("%s %s failed", scope.get("method"), scope["path"])
+            if started:
+                raise
+            await send_with_headers(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(_INTERNAL))],
+                }
+            )
+            await send({"type": "http.response.body", "body": _INTERNAL.encode()})
 
 
-def _error(error: WebError | UserQuestionError) -> JSONResponse:
-    if isinstance(error, WebError):
-        return JSONResponse(error.to_dict(), status_code=error.status)
-    return JSONResponse(error.to_dict(), status_code=_STATUS_OF_CODE.get(error.code, 400))
+async def _on_web_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, WebError)
+    return JSONResponse(error.to_dict(), status_code=error.status, headers=error.headers)
+
+
+async def _on_question_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, UserQuestionError)
+    body: dict[str, Any] = error.to_dict()
+    winner = getattr(error, "winner", None)
+    if winner is not None:
+        body["winner"] = winner
+    return JSONResponse(body, status_code=_STATUS_OF_CODE.get(error.code, 400))
+
+
+async def _on_redis_down(request: Request, error: Exception) -> Response:
+    log.warning("%s %s: Redis unavailable: %s", request.method, request.url.path, error)
+    body = {"name": "WebError", "code": "BROKER_UNAVAILABLE", "message": "the broker's Redis is unavailable"}
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "2"})
 
 
 async def _json_body(request: Request, *, required: bool = True) -> Any:
@@ -93,150 +141,221 @@ async def _json_body(request: Request, *, required: bool = True) -> Any:
         return {}
     try:
         return json.loads(body)
+    except RecursionError:
+        raise WebError(400, "BAD_JSON", "JSON nested too deeply") from None
     except ValueError as error:
         raise WebError(400, "BAD_JSON", f"malformed JSON: {error}") from error
 
 
 def create_app(config: WebConfig) -> Starlette:
-    sessions = Sessions(config)
-    throttle = SignInThrottle()
+    keys = WebKeys(config.namespace)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if not config.credentials:
             log.warning("no users or tokens configured: nobody can sign in")
-        async with Broker(config.redis_url, config.namespace, lease_ttl=config.lease_ttl) as broker:
-            service = WebProvider(broker, name=config.name)
-            app.state.service = service
+        async with AsyncExitStack() as stack:
+            services: dict[str, WebProvider] = {}
+            for namespace in config.namespaces:
+                broker = await stack.enter_async_context(
+                    Broker(config.redis_url, namespace, lease_ttl=config.lease_ttl)
+                )
+                services[namespace] = WebProvider(
+                    broker, name=config.name, keys=WebKeys(namespace), public_url=config.public_url
+                )
+            call = services[config.namespace].broker.commands.call  # sessions live in the primary namespace
+            app.state.services = services
+            app.state.auth = Auth(
+                config,
+                SessionStore(call, keys, max_age=config.session_max_age),
+                Throttle(call, keys, config.throttle),
+            )
             async with asyncio.TaskGroup() as tasks:
-                serving = tasks.create_task(service.run(), name="qb-web-provider")
+                serving = [
+                    tasks.create_task(service.run(), name=f"qb-web-provider-{namespace}")
+                    for namespace, service in services.items()
+                ]
                 try:
                     yield
                 finally:
-                    serving.cancel()
+                    for task in serving:
+                        task.cancel()
 
-    def service_of(request: Request) -> WebProvider:
-        service: WebProvider = request.app.state.service
-        return service
+    def services_of(request: Request, identity: Identity | None = None) -> list[WebProvider]:
+        """The providers of the namespaces served here (that ``identity`` may use), primary first."""
+        services: dict[str, WebProvider] = request.app.state.services
+        if identity is None:
+            return list(services.values())
+        return [services[namespace] for namespace in identity.namespaces]
+
+    def service_for(request: Request, identity: Identity) -> WebProvider:
+        """The provider that knows the request in the path, among those the caller may use."""
+        mine = services_of(request, identity)
+        if not mine:
+            raise WebError(403, "NO_NAMESPACE", f"{identity.user} may not answer in any namespace served here")
+        request_id = request.path_params["id"]
+        return next((service for service in mine if service.knows(request_id)), mine[0])
+
+    def auth_of(request: Request) -> Auth:
+        auth: Auth = request.app.state.auth
+        return auth
+
+    def session_view(identity: Identity) -> dict[str, Any]:
+        return {
+            "user": identity.user,
+            "csrf": identity.csrf,
+            "namespace": config.namespace,
+            "namespaces": list(identity.namespaces),
+        }
 
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
 
+    async def metrics(request: Request) -> Response:
+        await auth_of(request).identify(request)  # a bearer token for Prometheus (bearer_token_file)
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
     async def healthz(request: Request) -> Response:
-        service = service_of(request)
-        return JSONResponse({"status": service.status, "holder": service.holder})
+        primary, *others = services_of(request)
+        body: dict[str, Any] = {"status": primary.status, "holder": primary.holder}
+        if others:
+            body["namespaces"] = {
+                s.broker.namespace: {"status": s.status, "holder": s.holder} for s in [primary, *others]
+            }
+        return JSONResponse(body)
 
     async def get_session(request: Request) -> Response:
-        try:
-            identity = sessions.identify(request)
-        except WebError as error:
-            return _error(error)
-        return JSONResponse({"user": identity.user, "csrf": identity.csrf, "namespace": config.namespace})
+        identity = await auth_of(request).identify(request)
+        return JSONResponse(session_view(identity))
 
     async def sign_in(request: Request) -> Response:
-        client = request.client.host if request.client else "?"
+        auth = auth_of(request)
+        check_same_origin(request)
         try:
-            check_same_origin(request)
-            throttle.check(client)
             body = await _json_body(request)
-            if not isinstance(body, dict):
-                raise unauthenticated()
-            user: str | None = None
-            if isinstance(body.get("token"), str):
-                user = config.credentials.token_owner(body["token"])
-            elif (
-                isinstance(body.get("user"), str)
-                and isinstance(body.get("password"), str)
-                and config.credentials.check_password(body["user"], body["password"])
-            ):
-                user = body["user"]
-            if user is None:
-                throttle.failed(client)
-                raise WebError(401, "UNAUTHENTICATED", "wrong user name, password or token")
+        except WebError:
+            await auth.throttle.take_sign_in(None, auth.address(request))  # a malformed try counts too
+            raise
+        try:
+            cookie, record = await auth.sign_in(request, body)
         except WebError as error:
-            return _error(error)
-        csrf = new_csrf_token()
-        response = JSONResponse({"user": user, "csrf": csrf, "namespace": config.namespace})
-        sessions.sign_in(response, user, csrf)
-        log.info("%s signed in", user)
+            SIGN_INS.labels(config.namespace, "throttled" if error.status == 429 else "refused").inc()
+            raise
+        SIGN_INS.labels(config.namespace, "ok").inc()
+        response = JSONResponse(session_view(auth.identity_of(record)))
+        auth.set_cookie(response, cookie)
+        log.info("%s signed in from %s", record.user, record.address)
         return response
 
     async def sign_out(request: Request) -> Response:
-        try:
-            sessions.identify_for_change(request)
-        except WebError as error:
-            return _error(error)
+        auth = auth_of(request)
+        await auth.identify_for_change(request)
+        await auth.sign_out(request)
         response = JSONResponse({})
-        sessions.sign_out(response)
+        auth.clear_cookie(response)
         return response
 
     async def list_requests(request: Request) -> Response:
+        identity = await auth_of(request).identify(request)
+        mine = services_of(request, identity)
+        first = mine[0].status_event() if mine else {}
+        return JSONResponse(
+            {
+                **first,  # the first namespace's status, as a single-namespace server always said
+                "namespaces": {s.broker.namespace: s.status_event() for s in mine},
+                "requests": [view for service in mine for view in service.requests()],
+            }
+        )
+
+    async def history(request: Request) -> Response:
+        identity = await auth_of(request).identify(request)
         try:
-            sessions.identify(request)
-        except WebError as error:
-            return _error(error)
-        service = service_of(request)
-        return JSONResponse({"status": service.status, "holder": service.holder, "requests": service.requests()})
+            limit = min(200, max(1, int(request.query_params.get("limit", "50"))))
+        except ValueError:
+            raise WebError(400, "BAD_REQUEST", "limit is a number") from None
+        entries: list[dict[str, Any]] = []
+        for service in services_of(request, identity):
+            for entry in await read_history(service.broker, limit=limit, known=service.shown):
+                entries.append({**entry, "namespace": service.broker.namespace})
+        entries.sort(key=lambda entry: entry["atMs"], reverse=True)
+        return JSONResponse({"entries": entries[:limit]})
 
     async def answer(request: Request) -> Response:
+        identity = await auth_of(request).identify_for_change(request)
+        body = await _json_body(request)
         try:
-            identity = sessions.identify_for_change(request)
-            body = await _json_body(request)
-            try:
-                parsed = convert_answer(body)
-            except msgspec.ValidationError as error:
-                raise UserQuestionError(f"malformed answer: {error}", BAD_ANSWER) from error
-            accepted = await service_of(request).answer(request.path_params["id"], parsed, by=identity.user)
-        except (WebError, UserQuestionError) as error:
-            return _error(error)
-        return Response(encode({"ok": True, "by": identity.user, "answer": accepted}), media_type="application/json")
+            parsed = msgspec.convert(body, AskUserQuestionAnswer)
+        except msgspec.ValidationError as error:
+            raise UserQuestionError(f"malformed answer: {error}", "BAD_ANSWER") from error
+        service = service_for(request, identity)
+        accepted = await service.answer(request.path_params["id"], parsed, by=identity.user)
+        content = msgspec.json.encode({"ok": True, "by": identity.user, "answer": accepted})
+        return Response(content, media_type="application/json")
 
     async def cancel(request: Request) -> Response:
-        try:
-            identity = sessions.identify_for_change(request)
-            body = await _json_body(request, required=False)
-            message = body.get("message") if isinstance(body, dict) else None
-            if not isinstance(message, str) or not message.strip():
-                message = f"{identity.user} dismissed the question"
-            await service_of(request).cancel(request.path_params["id"], message[:2000], by=identity.user)
-        except (WebError, UserQuestionError) as error:
-            return _error(error)
+        identity = await auth_of(request).identify_for_change(request)
+        body = await _json_body(request, required=False)
+        message = body.get("message") if isinstance(body, dict) else None
+        if not isinstance(message, str) or not message.strip():
+            message = f"{identity.user} dismissed the question"
+        await service_for(request, identity).cancel(request.path_params["id"], message[:2000], by=identity.user)
         return JSONResponse({"ok": True, "by": identity.user})
 
     async def events(request: Request) -> Response:
-        try:
-            sessions.identify(request)
-        except WebError as error:
-            return _error(error)
-        service = service_of(request)
+        auth = auth_of(request)
+        identity = await auth.identify(request)
+        mine = services_of(request, identity)
+
+        async def still_signed_in() -> bool:
+            try:
+                await auth.identify(request)
+            except WebError:
+                return False  # signed out, revoked or expired meanwhile: the stream ends
+            return True
 
         async def stream() -> AsyncIterator[str]:
-            async with service.subscribe() as queue:
+            queue: asyncio.Queue[Event | None] = asyncio.Queue(QUEUE_SIZE * max(1, len(mine)))
+            async with AsyncExitStack() as subscriptions:
+                for service in mine:  # one queue for all: every event names its namespace
+                    await subscriptions.enter_async_context(service.subscribe(queue))
                 yield "retry: 1000\n\n"
                 while True:
                     try:
                         event = await asyncio.wait_for(queue.get(), _KEEPALIVE_S)
                     except TimeoutError:
-                        yield ": keepalive\n\n"
-                        continue
-                    if event is None:
+                        event = {"type": "keepalive"}
+                    if event is None or not await still_signed_in():
                         return
-                    yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+                    if event["type"] == "keepalive":
+                        yield ": keepalive\n\n"
+                    else:
+                        yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
 
     routes = [
         Route("/", page),
         Route("/healthz", healthz),
+        Route("/metrics", metrics),
         Route("/api/session", get_session, methods=["GET"]),
         Route("/api/session", sign_in, methods=["POST"]),
         Route("/api/session", sign_out, methods=["DELETE"]),
         Route("/api/requests", list_requests, methods=["GET"]),
+        Route("/api/history", history, methods=["GET"]),
         Route("/api/requests/{id}/answer", answer, methods=["POST"]),
         Route("/api/requests/{id}/cancel", cancel, methods=["POST"]),
         Route("/api/events", events, methods=["GET"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            WebError: _on_web_error,
+            UserQuestionError: _on_question_error,
+            RedisConnectionError: _on_redis_down,
+            RedisTimeoutError: _on_redis_down,
+        },
+    )
     app.add_middleware(SecurityHeaders)
     return app

@@ -1,56 +1,33 @@
-"""Who is asking: bearer tokens for scripts, signed session cookies for people; CSRF checks.
+"""Who is asking: bearer tokens for scripts, server-side sessions for people; CSRF checks.
 
-A session cookie holds the user name and a per-session CSRF token, signed (itsdangerous)
-and HttpOnly, SameSite=Strict. Every state-changing request made with the cookie must
-echo the CSRF token in ``X-CSRF-Token`` (the page reads it from ``GET /api/session``);
-requests with a bearer token carry no ambient credential and need no CSRF token.
+A session cookie holds only a random session id (HttpOnly, SameSite=Strict); the
+session itself (user, CSRF token) lives in Redis (see ``sessions``). Every
+state-changing request made with the cookie must echo the session's CSRF token in
+``X-CSRF-Token`` (the page reads it from ``GET /api/session``); requests with a bearer
+token carry no ambient credential and need no CSRF token. Failed sign-ins and token
+guesses are throttled (see ``throttle``).
 """
 
 from __future__ import annotations
 
 import hmac
-import secrets
-import time
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.requests import Request
 from starlette.responses import Response
 
 from .config import WebConfig
+from .errors import WebError, unauthenticated
+from .sessions import SessionRecord, SessionStore
+from .throttle import Throttle, client_address
 
-__all__ = ["COOKIE", "Identity", "Sessions", "SignInThrottle", "WebError", "new_csrf_token"]
+__all__ = ["COOKIE", "Auth", "Identity", "check_same_origin"]
 
 COOKIE = "qb_session"
 CSRF_HEADER = "x-csrf-token"
-
-
-class WebError(Exception):
-    """A refusal of the web layer, sent as ``{name, code, message}`` with ``status``."""
-
-    name = "WebError"
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-    def __repr__(self) -> str:
-        return f"WebError(status={self.status}, code={self.code!r}, message={self.message!r})"
-
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "code": self.code, "message": self.message}
-
-
-def new_csrf_token() -> str:
-    return secrets.token_urlsafe(24)
-
-
-def unauthenticated() -> WebError:
-    return WebError(401, "UNAUTHENTICATED", "sign in first")
+_MAX_NAME = 200
 
 
 @dataclass(frozen=True)
@@ -58,38 +35,43 @@ class Identity:
     user: str
     csrf: str | None
     """the session's CSRF token; ``None`` for a bearer token"""
+    namespaces: tuple[str, ...] = ()
+    """the served namespaces this caller may see and answer in"""
 
 
-class Sessions:
-    def __init__(self, config: WebConfig) -> None:
-        self.config = config
-        self._serializer = URLSafeTimedSerializer(config.secret, salt="qbroker-web-session")
+class Auth:
+    def __init__(self, config: WebConfig, sessions: SessionStore, throttle: Throttle) -> None:
+        self.config, self.sessions, self.throttle = config, sessions, throttle
 
-    def identify(self, request: Request) -> Identity:
-        """The caller, or 401."""
+    def address(self, request: Request) -> str:
+        return client_address(request, self.config.trusted_proxies)
+
+    async def identify(self, request: Request) -> Identity:
+        """The caller, or 401 (429 when this address guessed too many tokens)."""
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() == "bearer" and token:
+            address = self.address(request)
+            await self.throttle.check_token(address)
             owner = self.config.credentials.token_owner(token.strip())
             if owner is None:
-                raise WebError(401, "UNAUTHENTICATED", "unknown token")
-            return Identity(owner, None)
-        cookie = request.cookies.get(COOKIE)
-        if not cookie:
+                await self.throttle.token_failed(address)
+                raise unauthenticated("unknown token")
+            return Identity(owner, None, self._allowed(owner))
+        record = await self._session(request)
+        if record is None:
             raise unauthenticated()
-        try:
-            data: Any = self._serializer.loads(cookie, max_age=self.config.session_max_age)
-        except BadSignature as error:
-            raise unauthenticated() from error
-        if not isinstance(data, dict) or not isinstance(data.get("u"), str) or not isinstance(data.get("c"), str):
-            raise unauthenticated()
-        if data["u"] not in self.config.credentials.users and data["u"] not in self.config.credentials.tokens:
-            raise unauthenticated()  # removed from the configuration since
-        return Identity(data["u"], data["c"])
+        return self.identity_of(record)
 
-    def identify_for_change(self, request: Request) -> Identity:
+    def identity_of(self, record: SessionRecord) -> Identity:
+        return Identity(record.user, record.csrf, self._allowed(record.user))
+
+    def _allowed(self, name: str) -> tuple[str, ...]:
+        return self.config.credentials.allowed(name, self.config.namespaces)
+
+    async def identify_for_change(self, request: Request) -> Identity:
         """The caller of a state-changing request: a cookie session must pass the CSRF check."""
-        identity = self.identify(request)
+        identity = await self.identify(request)
         if identity.csrf is not None:
             check_same_origin(request)
             given = request.headers.get(CSRF_HEADER, "")
@@ -97,18 +79,58 @@ class Sessions:
                 raise WebError(403, "CSRF", "missing or wrong CSRF token")
         return identity
 
-    def sign_in(self, response: Response, user: str, csrf: str) -> None:
+    async def sign_in(self, request: Request, body: Any) -> tuple[str, SessionRecord]:
+        """Check a user name and password (or a token) from ``body``; a new session, or 401/429.
+
+        Every attempt is counted before it is checked (and given back when it succeeds),
+        so parallel guesses cannot slip past the limit. A known and an unknown user name
+        cost the same: one scrypt.
+        """
+        address = self.address(request)
+        fields = body if isinstance(body, dict) else {}
+        named = fields.get("user")
+        user = named[:_MAX_NAME] if isinstance(named, str) and "token" not in fields else None
+        await self.throttle.take_sign_in(user, address)
+        owner: str | None = None
+        token, password = fields.get("token"), fields.get("password")
+        if isinstance(token, str):
+            owner = self.config.credentials.token_owner(token)
+        elif user is not None and isinstance(password, str):
+            owner = user if self.config.credentials.check_password(user, password) else None
+        if owner is None:
+            raise unauthenticated("wrong user name, password or token")
+        await self.throttle.give_back_sign_in(user, address)
+        return await self.sessions.create(owner, address=address, agent=request.headers.get("user-agent", ""))
+
+    async def sign_out(self, request: Request) -> None:
+        cookie = request.cookies.get(COOKIE)
+        if cookie:
+            await self.sessions.end(cookie)
+
+    async def _session(self, request: Request) -> SessionRecord | None:
+        cookie = request.cookies.get(COOKIE)
+        if not cookie:
+            return None
+        record = await self.sessions.get(cookie)
+        if record is None:
+            return None
+        credentials = self.config.credentials
+        if record.user not in credentials.users and record.user not in credentials.tokens:
+            return None  # removed from the configuration since
+        return record
+
+    def set_cookie(self, response: Response, cookie: str) -> None:
         response.set_cookie(
             COOKIE,
-            self._serializer.dumps({"u": user, "c": csrf}),
-            max_age=self.config.session_max_age,
+            cookie,
+            max_age=int(self.config.session_max_age),
             httponly=True,
             samesite="strict",
             secure=self.config.secure_cookies,
             path="/",
         )
 
-    def sign_out(self, response: Response) -> None:
+    def clear_cookie(self, response: Response) -> None:
         response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict", secure=self.config.secure_cookies)
 
 
@@ -119,28 +141,3 @@ def check_same_origin(request: Request) -> None:
     origin = request.headers.get("origin")
     if origin is not None and urlsplit(origin).netloc != request.headers.get("host", ""):
         raise WebError(403, "CSRF", "cross-origin request refused")
-
-
-class SignInThrottle:
-    """At most ``limit`` failed sign-ins per client address in ``window`` seconds."""
-
-    def __init__(self, *, limit: int = 10, window: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.limit, self.window, self.clock = limit, window, clock
-        self._failures: dict[str, deque[float]] = {}
-
-    def check(self, client: str) -> None:
-        failures = self._recent(client)
-        if len(failures) >= self.limit:
-            raise WebError(429, "TOO_MANY_ATTEMPTS", "too many failed sign-ins; try again later")
-
-    def failed(self, client: str) -> None:
-        self._recent(client).append(self.clock())
-        if len(self._failures) > 10_000:  # forget the oldest addresses rather than grow without bound
-            self._failures.pop(next(iter(self._failures)))
-
-    def _recent(self, client: str) -> deque[float]:
-        failures = self._failures.setdefault(client, deque())
-        horizon = self.clock() - self.window
-        while failures and failures[0] < horizon:
-            failures.popleft()
-        return failures

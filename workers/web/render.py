@@ -9,13 +9,14 @@ limited to safe schemes.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import nh3
 from markdown_it import MarkdownIt
 
 from broker import AskUserQuestionItem, PendingRequest, PlanReviewIntent
 
-__all__ = ["plan_review", "render_markdown", "request_view"]
+__all__ = ["plan_review", "render_markdown", "request_view", "safe_url"]
 
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
 _TAGS = {
@@ -24,6 +25,12 @@ _TAGS = {
 }  # fmt: skip
 _ATTRIBUTES = {"a": {"href", "title"}, "td": {"align"}, "th": {"align"}, "ol": {"start"}}
 _URL_SCHEMES = {"http", "https", "mailto"}
+
+
+def safe_url(url: str) -> str:
+    """``url`` if it is an absolute http(s) URL (fit for a link), else ``""``."""
+    parts = urlsplit(url.strip())
+    return url.strip() if parts.scheme in ("http", "https") and parts.netloc and len(url) <= 2000 else ""
 
 
 def render_markdown(text: str) -> str:

@@ -16,14 +16,18 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from redis.exceptions import ConnectionError, TimeoutError
+import msgspec
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker import AskUserQuestionAnswer, Broker, PendingRequest, Provider, UserQuestionError
-from broker.errors import LEASE_LOST, NOT_PENDING
+from workers.metrics import lease_acquired, lease_lost
 
-from .render import request_view
+from .history import find_settlement
+from .keys import WebKeys
+from .render import request_view, safe_url
 
-__all__ = ["Event", "Status", "WebProvider"]
+__all__ = ["QUEUE_SIZE", "AlreadySettled", "Event", "Status", "WebProvider"]
 
 log = logging.getLogger(__name__)
 
@@ -31,30 +35,51 @@ Status = Literal["connecting", "standby", "active", "stopped"]
 Event = dict[str, Any]
 
 _SETTLED_MEMORY = 2_000
-_QUEUE_SIZE = 256
-_REDIS_DOWN = (ConnectionError, TimeoutError, OSError)
+QUEUE_SIZE = 256
+_REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+_NOT_PENDING, _LEASE_LOST = "NOT_PENDING", "LEASE_LOST"
 
 
 @dataclass(frozen=True)
 class _Settled:
     state: str
     by: str
+    answer: Any = None
+    """the accepted answer as JSON-ready data, when it was answered"""
+
+    def view(self) -> Event:
+        return {"state": self.state, "by": self.by, "answer": self.answer}
+
+
+class AlreadySettled(UserQuestionError):
+    """``NOT_PENDING`` that says who was first and what they answered (``winner``)."""
+
+    def __init__(self, message: str, winner: Event | None) -> None:
+        super().__init__(message, _NOT_PENDING)
+        self.winner = winner
 
 
 class WebProvider:
     """One lease holder (or standby) per app; the pages' view of its pending requests."""
 
-    def __init__(self, broker: Broker, *, name: str, retry_delay: float = 1.0) -> None:
+    def __init__(
+        self, broker: Broker, *, name: str, keys: WebKeys, public_url: str = "", retry_delay: float = 1.0
+    ) -> None:
         self.broker = broker
         self.name = name
+        self.keys = keys
+        self.public_url = public_url
         self.status: Status = "connecting"
         self.holder = ""
+        self.holder_url = ""
+        self._status_changed = asyncio.Event()
         self._retry_delay = retry_delay
         self._provider: Provider | None = None
         self._pending: dict[str, PendingRequest] = {}
         self._views: dict[str, dict[str, Any]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._settled: OrderedDict[str, _Settled] = OrderedDict()
+        self._shown: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
 
@@ -63,21 +88,43 @@ class WebProvider:
     def snapshot(self) -> Event:
         return {
             "type": "snapshot",
+            "namespace": self.broker.namespace,
             "status": self.status_event(),
             "requests": list(self._views.values()),
             "nowMs": int(time.time() * 1000),
         }
 
     def status_event(self) -> Event:
-        return {"type": "status", "status": self.status, "holder": self.holder, "name": self.name}
+        return {
+            "type": "status",
+            "namespace": self.broker.namespace,
+            "status": self.status,
+            "holder": self.holder,
+            "holderUrl": self.holder_url if self.status == "standby" else "",
+            "name": self.name,
+        }
 
     def requests(self) -> list[dict[str, Any]]:
         return list(self._views.values())
 
+    def knows(self, request_id: str) -> bool:
+        """Whether the request is pending here or was settled here lately."""
+        return request_id in self._pending or request_id in self._settled
+
+    def shown(self, request_id: str) -> dict[str, Any] | None:
+        """The view of a request this server showed (pending or recently gone), for the history."""
+        return self._views.get(request_id) or self._shown.get(request_id)
+
     @asynccontextmanager
-    async def subscribe(self) -> AsyncIterator[asyncio.Queue[Event | None]]:
-        """A queue of change events, starting with a snapshot; ``None`` means: stop."""
-        queue: asyncio.Queue[Event | None] = asyncio.Queue(_QUEUE_SIZE)
+    async def subscribe(
+        self, queue: asyncio.Queue[Event | None] | None = None
+    ) -> AsyncIterator[asyncio.Queue[Event | None]]:
+        """A queue of change events, starting with a snapshot; ``None`` means: stop.
+
+        Pass a queue to share it between the providers of several namespaces (every event
+        names its namespace).
+        """
+        queue = queue if queue is not None else asyncio.Queue(QUEUE_SIZE)
         queue.put_nowait(self.snapshot())
         self._subscribers.add(queue)
         try:
@@ -100,7 +147,10 @@ class WebProvider:
                 queue.put_nowait(None)
 
     def _set_status(self, status: Status, holder: str = "") -> None:
+        if (status, holder) != (self.status, self.holder):
+            self.holder_url = ""
         self.status, self.holder = status, holder
+        self._status_changed.set()
         self._publish(self.status_event())
 
     # -- acting on requests -------------------------------------------------------------
@@ -108,7 +158,7 @@ class WebProvider:
     async def answer(self, request_id: str, answer: AskUserQuestionAnswer, *, by: str) -> AskUserQuestionAnswer:
         async with self._settling(request_id) as pending:
             accepted = await pending.answer(answer, by=by)
-            self._settle(request_id, "answered", by)
+            self._settle(request_id, "answered", by, msgspec.to_builtins(accepted))
             return accepted
 
     async def cancel(self, request_id: str, message: str, *, by: str) -> None:
@@ -126,87 +176,164 @@ class WebProvider:
             provider = self._provider
             if provider is None or provider.lost:
                 message = "this web provider does not hold the lease; answers are not accepted"
-                raise UserQuestionError(message, LEASE_LOST)
+                raise UserQuestionError(message, _LEASE_LOST)
             pending = self._pending.get(request_id)
             if pending is None:
-                raise self._not_pending(request_id)
+                raise await self._not_pending(request_id)
             try:
                 yield pending
             except UserQuestionError as error:
-                if error.code == NOT_PENDING:
-                    self._remove(request_id, "settled", "")
-                raise
+                if error.code != _NOT_PENDING:
+                    raise
+                self._remove(request_id, "settled", "")
+                raise await self._not_pending(request_id) from error
 
-    def _not_pending(self, request_id: str) -> UserQuestionError:
-        settled = self._settled.get(request_id)
+    async def _not_pending(self, request_id: str) -> AlreadySettled:
+        settled = self._settled.get(request_id) or await self._settled_in_redis(request_id)
         if settled is None:
-            return UserQuestionError(f"request {request_id} is not pending here", NOT_PENDING)
+            return AlreadySettled(f"request {request_id} is not pending here", None)
         by = f" by {settled.by}" if settled.by else ""
-        return UserQuestionError(f"request {request_id} was already {settled.state}{by}", NOT_PENDING)
+        return AlreadySettled(f"request {request_id} was already {settled.state}{by}", settled.view())
 
-    def _settle(self, request_id: str, state: str, by: str) -> None:
-        self._settled[request_id] = _Settled(state, by)
+    async def _settled_in_redis(self, request_id: str) -> _Settled | None:
+        """How a request this server does not remember was settled (by another server, say)."""
+        keys, call = self.broker.keys, self.broker.commands.call
+        try:
+            (state, by), outcome = await asyncio.gather(
+                call("HMGET", keys.request(request_id), "state", "by"), call("GET", keys.outcome(request_id))
+            )
+            if not state:  # the asker has read its outcome and the hash is gone: ask the audit stream
+                found = await find_settlement(self.broker, request_id)
+                return _Settled(*found) if found is not None else None
+        except (*_REDIS_DOWN, UserQuestionError):
+            return None
+        if state == "pending":
+            return None
+        answer = None
+        if outcome:
+            with suppress(msgspec.DecodeError):
+                answer = msgspec.json.decode(outcome).get("answer")
+        return _Settled(str(state), str(by or ""), answer)
+
+    def _settle(self, request_id: str, state: str, by: str, answer: Any = None) -> None:
+        settled = _Settled(state, by, answer)
+        self._settled[request_id] = settled
         while len(self._settled) > _SETTLED_MEMORY:
             self._settled.popitem(last=False)
-        self._remove(request_id, state, by)
+        self._remove(request_id, state, by, settled.view())
 
-    def _add(self, pending: PendingRequest) -> None:
+    async def _add(self, pending: PendingRequest) -> None:
         try:
             view = request_view(pending)
         except Exception:  # never let one odd request stop the others being served
             log.exception("cannot show request %s", pending.request_id)
             return
+        view.update(await self._context(pending), namespace=self.broker.namespace)
+        if pending.withdrawn.is_set():
+            return
         self._pending[pending.request_id] = pending
         self._views[pending.request_id] = view
         self._publish({"type": "added", "request": view})
 
-    def _remove(self, request_id: str, reason: str, by: str) -> None:
+    async def _context(self, pending: PendingRequest) -> Event:
+        """What the request hash and the agent record add: the asker's deadline, the agent's owner."""
+        keys, call = self.broker.keys, self.broker.commands.call
+        try:
+            deadline = await call("HGET", keys.request(pending.request_id), "deadline")
+            owner = await call("HGET", keys.agent(pending.agent_id), "owner") if pending.agent_id else None
+        except (*_REDIS_DOWN, UserQuestionError) as error:
+            log.warning("no deadline or owner for %s: %s", pending.request_id, error)
+            return {}
+        return {"deadlineMs": int(deadline) if deadline else None, "owner": owner or None}
+
+    def _remove(self, request_id: str, reason: str, by: str, settled: Event | None = None) -> None:
         self._pending.pop(request_id, None)
         self._locks.pop(request_id, None)
         watcher = self._watchers.pop(request_id, None)
         if watcher is not None and watcher is not asyncio.current_task():
             watcher.cancel()
-        if self._views.pop(request_id, None) is not None:
-            self._publish({"type": "removed", "id": request_id, "reason": reason, "by": by})
+        view = self._views.pop(request_id, None)
+        if view is not None:
+            questions = [{"id": q["id"], "question": q["question"]} for q in view["questions"]]
+            self._shown[request_id] = {"agent": view["agent"], "questions": questions}  # no plan text kept
+            while len(self._shown) > _SETTLED_MEMORY:
+                self._shown.popitem(last=False)
+            removed = {"type": "removed", "id": request_id, "reason": reason, "by": by, "settled": settled}
+            self._publish({**removed, "namespace": self.broker.namespace})
 
     # -- the lease loop ---------------------------------------------------------------
 
     async def run(self) -> None:
         """Stand by, serve, and stand by again, until cancelled."""
         try:
-            while True:
+            async with asyncio.TaskGroup() as tasks:
+                advertising = tasks.create_task(self._advertise(), name="qb-web-advertise")
                 try:
-                    await self._serve_once()
-                except* UserQuestionError as group:
-                    log.warning("web provider %s stopped serving: %s", self.name, _first(group))
-                except* _REDIS_DOWN as group:
-                    log.warning("web provider %s lost Redis: %s", self.name, _first(group))
-                    self._set_status("connecting")
-                    await asyncio.sleep(self._retry_delay)
-                except* Exception as group:  # a bug must not leave the namespace unserved
-                    log.error("web provider %s failed; standing by again", self.name, exc_info=group)
-                    self._set_status("connecting")
-                    await asyncio.sleep(self._retry_delay)
+                    await self._serve_forever()
+                finally:
+                    advertising.cancel()
         finally:
             self._set_status("stopped")
             self._publish(None)
+
+    async def _serve_forever(self) -> None:
+        while True:
+            try:
+                await self._serve_once()
+            except* UserQuestionError as group:
+                log.warning("web provider %s stopped serving: %s", self.name, _first(group))
+            except* _REDIS_DOWN as group:
+                log.warning("web provider %s lost Redis: %s", self.name, _first(group))
+                self._set_status("connecting")
+                await asyncio.sleep(self._retry_delay)
+            except* Exception as group:  # a bug must not leave the namespace unserved
+                log.error("web provider %s failed; standing by again", self.name, exc_info=group)
+                self._set_status("connecting")
+                await asyncio.sleep(self._retry_delay)
+
+    async def _advertise(self) -> None:
+        """While active, publish this page's public URL; while standing by, learn the holder's.
+
+        The URL key carries a TTL a few leases long, refreshed every half lease, so a
+        holder that died stops being linked soon after the lease passes on.
+        """
+        every = max(0.2, self.broker.lease_ttl / 2)
+        ttl_ms = int(self.broker.lease_ttl * 3000)
+        call = self.broker.commands.call
+        while True:
+            self._status_changed.clear()
+            try:
+                if self.status == "active" and self.public_url:
+                    await call("SET", self.keys.public_url(self.name), self.public_url, "PX", ttl_ms)
+                elif self.status == "standby" and self.holder:
+                    url = safe_url(await call("GET", self.keys.public_url(self.holder)) or "")
+                    if url != self.holder_url:
+                        self.holder_url = url
+                        self._publish(self.status_event())
+            except (*_REDIS_DOWN, UserQuestionError) as error:
+                log.debug("cannot advertise the public URL: %s", error)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._status_changed.wait(), every)
 
     async def _serve_once(self) -> None:
         self._set_status("connecting")
         on_standby: Callable[[str], None] = lambda holder: self._set_status("standby", holder)  # noqa: E731
         async with self.broker.provider(self.name, standby=True, on_standby=on_standby) as provider:
             self._provider = provider
+            lease_acquired(self.broker.namespace)
             self._set_status("active", self.name)
             try:
                 async with asyncio.TaskGroup() as tasks:
                     try:
                         async for pending in provider:
                             self._watchers[pending.request_id] = tasks.create_task(self._watch(pending))
-                            self._add(pending)
+                            await self._add(pending)
                     finally:
                         for watcher in self._watchers.values():
                             watcher.cancel()
             finally:
+                if provider.lost:
+                    lease_lost(self.broker.namespace)
                 self._provider = None
                 for request_id in list(self._pending):
                     self._remove(request_id, "lost", "")

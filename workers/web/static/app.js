@@ -5,8 +5,12 @@
 
 (function () {
   const $ = (id) => document.getElementById(id);
-  const state = { csrf: null, user: null, source: null, status: "connecting", skewMs: 0, cards: new Map() };
+  const state = {
+    csrf: null, user: null, namespaces: [], source: null, statuses: new Map(), connected: false, skewMs: 0, cards: new Map(), view: "pending", notify: false,
+  };
   const RECOMMENDED = /\s*\(recommended\)\s*$/i;
+  const OFFLINE = "Could not reach the server, so nothing was sent. Your answer is kept here: send it again when the connection is back.";
+  const CHAT_HINT = "Dismisses this question (the agent is told it was cancelled) so you can reply in the agent's own chat.";
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
@@ -26,15 +30,24 @@
   async function call(method, path, body) {
     const headers = { "Content-Type": "application/json" };
     if (state.csrf) headers["X-CSRF-Token"] = state.csrf;
-    const response = await fetch(path, {
-      method, headers, credentials: "same-origin", body: body === undefined ? undefined : JSON.stringify(body),
-    });
+    let response;
+    try {
+      response = await fetch(path, {
+        method, headers, credentials: "same-origin", body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    } catch (e) {
+      const error = new Error(OFFLINE);
+      error.code = "OFFLINE";
+      throw error;
+    }
     let data = null;
     try { data = await response.json(); } catch (e) { data = null; }
     if (!response.ok) {
-      const error = new Error((data && data.message) || response.statusText);
+      const error = new Error((data && data.message) || response.statusText || "the server refused");
       error.code = (data && data.code) || String(response.status);
       error.status = response.status;
+      error.winner = data && data.winner;
+      if (response.status === 429) error.retryAfter = response.headers.get("Retry-After");
       throw error;
     }
     return data;
@@ -43,7 +56,12 @@
   async function boot() {
     $("sign-in-form").addEventListener("submit", signIn);
     $("sign-out").addEventListener("click", signOut);
-    setInterval(refreshAges, 15000);
+    $("show-pending").addEventListener("click", () => showView("pending"));
+    $("show-history").addEventListener("click", () => showView("history"));
+    $("notify").addEventListener("click", toggleNotify);
+    document.addEventListener("keydown", onKey);
+    setInterval(refreshTimes, 10000);
+    state.notify = localStorage.getItem("qb-notify") === "on" && "Notification" in window && Notification.permission === "granted";
     try {
       start(await call("GET", "/api/session"));
     } catch (error) {
@@ -56,10 +74,13 @@
     state.source = null;
     state.csrf = null;
     $("main").hidden = true;
+    $("views").hidden = true;
+    $("notify").hidden = true;
     $("sign-out").hidden = true;
     $("who").textContent = "";
     $("sign-in").hidden = false;
     $("sign-in-error").textContent = message || "";
+    updateTitle();
   }
 
   async function signIn(event) {
@@ -72,14 +93,16 @@
       $("password").value = "";
       $("token").value = "";
     } catch (error) {
-      $("sign-in-error").textContent = error.message;
+      $("sign-in-error").textContent = error.code === "TOO_MANY_ATTEMPTS"
+        ? "Too many failed sign-ins. Try again in " + (error.retryAfter || "a few") + " seconds."
+        : error.message;
     } finally {
       $("sign-in-button").disabled = false;
     }
   }
 
   async function signOut() {
-    try { await call("DELETE", "/api/session"); } catch (e) { /* signed out anyway */ }
+    try { await call("DELETE", "/api/session"); } catch (e) { /* signed out here anyway */ }
     for (const id of [...state.cards.keys()]) dropCard(id);
     showSignIn();
   }
@@ -87,75 +110,240 @@
   function start(session) {
     state.csrf = session.csrf;
     state.user = session.user;
-    $("who").textContent = "signed in as " + session.user;
-    $("namespace").textContent = "namespace " + session.namespace;
+    state.namespaces = session.namespaces || [session.namespace];
+    state.statuses = new Map();
+    $("who").textContent = session.user;
+    $("who").title = "signed in as " + session.user;
+    $("namespace").textContent = state.namespaces.join(", ");
+    $("namespace").title = (state.namespaces.length === 1 ? "namespace " : "namespaces ") + state.namespaces.join(", ");
     $("sign-in").hidden = true;
     $("main").hidden = false;
+    $("views").hidden = false;
     $("sign-out").hidden = false;
+    $("notify").hidden = !("Notification" in window);
+    renderNotify();
+    connect(session);
+  }
+
+  function connect(session) {
     const source = new EventSource("/api/events");
     state.source = source;
     source.addEventListener("snapshot", (e) => onSnapshot(JSON.parse(e.data)));
     source.addEventListener("status", (e) => onStatus(JSON.parse(e.data)));
-    source.addEventListener("added", (e) => addCard(JSON.parse(e.data).request));
+    source.addEventListener("added", (e) => { addCard(JSON.parse(e.data).request); announce(JSON.parse(e.data).request); });
     source.addEventListener("removed", (e) => onRemoved(JSON.parse(e.data)));
     source.addEventListener("error", async () => {
-      if (source.readyState !== EventSource.CLOSED) {
-        setBanner("Connection lost; reconnecting…", true);
-        return;
-      }
-      try { await call("GET", "/api/session"); setTimeout(() => { if (state.source === source) start(session); }, 1000); }
-      catch (error) { showSignIn("Your session ended; sign in again."); }
+      if (state.source !== source) return;
+      setConnected(false);
+      if (source.readyState !== EventSource.CLOSED) return;  // the browser retries by itself
+      // Closed for good (the server answered with an error): is the session still valid?
+      setTimeout(async () => {
+        if (state.source !== source) return;
+        try { await call("GET", "/api/session"); connect(session); }
+        catch (error) {
+          if (error.code === "UNAUTHENTICATED") showSignIn("Your session ended; sign in again.");
+          else connect(session);
+        }
+      }, 2000);
     });
   }
 
-  // -- the live list -----------------------------------------------------------------------
+  // -- connection and provider status ------------------------------------------------------
 
-  function onSnapshot(snapshot) {
-    state.skewMs = snapshot.nowMs - Date.now();
-    onStatus(snapshot.status);
-    const live = new Set(snapshot.requests.map((r) => r.id));
-    for (const [id, card] of state.cards) if (!live.has(id) && !card.closed) closeOrDrop(id, "gone", "");
-    for (const request of snapshot.requests) addCard(request);
-  }
-
-  function setBanner(text, bad) {
-    const banner = $("banner");
-    banner.hidden = !text;
-    banner.textContent = text || "";
-    banner.className = bad ? "bad" : "";
-  }
-
-  function onStatus(status) {
-    state.status = status.status;
-    document.body.dataset.status = status.status;
-    if (status.status === "active") setBanner("");
-    else if (status.status === "standby")
-      setBanner("Standing by: " + (status.holder || "another provider") + " is serving this namespace. "
-        + "Questions appear here if this server takes over.");
-    else if (status.status === "stopped") setBanner("This server is stopping.", true);
-    else setBanner("Connecting to the broker…", true);
+  function setConnected(connected) {
+    state.connected = connected;
+    document.body.dataset.connected = connected ? "yes" : "no";
+    renderBanner();
     for (const card of state.cards.values()) arm(card);
   }
 
-  function onRemoved(event) {
-    const card = state.cards.get(event.id);
-    if (!card || card.submitting) return;  // our own submission settles the card itself
-    closeOrDrop(event.id, event.reason, event.by);
+  function statusOf(namespace) {
+    const status = state.statuses.get(namespace);
+    return status ? status.status : "connecting";
   }
 
-  function closeOrDrop(id, reason, by) {
+  function standbyLine(status) {
+    const line = el("span", {}, "Standing by: " + (status.holder || "another server") + " is serving " +
+      (state.namespaces.length > 1 ? status.namespace : "this namespace") + ", so its questions are answered there");
+    const url = /^https?:\/\//i.test(status.holderUrl || "") ? status.holderUrl : "";
+    if (url) line.append(" at ", el("a", { href: url, class: "holder-link", id: state.namespaces.length > 1 ? null : "holder-link", text: url }));
+    line.append(". Questions appear here if this server takes over.");
+    return line;
+  }
+
+  function renderBanner() {
+    const banner = $("banner");
+    banner.replaceChildren();
+    let bad = false;
+    if (!state.connected) {
+      bad = true;
+      banner.append("Disconnected from the server; reconnecting… Sending is paused, and what you typed stays here.");
+    } else if (!state.namespaces.length) {
+      bad = true;
+      banner.append("You may not answer in any namespace this server serves; ask an operator to add you in [namespaces] of its users file.");
+    } else {
+      for (const namespace of state.namespaces) {
+        const status = state.statuses.get(namespace) || { status: "connecting", namespace };
+        const prefix = state.namespaces.length > 1 && status.status !== "standby" ? namespace + ": " : "";
+        if (status.status === "active") continue;
+        if (status.status !== "standby") bad = true;
+        const line = status.status === "standby" ? standbyLine(status)
+          : el("span", { text: prefix + (status.status === "stopped" ? "This server is stopping." : "Connecting to the broker…") });
+        banner.append(el("div", {}, line));
+      }
+    }
+    banner.hidden = !banner.childNodes.length;
+    banner.className = bad ? "bad" : "";
+    renderEmpty();
+  }
+
+  function onSnapshot(snapshot) {
+    // One snapshot per namespace (the stream carries every namespace this person may use).
+    state.skewMs = snapshot.nowMs - Date.now();
+    state.connected = true;
+    onStatus(snapshot.status);
+    const live = new Set(snapshot.requests.map((r) => r.id));
+    for (const [id, card] of state.cards)
+      if (card.request.namespace === snapshot.namespace && !live.has(id) && !card.closed) closeOrDrop(id, "gone", "", null);
+    for (const request of snapshot.requests) addCard(request);
+    setConnected(true);
+  }
+
+  function onStatus(status) {
+    state.statuses.set(status.namespace, status);
+    document.body.dataset.status = [...state.statuses.values()].map((s) => s.status).join(" ");
+    renderBanner();
+    for (const card of state.cards.values()) arm(card);
+  }
+
+  function renderEmpty() {
+    const open = openCount();
+    const empty = $("empty");
+    empty.hidden = open > 0;
+    const standingBy = state.namespaces.length > 0 && state.namespaces.every((n) => statusOf(n) === "standby");
+    empty.textContent = standingBy
+      ? "This server is standing by: pending questions are answered on the active server (see above)."
+      : "No pending questions. New ones appear here as agents ask.";
+    $("keys-hint").hidden = open === 0;
+    $("pending-count").textContent = open ? "(" + open + ")" : "";
+    updateTitle();
+  }
+
+  function openCount() {
+    let open = 0;
+    for (const card of state.cards.values()) if (!card.closed) open += 1;
+    return open;
+  }
+
+  function updateTitle() {
+    const open = state.csrf ? openCount() : 0;
+    const where = state.csrf && state.namespaces.length ? " · " + state.namespaces.join(", ") : "";
+    document.title = (open ? "(" + open + ") " : "") + "Questions" + where + " · question-broker";
+  }
+
+  // -- arrival notice (opt-in) -------------------------------------------------------------
+
+  function renderNotify() {
+    const button = $("notify");
+    button.textContent = state.notify ? "Notifying" : "Notify";
+    button.setAttribute("aria-pressed", state.notify ? "true" : "false");
+  }
+
+  async function toggleNotify() {
+    if (state.notify) {
+      state.notify = false;
+      localStorage.setItem("qb-notify", "off");
+    } else {
+      const permission = await Notification.requestPermission();
+      state.notify = permission === "granted";
+      localStorage.setItem("qb-notify", state.notify ? "on" : "off");
+      if (!state.notify) setBannerNote("Notifications are blocked by the browser for this site.");
+      else chime();
+    }
+    renderNotify();
+  }
+
+  function setBannerNote(text) {
+    const notes = $("settled-notes");
+    const note = el("p", { class: "note", text });
+    notes.prepend(note);
+    setTimeout(() => note.remove(), 8000);
+  }
+
+  function announce(request) {
+    if (!state.notify || !document.hidden) return;
+    const first = request.questions[0];
+    try {
+      const note = new Notification("Question from " + (request.agent || "an agent"), { body: first ? first.question : "", tag: request.id });
+      note.onclick = () => { window.focus(); note.close(); };
+    } catch (e) { /* some browsers only notify from a service worker */ }
+    chime();
+  }
+
+  function chime() {
+    try {
+      const AudioContext = window.AudioContext || window.webkitAudioContext;
+      const audio = new AudioContext();
+      const tone = audio.createOscillator();
+      const gain = audio.createGain();
+      tone.frequency.value = 880;
+      gain.gain.setValueAtTime(0.08, audio.currentTime);
+      gain.gain.exponentialRampToValueAtTime(0.0001, audio.currentTime + 0.25);
+      tone.connect(gain).connect(audio.destination);
+      tone.start();
+      tone.stop(audio.currentTime + 0.25);
+    } catch (e) { /* no sound is fine */ }
+  }
+
+  // -- settled requests ----------------------------------------------------------------------
+
+  function onRemoved(event) {
+    if (state.view === "history") loadHistory();
+    const card = state.cards.get(event.id);
+    if (!card || card.submitting) return;  // our own submission settles the card itself
+    closeOrDrop(event.id, event.reason, event.by, event.settled);
+  }
+
+  function answerText(card, settled) {
+    if (!settled || !settled.answer || !settled.answer.answers) return "";
+    const byId = new Map(card.request.questions.map((q) => [q.id, q]));
+    return settled.answer.answers.map((item) => {
+      const parts = [...item.selected];
+      if (item.custom) parts.push("“" + item.custom + "”");
+      const text = parts.length ? parts.join(", ") : "(skipped)";
+      const question = byId.get(item.id);
+      return card.request.questions.length > 1 && question ? question.question + " → " + text : text;
+    }).join("; ");
+  }
+
+  function reasonText(card, reason, by, settled) {
+    const who = by ? " by " + by : "";
+    const answer = answerText(card, settled);
+    return {
+      answered: "Already answered" + who + (answer ? ": " + answer : "") + ".",
+      cancelled: "Already dismissed" + who + ".",
+      withdrawn: "The agent withdrew this question.",
+      lost: "This server lost the lease; the question goes to the server that takes over.",
+    }[reason] || "This question is no longer pending.";
+  }
+
+  function closeOrDrop(id, reason, by, settled) {
     const card = state.cards.get(id);
     if (!card) return;
-    if (!card.dirty) { dropCard(id); return; }
-    // Keep what the person typed; say why it can no longer be sent.
-    const who = by ? " by " + by : "";
-    const why = {
-      answered: "Already answered" + who + ".",
-      cancelled: "Already cancelled" + who + ".",
-      withdrawn: "The agent withdrew this question.",
-      lost: "This server lost the lease; the question goes to the provider that takes over.",
-    }[reason] || "This question is no longer pending.";
-    closeCard(card, why);
+    const why = reasonText(card, reason, by, settled);
+    if (!card.dirty) {
+      // Untouched: no card to keep, but say what became of it rather than vanish silently.
+      if (reason === "answered" || reason === "cancelled" || reason === "withdrawn") {
+        const first = card.request.questions[0];
+        const note = el("p", { class: "note settled-note" },
+          el("span", { class: "note-question", text: (first ? first.question : "A question") + " — " }), why);
+        $("settled-notes").prepend(note);
+        setTimeout(() => note.remove(), 20000);
+      }
+      dropCard(id);
+      return;
+    }
+    closeCard(card, why);  // keep what the person typed; say why it can no longer be sent
   }
 
   function closeCard(card, message) {
@@ -164,51 +352,103 @@
     notice(card, message, true);
     arm(card);
     if (!card.root.querySelector(".dismiss"))
-      card.actions.append(el("button", { type: "button", class: "dismiss", text: "Dismiss", onclick: () => dropCard(card.id) }));
+      card.actions.append(el("button", { type: "button", class: "dismiss", text: "Remove from the list", onclick: () => dropCard(card.id) }));
+    renderEmpty();
   }
 
   function dropCard(id) {
     const card = state.cards.get(id);
     if (card) card.root.remove();
     state.cards.delete(id);
-    $("empty").hidden = state.cards.size > 0;
+    renderEmpty();
   }
 
-  function refreshAges() {
-    for (const card of state.cards.values()) card.age.textContent = age(card.request.createdMs);
+  // -- times -----------------------------------------------------------------------------------
+
+  function span(ms) {
+    const seconds = Math.max(0, Math.round(ms / 1000));
+    if (seconds < 60) return seconds + " s";
+    if (seconds < 3600) return Math.floor(seconds / 60) + " min";
+    if (seconds < 86400) return Math.floor(seconds / 3600) + " h " + (Math.floor(seconds / 60) % 60) + " min";
+    return Math.floor(seconds / 86400) + " d";
   }
 
-  function age(createdMs) {
-    const seconds = Math.max(0, Math.round((Date.now() + state.skewMs - createdMs) / 1000));
-    if (seconds < 60) return "asked just now";
-    if (seconds < 3600) return "asked " + Math.floor(seconds / 60) + " min ago";
-    if (seconds < 86400) return "asked " + Math.floor(seconds / 3600) + " h ago";
-    return "asked " + Math.floor(seconds / 86400) + " d ago";
+  function now() { return Date.now() + state.skewMs; }
+
+  function refreshTimes() {
+    for (const card of state.cards.values()) renderTimes(card);
+  }
+
+  function renderTimes(card) {
+    const request = card.request;
+    const waited = now() - request.createdMs;
+    card.age.textContent = waited < 60000 ? "asked just now" : "waiting " + span(waited);
+    card.age.title = "asked at " + new Date(request.createdMs).toLocaleString();
+    if (request.deadlineMs) {
+      const left = request.deadlineMs - now();
+      card.left.hidden = false;
+      card.left.textContent = left > 0 ? span(left) + " left" : "the asker's time is up";
+      card.left.classList.toggle("urgent", left < 120000);
+      card.left.title = "the agent stops waiting at " + new Date(request.deadlineMs).toLocaleString();
+    }
   }
 
   // -- a card per request ----------------------------------------------------------------
 
+  function urgency(request) {
+    return [request.deadlineMs || Number.MAX_SAFE_INTEGER, request.createdMs];
+  }
+
+  function placeCard(root, request) {
+    // Soonest deadline first, then the longest waiting.
+    const [deadline, created] = urgency(request);
+    for (const other of state.cards.values()) {
+      if (other.root === root || !other.root.isConnected) continue;
+      const [d, c] = urgency(other.request);
+      if (deadline < d || (deadline === d && created < c)) { other.root.before(root); return; }
+    }
+    $("requests").append(root);
+  }
+
+  function reopen(card) {
+    // Served again (by this server after a restart, say): what was typed can be sent now.
+    card.closed = false;
+    card.root.classList.remove("closed");
+    const dismiss = card.root.querySelector(".dismiss");
+    if (dismiss) dismiss.remove();
+    notice(card, "");
+    arm(card);
+  }
+
   function addCard(request) {
-    if (state.cards.has(request.id)) return;
-    const root = el("article", { class: "card", "data-id": request.id });
-    const ageNode = el("span", { class: "age", text: age(request.createdMs) });
-    const headers = request.questions.map((q) => q.header).filter((h) => h);
-    root.append(el("div", { class: "meta" },
+    const known = state.cards.get(request.id);
+    if (known) {
+      if (known.closed && !known.submitting) reopen(known);
+      renderEmpty();
+      return;
+    }
+    const count = request.questions.length;
+    const root = el("article", { class: "card", "data-id": request.id, "aria-label": (count === 1 ? request.questions[0].question : count + " questions") });
+    const ageNode = el("span", { class: "age" });
+    const leftNode = el("span", { class: "left", hidden: true });
+    const who = el("span", { class: "who" },
       el("span", { class: "agent", text: request.agent || "anonymous agent" }),
-      ageNode,
-      headers.length ? el("span", { class: "headers", text: headers.join(" · ") }) : null,
-      el("span", { text: request.questions.length + (request.questions.length === 1 ? " question" : " questions") })));
-    const card = { id: request.id, request, root, age: ageNode, dirty: false, closed: false, submitting: false };
+      request.owner ? el("span", { class: "owner", text: " · for " + request.owner }) : null);
+    const where = state.namespaces.length > 1 ? el("span", { class: "namespace-chip", text: request.namespace }) : null;
+    root.append(el("div", { class: "meta" }, where, who, ageNode, leftNode,
+      count > 1 ? el("span", { text: count + " questions" }) : null));
+    const card = { id: request.id, request, root, age: ageNode, left: leftNode, dirty: false, closed: false, submitting: false };
+    renderTimes(card);
     root.addEventListener("input", () => {
       card.dirty = true;
       if (!card.closed && !card.submitting && card.notice) notice(card, "");
     });
     state.cards.set(request.id, card);
-    const only = request.questions.length === 1 ? request.questions[0] : null;
+    const only = count === 1 ? request.questions[0] : null;
     if (only && only.planReview) renderPlan(card, only);
-    else renderForm(card);
-    $("requests").append(root);
-    $("empty").hidden = true;
+    else renderForm(card, false);
+    placeCard(root, request);
+    renderEmpty();
   }
 
   function clearBody(card) {
@@ -219,6 +459,7 @@
     if (question.detailHtml === null || question.detailHtml === undefined) return null;
     const node = el("div", { class: "detail" });
     node.innerHTML = question.detailHtml;  // sanitised by the server (raw HTML off, safe links only)
+    for (const table of node.querySelectorAll("table")) table.replaceWith(el("div", { class: "table-scroll" }, table.cloneNode(true)));
     return node;
   }
 
@@ -229,76 +470,135 @@
     return node;
   }
 
+  function questionHeading(question, tag) {
+    return el(tag || "h2", { class: "question-text" },
+      question.header ? el("span", { class: "header-chip", text: question.header }) : null,
+      el("span", { text: question.question }));
+  }
+
   function renderPlan(card, question) {
     clearBody(card);
     card.kind = "plan";
     card.root.classList.add("plan-card");
     const review = question.planReview;
-    card.root.append(
-      el("p", { class: "question-text" }, question.header ? el("span", { class: "header-chip", text: question.header }) : null,
-        el("span", { text: question.question })),
-      detailNode(question));
-    const approve = el("button", { type: "button", class: "primary approve", onclick: () => sendPlan(card, question, review.approve) }, labelNode(review.approve));
+    card.root.append(questionHeading(question), detailNode(question));
+    const approve = el("button", { type: "button", class: "primary approve", "data-key": "1", onclick: () => sendPlan(card, question, review.approve) }, labelNode(review.approve));
     const refuse = review.refuse === null ? null
-      : el("button", { type: "button", class: "refuse", onclick: () => sendPlan(card, question, review.refuse) }, labelNode(review.refuse));
-    const chat = el("button", { type: "button", class: "cancel", text: "Chat about it", onclick: () => cancelBatch(card) });
-    const full = el("button", { type: "button", class: "link full-form", text: "Other answer…", onclick: () => { card.root.classList.remove("plan-card"); renderForm(card); } });
+      : el("button", { type: "button", class: "refuse", "data-key": "2", "aria-expanded": "false", onclick: () => openDecline(card, question, review.refuse) }, labelNode(review.refuse));
+    const hintId = "chat-hint-" + card.id;
+    const chat = el("button", { type: "button", class: "cancel", text: "Chat about it", title: CHAT_HINT, "aria-describedby": hintId,
+      onclick: () => cancelBatch(card, state.user + " wants to talk about this plan in your chat instead of answering here; ask there.") });
+    const full = el("button", { type: "button", class: "link full-form", text: "Other answer…", onclick: () => { card.root.classList.remove("plan-card"); renderForm(card, true); } });
     card.actions = el("div", { class: "actions" }, approve, refuse, chat, full);
+    card.decline = el("div", { class: "decline", hidden: true });
     card.notice = el("p", { class: "notice", role: "alert" });
-    card.root.append(card.actions, card.notice);
+    card.root.append(card.actions, el("p", { class: "hint muted small", id: hintId, text: "Chat about it: " + CHAT_HINT }), card.decline, card.notice);
     arm(card);
   }
 
-  function renderForm(card) {
+  function openDecline(card, question, refuseLabel) {
+    const box = card.decline;
+    if (!box.hidden) { box.querySelector("textarea").focus(); return; }
+    box.replaceChildren();
+    const noteId = "decline-note-" + card.id;
+    const note = el("textarea", { id: noteId, class: "decline-note", placeholder: "What should change? The agent reads this as your answer." });
+    const send = el("button", { type: "button", class: "primary send-decline", text: "Send: " + refuseLabel.replace(RECOMMENDED, ""),
+      onclick: () => {
+        const text = note.value.trim();
+        // The seeds' single-select rule: free text replaces the choice, and any answer
+        // other than the approve label declines the plan.
+        const item = text ? { id: question.id, selected: [], custom: note.value } : { id: question.id, selected: [refuseLabel] };
+        settle(card, "/answer", { answers: [item] });
+      } });
+    const back = el("button", { type: "button", class: "back", text: "Back", onclick: () => { box.hidden = true; card.actions.querySelector(".refuse").setAttribute("aria-expanded", "false"); } });
+    box.append(el("label", { for: noteId, class: "small", text: "Request changes, with a note (optional)" }), note,
+      el("div", { class: "actions" }, send, back));
+    box.hidden = false;
+    card.actions.querySelector(".refuse").setAttribute("aria-expanded", "true");
+    arm(card);
+    note.focus();
+  }
+
+  function renderForm(card, fromPlan) {
     clearBody(card);
     card.kind = "form";
+    const count = card.request.questions.length;
     const form = el("form", { class: "answer-form", novalidate: true });
-    for (const question of card.request.questions) form.append(questionNode(card, question));
-    const send = el("button", { type: "submit", class: "primary send", text: "Send answers" });
-    const cancel = el("button", { type: "button", class: "danger cancel", text: "Cancel batch", onclick: () => cancelBatch(card) });
-    card.actions = el("div", { class: "actions" }, send, cancel);
+    for (const question of card.request.questions) form.append(questionNode(card, question, count));
+    const send = el("button", { type: "submit", class: "primary send", text: count === 1 ? "Send answer" : "Send " + count + " answers" });
+    const cancel = el("button", { type: "button", class: "danger cancel", text: count === 1 ? "Dismiss question" : "Dismiss all " + count, onclick: () => confirmCancel(card, cancel) });
+    const back = fromPlan ? el("button", { type: "button", class: "link back", text: "Back to the plan", onclick: () => renderPlan(card, card.request.questions[0]) }) : null;
+    card.actions = el("div", { class: "actions" }, send, cancel, back);
     card.notice = el("p", { class: "notice", role: "alert" });
     form.append(card.actions, card.notice);
-    form.addEventListener("submit", (event) => { event.preventDefault(); sendForm(card, form); });
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      // Enter sends only from the Send button itself, never implicitly from an option.
+      if (event.submitter !== send) return;
+      sendForm(card, form);
+    });
+    form.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && event.target.tagName === "INPUT") event.preventDefault();
+    });
     card.root.append(form);
     arm(card);
   }
 
-  function questionNode(card, question) {
+  function confirmCancel(card, button) {
+    if (card.confirming) return;
+    card.confirming = true;
+    const count = card.request.questions.length;
+    const yes = el("button", { type: "button", class: "danger confirm-cancel", text: count === 1 ? "Yes, dismiss it" : "Yes, dismiss all " + count,
+      onclick: () => { card.confirming = false; cancelBatch(card); } });
+    const no = el("button", { type: "button", class: "keep", text: "Keep", onclick: () => restore() });
+    const ask = el("span", { class: "confirm", role: "group", "aria-label": "Confirm dismissal" },
+      el("span", { class: "small", text: "The agent is told you dismissed it. " }), yes, no);
+    function restore() { card.confirming = false; ask.replaceWith(button); button.focus(); }
+    button.replaceWith(ask);
+    arm(card);
+    no.focus();
+  }
+
+  function questionNode(card, question, count) {
     const name = card.id + ":" + question.id;
     const fieldset = el("fieldset", { class: "question", "data-qid": question.id });
-    fieldset.append(el("p", { class: "question-text" },
-      question.header ? el("span", { class: "header-chip", text: question.header }) : null,
-      el("span", { text: question.question })));
+    fieldset.append(el("legend", { class: "visually-hidden", text: question.question }));
+    fieldset.append(questionHeading(question, "h2"));
     const detail = detailNode(question);
     if (detail) fieldset.append(detail);
     const choices = el("div", { class: "choices" });
     const type = question.multiSelect ? "checkbox" : "radio";
-    for (const option of question.options) {
+    question.options.forEach((option, index) => {
       choices.append(el("label", { class: "choice" },
         el("input", { type, name, value: option.label, class: "option" }),
-        labelNode(option.label),
+        el("span", { class: "choice-text" },
+          index < 9 ? el("kbd", { class: "digit", "aria-hidden": "true", text: String(index + 1) }) : null,
+          labelNode(option.label)),
         option.description ? el("span", { class: "desc", text: option.description }) : null));
-    }
-    const other = el("textarea", { class: "other", name: name + ":other", "aria-label": "Other answer", placeholder: question.options.length ? "Other…" : "Your answer" });
+    });
+    const other = el("textarea", { class: "other", name: name + ":other", "aria-label": question.options.length ? "Other answer to: " + question.question : "Your answer to: " + question.question, placeholder: question.options.length ? "Other…" : "Your answer" });
     if (question.options.length) {
-      const otherBox = el("input", { type, name, value: "", class: "other-choice" });
-      choices.append(el("label", { class: "choice" }, otherBox, el("span", { text: "Other" })));
+      const otherBox = el("input", { type, name, value: "", class: "other-choice", "aria-label": "Other" });
+      choices.append(el("label", { class: "choice" }, otherBox, el("span", { class: "choice-text", text: "Other" })));
       other.addEventListener("input", () => { if (other.value.trim()) otherBox.checked = true; });
     }
     choices.append(other);
     fieldset.append(choices);
-    const skip = el("input", { type: "checkbox", class: "skip-box" });
-    skip.addEventListener("change", () => { for (const input of choices.querySelectorAll("input, textarea")) input.disabled = skip.checked; });
-    fieldset.append(el("label", { class: "skip" }, skip, " Skip this question"));
+    if (count > 1) {
+      const skip = el("input", { type: "checkbox", class: "skip-box" });
+      skip.addEventListener("change", () => { for (const input of choices.querySelectorAll("input, textarea")) input.disabled = skip.checked; });
+      fieldset.append(el("label", { class: "skip" }, skip, " Skip this question"));
+    }
     return fieldset;
   }
 
   function collect(card, form) {
     const answers = [];
+    const count = card.request.questions.length;
     for (const question of card.request.questions) {
       const fieldset = [...form.querySelectorAll("fieldset.question")].find((f) => f.dataset.qid === question.id);
-      if (fieldset.querySelector(".skip-box").checked) { answers.push({ id: question.id, selected: [] }); continue; }
+      const skipBox = fieldset.querySelector(".skip-box");
+      if (skipBox && skipBox.checked) { answers.push({ id: question.id, selected: [] }); continue; }
       const selected = [...fieldset.querySelectorAll("input.option")].filter((i) => i.checked).map((i) => i.value);
       const otherBox = fieldset.querySelector("input.other-choice");
       const text = fieldset.querySelector("textarea.other").value;
@@ -309,7 +609,7 @@
         item.custom = text;
       }
       if (!item.selected.length && item.custom === undefined)
-        throw new Error("Answer or skip “" + question.question + "”.");
+        throw new Error(count === 1 ? "Pick an answer first." : "Answer or skip “" + question.question + "”.");
       answers.push(item);
     }
     return { answers };
@@ -321,8 +621,9 @@
   }
 
   function arm(card) {
-    const off = card.closed || card.submitting || state.status !== "active";
-    for (const button of card.actions ? card.actions.querySelectorAll("button:not(.dismiss)") : []) button.disabled = off;
+    const off = card.closed || card.submitting || statusOf(card.request.namespace) !== "active" || !state.connected;
+    for (const button of card.root.querySelectorAll(".actions button:not(.dismiss):not(.link):not(.back):not(.keep)")) button.disabled = off;
+    card.root.classList.toggle("paused", off && !card.closed);
   }
 
   async function settle(card, path, body) {
@@ -334,8 +635,16 @@
       dropCard(card.id);
     } catch (error) {
       card.submitting = false;
-      if (error.code === "NOT_PENDING") { closeCard(card, error.message); return; }
-      notice(card, error.code + ": " + error.message, true);
+      if (error.code === "NOT_PENDING") {
+        const settled = error.winner;
+        closeCard(card, settled ? reasonText(card, settled.state, settled.by, settled) : error.message);
+        return;
+      }
+      const message = error.code === "OFFLINE" ? error.message
+        : error.code === "BAD_ANSWER" ? "The answer does not fit the question: " + error.message
+        : error.code === "LEASE_LOST" ? "This server no longer holds the lease; your answer is kept here. " + error.message
+        : error.message + " (" + error.code + ")";
+      notice(card, message, true);
       arm(card);
     }
   }
@@ -351,8 +660,77 @@
     settle(card, "/answer", { answers: [{ id: question.id, selected: [label] }] });
   }
 
-  function cancelBatch(card) {
-    settle(card, "/cancel", {});
+  function cancelBatch(card, message) {
+    card.dirty = true;
+    settle(card, "/cancel", message ? { message } : {});
+  }
+
+  // -- keyboard ------------------------------------------------------------------------------
+
+  function onKey(event) {
+    if (event.ctrlKey || event.metaKey || event.altKey || !/^[1-9]$/.test(event.key)) return;
+    const target = event.target;
+    if (target.tagName === "TEXTAREA" || (target.tagName === "INPUT" && !["radio", "checkbox"].includes(target.type))) return;
+    const card = [...state.cards.values()].find((c) => c.root.contains(target)) || [...state.cards.values()].find((c) => !c.closed);
+    if (!card || card.closed || card.submitting) return;
+    const index = Number(event.key) - 1;
+    if (card.kind === "plan") {
+      const button = card.actions.querySelector('[data-key="' + event.key + '"]');
+      if (button && !button.disabled) { button.focus(); event.preventDefault(); }
+      return;
+    }
+    const fieldset = target.closest ? target.closest("fieldset.question") : null;
+    const scope = fieldset && card.root.contains(fieldset) ? fieldset : card.root.querySelector("fieldset.question");
+    const option = scope ? scope.querySelectorAll("input.option")[index] : null;
+    if (!option || option.disabled) return;
+    event.preventDefault();
+    if (option.type === "checkbox") option.checked = !option.checked;
+    else option.checked = true;
+    option.focus();
+    card.dirty = true;
+  }
+
+  // -- history ---------------------------------------------------------------------------------
+
+  function showView(view) {
+    state.view = view;
+    $("pending-view").hidden = view !== "pending";
+    $("history-view").hidden = view !== "history";
+    $("show-pending").setAttribute("aria-pressed", String(view === "pending"));
+    $("show-history").setAttribute("aria-pressed", String(view === "history"));
+    if (view === "history") loadHistory();
+  }
+
+  async function loadHistory() {
+    let data;
+    try { data = await call("GET", "/api/history?limit=50"); }
+    catch (error) { $("history").replaceChildren(el("li", { class: "error", text: error.message })); return; }
+    const list = $("history");
+    list.replaceChildren();
+    $("history-empty").hidden = data.entries.length > 0;
+    for (const entry of data.entries) list.append(historyItem(entry));
+  }
+
+  const VERB = { answered: "answered", cancelled: "dismissed", withdrawn: "withdrawn by the agent", expired: "expired", "dead-lettered": "could not be shown" };
+
+  function historyItem(entry) {
+    const when = new Date(entry.atMs);
+    const head = el("div", { class: "meta" },
+      state.namespaces.length > 1 ? el("span", { class: "namespace-chip", text: entry.namespace }) : null,
+      el("span", { class: "event event-" + entry.event, text: VERB[entry.event] || entry.event }),
+      entry.by ? el("span", { class: "by", text: "by " + entry.by }) : null,
+      el("time", { datetime: when.toISOString(), text: when.toLocaleString() }),
+      entry.agent ? el("span", { class: "agent", text: "asked by " + entry.agent }) : null);
+    const body = el("ul", { class: "history-answers" });
+    for (const q of entry.questions) {
+      const parts = [...(q.selected || [])];
+      if (q.custom) parts.push("“" + q.custom + "”");
+      body.append(el("li", {},
+        el("span", { class: "q", text: (q.question || "question " + q.id) + " " }),
+        entry.event === "answered" ? el("span", { class: "a", text: "→ " + (parts.length ? parts.join(", ") : "(skipped)") }) : null));
+    }
+    if (entry.event !== "answered" && entry.message) body.append(el("li", { class: "muted message", text: entry.message }));
+    return el("li", { class: "history-item card" }, head, body);
   }
 
   document.addEventListener("DOMContentLoaded", boot);

@@ -1,0 +1,109 @@
+"""Recently settled requests, read from the namespace's audit stream (read-only).
+
+Who answered what and when: the audit stream's terminal events (answered, cancelled,
+withdrawn, expired, dead-lettered), newest first. The audit stream holds ids, not the
+questions' text: that comes from the requests this server showed (``known``) or, while it
+still exists, the request hash; otherwise only question ids are shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from broker import Broker
+
+__all__ = ["TERMINAL", "find_settlement", "read_history"]
+
+TERMINAL = frozenset({"answered", "cancelled", "withdrawn", "expired", "dead-lettered"})
+_SEARCH_DEPTH = 2_000
+"""audit events searched for one request's settlement (newest first)"""
+_SCAN_FACTOR = 6
+"""audit events read per history entry wanted (asks and deliveries sit between settlements)"""
+
+
+def _pairs(flat: Any) -> dict[str, str]:
+    if isinstance(flat, dict):
+        return flat
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _json(text: str | None) -> Any:
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _entry(entry_id: str, fields: dict[str, str], request: Any) -> dict[str, Any]:
+    outcome = _json(fields.get("outcome")) or {}
+    answers = {}
+    if isinstance(outcome.get("answer"), dict):
+        answers = {a.get("id"): a for a in outcome["answer"].get("answers", ()) if isinstance(a, dict)}
+    message = outcome["error"].get("message") if isinstance(outcome.get("error"), dict) else fields.get("reason")
+    questions: list[dict[str, Any]] = []
+    asked = request.get("questions", ()) if isinstance(request, dict) else ()
+    for item in asked if isinstance(asked, list) else ():
+        if isinstance(item, dict):
+            given = answers.pop(item.get("id"), {})
+            questions.append(
+                {
+                    "id": item.get("id"),
+                    "question": item.get("question"),
+                    "selected": given.get("selected", []),
+                    "custom": given.get("custom"),
+                }
+            )
+    for qid, given in answers.items():  # the request hash expired: ids and answers only
+        questions.append(
+            {"id": qid, "question": None, "selected": given.get("selected", []), "custom": given.get("custom")}
+        )
+    return {
+        "id": fields.get("rid", ""),
+        "event": fields.get("event", ""),
+        "atMs": int(entry_id.split("-", 1)[0]),
+        "by": fields.get("by") or None,
+        "provider": fields.get("provider") or None,
+        "agent": request.get("agent") if isinstance(request, dict) else None,
+        "message": message if isinstance(message, str) else None,
+        "questions": questions,
+    }
+
+
+async def read_history(
+    broker: Broker, *, limit: int = 50, known: Callable[[str], dict[str, Any] | None] = lambda rid: None
+) -> list[dict[str, Any]]:
+    """The last ``limit`` settlements of the namespace, newest first."""
+    call = broker.commands.call
+    raw = await call("XREVRANGE", broker.keys.audit, "+", "-", "COUNT", limit * _SCAN_FACTOR)
+    settled = [(entry_id, fields) for entry_id, flat in raw if (fields := _pairs(flat)).get("event") in TERMINAL]
+    settled = settled[:limit]
+    shown = [known(fields.get("rid", "")) for _, fields in settled]
+    stored = await asyncio.gather(
+        *(
+            call("HGET", broker.keys.request(fields.get("rid", "")), "request")
+            for (_, fields), view in zip(settled, shown, strict=True)
+            if view is None
+        )
+    )
+    fallback = iter(stored)
+    return [
+        _entry(entry_id, fields, view if view is not None else _json(next(fallback)))
+        for (entry_id, fields), view in zip(settled, shown, strict=True)
+    ]
+
+
+async def find_settlement(broker: Broker, request_id: str) -> tuple[str, str, Any] | None:
+    """``(event, by, answer)`` of a request's settlement among the recent audit events, if there."""
+    raw = await broker.commands.call("XREVRANGE", broker.keys.audit, "+", "-", "COUNT", _SEARCH_DEPTH)
+    for _entry_id, flat in raw:
+        fields = _pairs(flat)
+        if fields.get("rid") == request_id and fields.get("event") in TERMINAL:
+            outcome = _json(fields.get("outcome"))
+            answer = outcome.get("answer") if isinstance(outcome, dict) else None
+            return str(fields["event"]), fields.get("by") or "", answer
+    return None
