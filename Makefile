@@ -16,7 +16,11 @@ install: $(BIN)/qbroker-installed
 demo: install
 	$(BIN)/python -m workers.demo
 
-test: install
+# axe-core for the page's accessibility check (skipped, with a reason, where npm is missing).
+tests/web/node_modules/axe-core/axe.min.js: tests/web/package.json
+	@if command -v npm >/dev/null; then cd tests/web && npm ci --silent --no-audit --no-fund; fi
+
+test: install tests/web/node_modules/axe-core/axe.min.js
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server tmux chromium"; exit 1; }
 	$(BIN)/pytest
 

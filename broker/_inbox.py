@@ -16,7 +16,7 @@ per-request key, which is what makes the rest safe:
 
 Bounds (``BLOCK_S`` + ``REPLY_MARGIN_S`` = 5 s): a silent connection is noticed within 5 s;
 asks waiting on an unreachable or silent Redis fail with ``BROKER_UNAVAILABLE`` within
-``unavailable_after`` + 10 s; an ask whose request is gone ends within 3 × ``sweep_every``.
+``unavailable_after`` + 10 s; an ask whose request is gone ends within 3 x ``sweep_every``.
 """
 
 from __future__ import annotations
