@@ -211,3 +211,22 @@ async def test_a_script_sent_to_a_replica_is_refused_not_answered(sentinel_group
     finally:
         await replica.aclose()
     assert answered == []
+
+
+async def test_min_replicas_serves_and_answers_once_a_replica_has_them(make_broker):
+    asking = await make_broker()
+    answering = await make_broker(min_replicas=1, replica_timeout=2.0)
+    async with answering.provider("ui") as provider:
+        task = asyncio.create_task(asking.ask(one_question(), timeout=20))
+        await (await next_pending(provider)).answer(pick("yes"))
+        assert await asyncio.wait_for(task, 10) == pick("yes")
+
+
+async def test_min_replicas_does_not_serve_while_no_replica_confirms_the_lease(redis_server):
+    """A lone server has no replica: a provider asking for one never starts serving."""
+    async with Broker(redis_server.url, "lone-min-replicas", min_replicas=1, replica_timeout=0.2) as answering:
+        serving = asyncio.create_task(answering.provider("ui").__aenter__())
+        await asyncio.sleep(1.0)
+        assert not serving.done()  # the lease is never confirmed by a replica: it does not serve
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
