@@ -2,8 +2,11 @@
 
 Sub-commands live in ``workers/commands/<name>.py``; each exposes
 ``register(subparsers)``, which adds its parser and sets ``func`` (sync or async, taking
-the parsed arguments, returning an exit status or ``None``). Modules missing from this
-installation are skipped. Only this module configures logging.
+the parsed arguments, returning an exit status or ``None``). A command module imports only
+the standard library: its ``run()`` imports the engine (the broker, the MCP SDK, arq, the
+web stack, prompt_toolkit), so ``--help`` and each command load only what they use
+(tests/workers/test_cli.py checks it). Modules missing from this installation are
+skipped. Only this module configures logging.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
 import sys
 import types
 
@@ -68,3 +69,31 @@ def test_json_logging(capsys):
         root.setLevel(level)
     entry = json.loads(line)
     assert (entry["level"], entry["logger"], entry["message"]) == ("INFO", "workers.test", "hello there")
+
+
+HEAVY = ("mcp", "mcp_types", "arq", "starlette", "uvicorn", "prompt_toolkit", "aiohttp", "redis")
+
+
+@pytest.mark.parametrize("argv", [["ask", "--help"], ["--help"], ["worker", "--help"], ["mcp", "--help"]], ids=" ".join)
+def test_help_imports_no_engine(argv):
+    """Issue 12: `qbroker ask --help` took 0.9 s, nearly all of it importing every command's engine."""
+    probe = (
+        "import sys\n"
+        "from workers import cli\n"
+        "try:\n"
+        f"    cli.main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
+@pytest.mark.parametrize("command", ["provide", "auto", "ask", "status", "web", "worker", "mcp"])
+def test_every_command_module_imports_light(command):
+    """Each command module holds `register()` only; what it runs is imported by `run()`."""
+    module = command.replace("-", "_")
+    probe = f"import sys, workers.commands.{module}; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
