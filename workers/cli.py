@@ -26,7 +26,7 @@ from .settings import Settings, add_arguments
 
 __all__ = ["COMMANDS", "build_parser", "configure_logging", "main"]
 
-COMMANDS = ("provide", "auto", "ask", "status", "web", "worker", "mcp", "bench")
+COMMANDS = ("provide", "auto", "ask", "status", "web", "worker", "mcp", "claude-hook", "bench")
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         try:
-            module = importlib.import_module(f"workers.commands.{name}")
+            module = importlib.import_module(f"workers.commands.{name.replace('-', '_')}")
         except ModuleNotFoundError as error:
-            if error.name not in (f"workers.commands.{name}", "workers.commands"):
+            if error.name not in (f"workers.commands.{name.replace('-', '_')}", "workers.commands"):
                 raise  # the module exists but a dependency of it is missing: say so
             continue
         module.register(subparsers)

@@ -90,7 +90,7 @@ def test_help_imports_no_engine(argv):
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
 
 
-@pytest.mark.parametrize("command", ["provide", "auto", "ask", "status", "web", "worker", "mcp"])
+@pytest.mark.parametrize("command", ["provide", "auto", "ask", "status", "web", "worker", "mcp", "claude-hook"])
 def test_every_command_module_imports_light(command):
     """Each command module holds `register()` only; what it runs is imported by `run()`."""
     module = command.replace("-", "_")
