@@ -21,6 +21,6 @@ test: install
 	$(BIN)/pytest
 
 lint: install
-	$(BIN)/ruff check broker workers tests benchmarks
-	$(BIN)/ruff format --check broker workers tests benchmarks
+	$(BIN)/ruff check broker broker_adapters workers tests benchmarks examples
+	$(BIN)/ruff format --check broker broker_adapters workers tests benchmarks examples
 	$(BIN)/mypy
