@@ -57,6 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _log_json(args: argparse.Namespace) -> bool:
+    settings = getattr(args, "settings", None)  # absent when run as `python -m workers.web`
+    return bool(settings is not None and settings.log_json)
+
+
 async def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -105,6 +110,9 @@ async def run(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=3,
             proxy_headers=False,
             server_header=False,
+            # Under --log-json / QBROKER_LOG_JSON uvicorn's own lines (start-up, access log) go
+            # through the CLI's JSON handler too, instead of uvicorn's plain-text formatters.
+            **({"log_config": None} if _log_json(args) else {}),
         )
     )
     await server.serve()
