@@ -112,7 +112,7 @@ async def run(args: argparse.Namespace) -> int:
             server_header=False,
             # Under --log-json / QBROKER_LOG_JSON uvicorn's own lines (start-up, access log) go
             # through the CLI's JSON handler too, instead of uvicorn's plain-text formatters.
-            **({"log_config": None} if _log_json(args) else {}),
+            log_config=None if _log_json(args) else uvicorn.config.LOGGING_CONFIG,
         )
     )
     await server.serve()
