@@ -79,8 +79,24 @@ async def _serve_forever(broker: Broker, terminal: Terminal, name: str, *, stand
 
 
 async def _serve(provider: Provider, terminal: Terminal) -> _Next:
+    requests = aiter(provider)
     try:
-        async for pending in provider:
+        while True:
+            arriving = asyncio.ensure_future(anext(requests))
+            quitting = asyncio.ensure_future(_ctrl_d_while_idle(terminal))
+            try:
+                await asyncio.wait({arriving, quitting}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                quitting.cancel()  # stdin goes back to the prompt before a request is shown
+                await asyncio.gather(quitting, return_exceptions=True)
+            if not arriving.done():  # Ctrl-D: a request delivered meanwhile goes to the next holder
+                arriving.cancel()
+                await asyncio.gather(arriving, return_exceptions=True)
+                return "quit"
+            try:
+                pending = arriving.result()
+            except StopAsyncIteration:
+                break
             step = await _present(provider, terminal, pending)
             if step != "next":
                 return step
@@ -88,6 +104,35 @@ async def _serve(provider: Provider, terminal: Terminal) -> _Next:
         if error.code != LEASE_LOST:
             raise
     return "lost"
+
+
+async def _ctrl_d_while_idle(terminal: Terminal) -> None:
+    """Return on end of file at the terminal (Ctrl-D) while no question is shown.
+
+    Between prompts the terminal is in cooked mode: a line typed now is read and dropped.
+    """
+    loop = asyncio.get_running_loop()
+    fd = sys.stdin.fileno()
+    eof: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            if not eof.done():
+                eof.set_result(None)
+        elif data.strip():
+            terminal.say("No question is waiting. Ctrl-D or Ctrl-C quits.")
+
+    loop.add_reader(fd, readable)
+    try:
+        await eof
+    finally:
+        loop.remove_reader(fd)
 
 
 async def _present(provider: Provider, terminal: Terminal, pending: PendingRequest) -> _Next:
