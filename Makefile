@@ -25,8 +25,8 @@ test: install tests/web/node_modules/axe-core/axe.min.js
 	$(BIN)/pytest
 
 lint: install
-	$(BIN)/ruff check broker workers tests benchmarks
-	$(BIN)/ruff format --check broker workers tests benchmarks
+	$(BIN)/ruff check broker broker_adapters workers tests benchmarks examples
+	$(BIN)/ruff format --check broker broker_adapters workers tests benchmarks examples
 	$(BIN)/mypy
 
 # Every mutation in tests/mutants.toml must be caught by the tests it names.

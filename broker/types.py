@@ -2,12 +2,15 @@
 
 JSON field names are the seeds' camelCase; Python attributes are snake_case. Unknown
 fields are ignored and intents of an unknown ``kind`` decode to ``UnknownIntent``, so a
-newer peer can talk to an older one (and the other way round).
+newer peer can talk to an older one (and the other way round). That holds however a
+value is decoded: through ``decode_request`` or with msgspec directly
+(``msgspec.json.decode(raw, type=AskUserQuestionItem)``, ``msgspec.convert``), and
+``msgspec.json.encode`` writes every type back unchanged.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
@@ -62,30 +65,78 @@ class PlanReviewIntent(
         return "plan-review"
 
 
-class UnknownIntent(AskUserQuestionIntent):
+class UnknownIntent(dict[str, Any], AskUserQuestionIntent):
     """An intent of a kind this version does not know: a UI shows the generic list.
 
-    The fields are kept as received so a router passes them on unchanged.
+    The fields are kept as received so a router passes them on unchanged: it is the
+    received object itself (a ``dict``), so any JSON encoder writes it back as it came.
     """
 
-    __slots__ = ("_kind", "fields")
+    __slots__ = ()
 
     def __init__(self, kind: str, fields: dict[str, Any]) -> None:
-        self._kind = kind
-        self.fields = fields
+        super().__init__(fields)
+        self["kind"] = kind
 
     @property
     def kind(self) -> str:
-        return self._kind
+        return str(self["kind"])
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, UnknownIntent) and other.fields == self.fields
+    @property
+    def fields(self) -> dict[str, Any]:
+        """Every field as received, ``kind`` included."""
+        return dict(self)
 
-    def __hash__(self) -> int:
-        return hash(self._kind)
+    def __hash__(self) -> int:  # type: ignore[override]  # items are frozen Structs: hashable
+        return hash(self.kind)
 
     def __repr__(self) -> str:
-        return f"UnknownIntent(kind={self.kind!r}, fields={self.fields!r})"
+        return f"UnknownIntent(kind={self.kind!r}, fields={dict(self)!r})"
+
+
+def _intent(obj: Any) -> AskUserQuestionIntent:
+    """The intent a decoded JSON object stands for (``ValueError`` when it is none)."""
+    if isinstance(obj, AskUserQuestionIntent):
+        return obj
+    if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
+        raise ValueError("an intent is an object with a string `kind`")
+    if obj["kind"] == "plan-review":
+        try:
+            return msgspec.convert(obj, PlanReviewIntent)
+        except msgspec.ValidationError as error:
+            raise ValueError(f"a plan-review intent: {error}") from None
+    return UnknownIntent(obj["kind"], obj)
+
+
+# What msgspec sees of the `intent` field: a JSON object, which the item's __post_init__
+# turns into a PlanReviewIntent or an UnknownIntent. A custom type would need a dec_hook,
+# so `msgspec.json.decode(raw, type=AskUserQuestionItem)` without one failed on any intent.
+_INTENT_JSON_SCHEMA: dict[str, Any] = {
+    "title": "AskUserQuestionIntent",
+    "description": "A presentation intent, tagged by `kind`. A UI that does not know a kind renders the generic "
+    "option list; an intent never changes how the answer is encoded.",
+    "oneOf": [
+        {
+            "title": "PlanReviewIntent",
+            "description": "A plan submitted for review (the plan markdown is the question's `detail`); `approve` "
+            "names, by label, the option that approves, every other option declines.",
+            "type": "object",
+            "properties": {"kind": {"enum": ["plan-review"]}, "approve": {"type": "string"}},
+            "required": ["kind", "approve"],
+        },
+        {
+            "title": "OtherIntent",
+            "description": "An intent of another kind: its other fields are kept and passed on unchanged.",
+            "type": "object",
+            "properties": {"kind": {"type": "string", "not": {"const": "plan-review"}}},
+            "required": ["kind"],
+        },
+    ],
+}
+if TYPE_CHECKING:
+    _IntentField = AskUserQuestionIntent
+else:
+    _IntentField = Annotated[dict[str, Any], msgspec.Meta(extra_json_schema=_INTENT_JSON_SCHEMA)]
 
 
 class _Wire(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
@@ -108,7 +159,11 @@ class AskUserQuestionItem(_Wire, frozen=True, kw_only=True, rename="camel", omit
     header: str | None = None
     options: tuple[AskUserQuestionOption, ...] | None = None
     multi_select: bool = False
-    intent: AskUserQuestionIntent | None = None
+    intent: _IntentField | None = None
+
+    def __post_init__(self) -> None:
+        if self.intent is not None and not isinstance(self.intent, AskUserQuestionIntent):
+            msgspec.structs.force_setattr(self, "intent", _intent(self.intent))
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -142,22 +197,15 @@ class AskUserQuestionAnswer(_Wire, frozen=True, kw_only=True, rename="camel", om
 
 
 def _decode_hook(type_: type, obj: Any) -> Any:
-    if type_ is AskUserQuestionIntent:
-        if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
-            raise msgspec.ValidationError("an intent is an object with a string `kind`")
-        if obj["kind"] == "plan-review":
-            return msgspec.convert(obj, PlanReviewIntent)
-        return UnknownIntent(obj["kind"], obj)
+    if type_ is AskUserQuestionIntent:  # an intent decoded on its own: msgspec.convert(obj, AskUserQuestionIntent)
+        try:
+            return _intent(obj)
+        except ValueError as error:
+            raise msgspec.ValidationError(str(error)) from None
     raise NotImplementedError(type_)
 
 
-def _encode_hook(obj: Any) -> Any:
-    if isinstance(obj, UnknownIntent):
-        return obj.fields
-    raise NotImplementedError(type(obj))
-
-
-_encoder = msgspec.json.Encoder(enc_hook=_encode_hook)
+_encoder = msgspec.json.Encoder()
 _request_decoder = msgspec.json.Decoder(AskUserQuestionRequest, dec_hook=_decode_hook)
 _answer_decoder = msgspec.json.Decoder(AskUserQuestionAnswer, dec_hook=_decode_hook)
 

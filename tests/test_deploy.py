@@ -317,15 +317,36 @@ def web_container() -> dict[str, Any]:
 
 def test_configmap_and_secret_carry_redis_url_tokens_and_webhook_secret():
     secret = k8s_object("Secret", "qbroker-secrets")["stringData"]
-    assert {"QBROKER_REDIS_URL", "QBROKER_WEB_SECRET", "QBROKER_WEBHOOK_SECRET", "users.toml"} <= set(secret)
+    assert {"QBROKER_WEBHOOK_SECRET", "users.toml"} <= set(secret)
+    assert "QBROKER_WEB_SECRET" not in secret  # web sessions live in Redis: no shared signing secret
     config = k8s_object("ConfigMap", "qbroker-config")["data"]
     assert config["QBROKER_WEB_HOST"] == "0.0.0.0"
     assert not set(config) & set(secret)
     for name in ("qbroker-web", "qbroker-worker"):
         deployment = k8s_object("Deployment", name)
         for container in deployment["spec"]["template"]["spec"]["containers"]:
-            sources = {next(iter(s.values()))["name"] for s in container["envFrom"]}
-            assert sources == {"qbroker-config", "qbroker-secrets"}
+            sources = [next(iter(s.values()))["name"] for s in container["envFrom"]]
+            assert sources == ["qbroker-config", "qbroker-secrets", f"{name}-redis"]
+
+
+def test_web_and_worker_connect_as_their_own_acl_users():
+    """Issue 16: operations.md recommends a user per component; the Secret gave both one URL."""
+    from urllib.parse import urlsplit
+
+    users = {}
+    for name in ("qbroker-web-redis", "qbroker-worker-redis"):
+        data = k8s_object("Secret", name)["stringData"]
+        assert set(data) == {"QBROKER_REDIS_URL"}
+        users[name] = urlsplit(data["QBROKER_REDIS_URL"]).username
+    assert users == {"qbroker-web-redis": "team-a", "qbroker-worker-redis": "worker-team-a"}
+    assert "QBROKER_REDIS_URL" not in k8s_object("Secret", "qbroker-secrets")["stringData"]
+    conf = (DEPLOY / "redis" / "redis.conf").read_text()
+    config = k8s_object("ConfigMap", "qbroker-config")["data"]
+    namespace, queue = config["QBROKER_NAMESPACE"], config["QBROKER_ARQ_QUEUE"]
+    web_rule = next(line for line in conf.splitlines() if line.startswith("user team-a "))
+    worker_rule = next(line for line in conf.splitlines() if line.startswith("user worker-team-a "))
+    assert f"~qb:{{{namespace}}}:*" in web_rule and "~arq:" not in web_rule
+    assert f"~qb:{{{namespace}}}:*" in worker_rule and f"~{queue}*" in worker_rule
 
 
 def test_the_readiness_probe_reads_a_status_the_web_provider_reports():
@@ -489,4 +510,4 @@ def test_kubectl_kustomize_renders_the_manifests():
     result = subprocess.run(["kubectl", "kustomize", str(DEPLOY / "k8s")], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     kinds = sorted(doc["kind"] for doc in yaml.safe_load_all(result.stdout) if doc)
-    assert kinds == ["ConfigMap", "Deployment", "Deployment", "Secret", "Service"]
+    assert kinds == ["ConfigMap", "Deployment", "Deployment", "Secret", "Secret", "Secret", "Service"]

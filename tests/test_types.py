@@ -1,9 +1,17 @@
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import pytest
 
-from broker import AskUserQuestionAnswer, AskUserQuestionRequest, PlanReviewIntent, UnknownIntent
+from broker import (
+    AskUserQuestionAnswer,
+    AskUserQuestionItem,
+    AskUserQuestionRequest,
+    PlanReviewIntent,
+    UnknownIntent,
+)
 from broker.types import decode_answer, decode_request, encode
 from tests.helpers import answer, plan_review, question
 
@@ -69,3 +77,67 @@ def test_plan_review_intent_is_a_struct_with_approve() -> None:
 def test_answer_skipped_item() -> None:
     result: AskUserQuestionAnswer = answer(("a", (), None), ("b", ("x",), None))
     assert result.answers[0].skipped and not result.answers[1].skipped
+
+
+_ITEM = {"id": "a", "question": "q", "detail": "d", "intent": {"kind": "diff-review", "files": ["x"]}}
+_PLAN_ITEM = {"id": "a", "question": "q", "detail": "d", "intent": {"kind": "plan-review", "approve": "Go"}}
+
+
+def _wrap(type_: type, item: dict[str, object]) -> dict[str, object]:
+    return item if type_ is AskUserQuestionItem else {"questions": [item], "agent": "root"}
+
+
+def _intent_of(value: AskUserQuestionItem | AskUserQuestionRequest) -> object:
+    return (value if isinstance(value, AskUserQuestionItem) else value.questions[0]).intent
+
+
+@pytest.mark.parametrize("type_", [AskUserQuestionItem, AskUserQuestionRequest], ids=lambda t: t.__name__)
+@pytest.mark.parametrize(
+    "decode",
+    [
+        pytest.param(lambda obj, t: msgspec.json.decode(msgspec.json.encode(obj), type=t), id="json.decode"),
+        pytest.param(lambda obj, t: msgspec.msgpack.decode(msgspec.msgpack.encode(obj), type=t), id="msgpack.decode"),
+        pytest.param(lambda obj, t: msgspec.convert(obj, t), id="convert"),
+    ],
+)
+def test_msgspec_alone_decodes_unknown_and_known_intents(type_: type, decode: Any) -> None:
+    """Issue 16: `msgspec.json.decode(raw, type=AskUserQuestionItem)` failed with
+    `Expected AskUserQuestionIntent, got dict` (any intent, not only unknown kinds)."""
+    unknown = decode(_wrap(type_, _ITEM), type_)
+    intent = _intent_of(unknown)
+    assert isinstance(intent, UnknownIntent) and intent.kind == "diff-review"
+    assert msgspec.json.decode(msgspec.json.encode(unknown)) == _wrap(type_, _ITEM)  # passed on unchanged
+    assert msgspec.json.decode(msgspec.json.encode(msgspec.to_builtins(unknown))) == _wrap(type_, _ITEM)
+    known = decode(_wrap(type_, _PLAN_ITEM), type_)
+    assert _intent_of(known) == PlanReviewIntent(approve="Go")
+    assert msgspec.json.decode(msgspec.json.encode(known)) == _wrap(type_, _PLAN_ITEM)
+
+
+@pytest.mark.parametrize(
+    "intent",
+    [
+        pytest.param("plan", id="not-object"),
+        pytest.param({"approve": "x"}, id="without-kind"),
+        pytest.param({"kind": "plan-review"}, id="plan-review-without-approve"),
+    ],
+)
+def test_msgspec_alone_rejects_malformed_intents(intent: object) -> None:
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"id": "a", "question": "q", "intent": intent}, AskUserQuestionItem)
+
+
+def test_an_intent_given_as_a_dict_in_python_becomes_the_intent() -> None:
+    item = AskUserQuestionItem(id="a", question="q", detail="d", intent={"kind": "plan-review", "approve": "Go"})  # type: ignore[arg-type]
+    assert item.intent == PlanReviewIntent(approve="Go")
+    assert hash(item) == hash(
+        AskUserQuestionItem(id="a", question="q", detail="d", intent=PlanReviewIntent(approve="Go"))
+    )
+
+
+def test_the_intent_field_schema_is_the_intent_schema() -> None:
+    from broker.schema import schemas
+
+    generated = schemas()
+    field = generated["AskUserQuestionItem"]["$defs"]["AskUserQuestionItem"]["properties"]["intent"]["anyOf"][0]
+    standalone = {k: v for k, v in generated["AskUserQuestionIntent"].items() if k not in ("$schema", "$id")}
+    assert {k: v for k, v in field.items() if k != "type"} == standalone

@@ -2,8 +2,11 @@
 
 Sub-commands live in ``workers/commands/<name>.py``; each exposes
 ``register(subparsers)``, which adds its parser and sets ``func`` (sync or async, taking
-the parsed arguments, returning an exit status or ``None``). Modules missing from this
-installation are skipped. Only this module configures logging.
+the parsed arguments, returning an exit status or ``None``). A command module imports only
+the standard library: its ``run()`` imports the engine (the broker, the MCP SDK, arq, the
+web stack, prompt_toolkit), so ``--help`` and each command load only what they use
+(tests/workers/test_cli.py checks it). Modules missing from this installation are
+skipped. Only this module configures logging.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from .settings import Settings, add_arguments
 
 __all__ = ["COMMANDS", "build_parser", "configure_logging", "main"]
 
-COMMANDS = ("provide", "auto", "ask", "status", "web", "worker", "mcp", "bench")
+COMMANDS = ("provide", "auto", "ask", "status", "web", "worker", "mcp", "claude-hook", "bench")
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         try:
-            module = importlib.import_module(f"workers.commands.{name}")
+            module = importlib.import_module(f"workers.commands.{name.replace('-', '_')}")
         except ModuleNotFoundError as error:
-            if error.name not in (f"workers.commands.{name}", "workers.commands"):
+            if error.name not in (f"workers.commands.{name.replace('-', '_')}", "workers.commands"):
                 raise  # the module exists but a dependency of it is missing: say so
             continue
         module.register(subparsers)

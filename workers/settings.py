@@ -10,9 +10,11 @@ import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-from broker import Broker
+if TYPE_CHECKING:  # the broker (redis-py) loads only when a command opens one: `--help` stays instant
+    from broker import Broker
 
 __all__ = ["ENV_VARS", "Settings", "add_arguments", "redact_url"]
 
@@ -89,6 +91,8 @@ class Settings:
 
     def broker(self, *, namespace: str | None = None) -> Broker:
         """A broker on these settings (open it with ``async with``)."""
+        from broker import Broker
+
         return Broker(self.redis_url, namespace or self.namespace, lease_ttl=self.lease_ttl)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
 import sys
 import types
 
@@ -68,3 +69,60 @@ def test_json_logging(capsys):
         root.setLevel(level)
     entry = json.loads(line)
     assert (entry["level"], entry["logger"], entry["message"]) == ("INFO", "workers.test", "hello there")
+
+
+HEAVY = ("mcp", "mcp_types", "arq", "starlette", "uvicorn", "prompt_toolkit", "aiohttp", "redis")
+
+
+@pytest.mark.parametrize("argv", [["ask", "--help"], ["--help"], ["worker", "--help"], ["mcp", "--help"]], ids=" ".join)
+def test_help_imports_no_engine(argv):
+    """Issue 12: `qbroker ask --help` took 0.9 s, nearly all of it importing every command's engine."""
+    probe = (
+        "import sys\n"
+        "from workers import cli\n"
+        "try:\n"
+        f"    cli.main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
+@pytest.mark.parametrize("command", ["provide", "auto", "ask", "status", "web", "worker", "mcp", "claude-hook"])
+def test_every_command_module_imports_light(command):
+    """Each command module holds `register()` only; what it runs is imported by `run()`."""
+    module = command.replace("-", "_")
+    probe = f"import sys, workers.commands.{module}; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+async def test_web_logs_json_lines_uvicorn_included(redis_server, namespace):
+    """Issue 16: under QBROKER_LOG_JSON uvicorn's start-up and access lines were plain text."""
+    import asyncio
+
+    import httpx
+
+    from tests.redis_server import free_port
+    from tests.workers.procs import Worker
+
+    port = free_port()
+    web = await Worker.start(
+        "web", "--port", str(port), "--token", "bot=0123456789abcdef0123",
+        url=redis_server.url, namespace=namespace, QBROKER_LOG_JSON="1", QBROKER_LOG_LEVEL="INFO",
+        QBROKER_WEB_SECRET="s" * 64,
+    )  # fmt: skip
+    try:
+        await web.expect(r"Uvicorn running on")
+        async with httpx.AsyncClient() as client:
+            await asyncio.wait_for(client.get(f"http://127.0.0.1:{port}/"), 10)
+        await web.expect(r"GET / HTTP")
+    finally:
+        await web.stop()
+    entries = [json.loads(line) for line in web.lines if line.strip()]  # every line is one JSON object
+    loggers = {entry["logger"] for entry in entries}
+    assert {"uvicorn.error", "uvicorn.access"} <= loggers, loggers

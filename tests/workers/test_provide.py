@@ -197,3 +197,18 @@ async def test_ctrl_c_at_a_prompt_quits_and_hands_the_question_on(screen, make_b
 async def test_provide_refuses_a_stdin_that_is_not_a_terminal(redis_server, namespace):
     status, _, err = await run_qbroker("provide", url=redis_server.url, namespace=namespace, stdin=b"")
     assert status == 2 and b"needs a terminal" in err
+
+
+async def test_ctrl_d_while_idle_quits_and_hands_the_lease_on(screen, make_broker):
+    """Issue 16: Ctrl-D did nothing while `provide` waited for questions."""
+    screen.send("hello")  # a line typed while idle is dropped, with a hint
+    await screen.expect("No question is waiting")
+    screen.press("C-d")
+    await screen.expect("Stopped; the lease is handed on.")
+    await screen.expect("EXITED 0")
+    asker, standby = await make_broker(), await make_broker()
+    async with standby.provider("spare", standby=False) as provider:  # released: free at once
+        asking = asyncio.create_task(asker.ask(one_question("a", "b")))
+        pending = await asyncio.wait_for(anext(aiter(provider)), 15)
+        await pending.answer(answer(("q1", ("a",), None)))
+        assert await asyncio.wait_for(asking, 10) == answer(("q1", ("a",), None))

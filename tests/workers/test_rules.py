@@ -97,3 +97,20 @@ def test_invalid_rules_name_the_line(text, line, message):
         parse_rules(text, "rules.toml")
     assert str(error.value).startswith(f"rules.toml:{line}: ")
     assert message in str(error.value)
+
+
+def test_the_example_rules_answer_the_readme_question():
+    """Issue 16: the shipped example's default cancelled everything, so README's `qbroker ask` exited 8."""
+    from pathlib import Path
+
+    from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest
+
+    path = Path(__file__).resolve().parents[2] / "deploy" / "rules.example.toml"
+    rules = parse_rules(path.read_text(), str(path))
+    options = (AskUserQuestionOption(label="yes"), AskUserQuestionOption(label="no"))
+    item = AskUserQuestionItem(id="q1", question="Deploy now?", options=options)
+    decision = rules.decide("default", AskUserQuestionRequest(questions=(item,)))
+    assert decision.cancel is None and decision.answer is not None
+    assert decision.answer.answers[0].selected == ("yes",)
+    from_ci = rules.decide("default", AskUserQuestionRequest(questions=(item,), agent="ci-42"))
+    assert from_ci.cancel is not None  # destructive steps from CI agents still need a human

@@ -1,37 +1,17 @@
 """``qbroker ask``: ask a human from a shell script; the answer is JSON on stdout.
 
 On failure, ``{name, code, message}`` goes to stderr and the exit status names the code
-(``EXIT_STATUS``). Ctrl-C (or SIGTERM) withdraws the question before exiting.
+(``EXIT_STATUS``). Ctrl-C (or SIGTERM) withdraws the question before exiting. The work is
+in ``workers.asking``, imported only when the command runs (``--help`` stays instant).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import signal
-import sys
-from collections.abc import AsyncIterator, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Final
 
-import msgspec
-from redis.exceptions import RedisError
-
-from broker import (
-    AskUserQuestionItem,
-    AskUserQuestionOption,
-    AskUserQuestionRequest,
-    Broker,
-    PlanReviewIntent,
-    UserQuestionError,
-)
-from broker.errors import BAD_REQUEST, BROKER_UNAVAILABLE
-from broker.types import decode_request, encode
-
-from ..settings import Settings
-
-__all__ = ["EXIT_STATUS", "register"]
+__all__ = ["EXIT_STATUS", "register", "run"]
 
 EXIT_OK: Final = 0
 EXIT_INTERNAL: Final = 1
@@ -65,8 +45,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "on stderr and exits with the status of that code (see docs/cli.md). Ctrl-C withdraws.",
     )
     source = parser.add_argument_group("the question (flags), or --request")
-    source.add_argument("--request", "-r", metavar="FILE", help="JSON request file, '-' for stdin")
-    source.add_argument("--question", "-q", metavar="TEXT", help="the question text")
+    either = source.add_mutually_exclusive_group()  # both at once: a usage error (exit 2)
+    either.add_argument("--request", "-r", metavar="FILE", help="JSON request file, '-' for stdin")
+    either.add_argument("--question", "-q", metavar="TEXT", help="the question text")
     source.add_argument("--id", default="q1", help="the question's id, echoed in the answer (default q1)")
     source.add_argument(
         "--option",
@@ -90,90 +71,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
-def _fail(error: UserQuestionError) -> int:
-    sys.stderr.buffer.write(encode(error.to_payload()) + b"\n")
-    sys.stderr.flush()
-    return EXIT_STATUS.get(error.code, EXIT_INTERNAL)
-
-
-def _read(path: str) -> bytes:
-    try:
-        return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as error:
-        raise UserQuestionError(f"cannot read {path}: {error.strerror}", BAD_REQUEST) from error
-
-
-def build_request(args: argparse.Namespace) -> AskUserQuestionRequest:
-    """The request from ``--request`` or from the question flags."""
-    if args.request is not None:
-        if args.question is not None:
-            raise UserQuestionError("give either --request or --question, not both", BAD_REQUEST)
-        try:
-            request = decode_request(_read(args.request))
-        except msgspec.DecodeError as error:
-            raise UserQuestionError(f"the request is not valid: {error}", BAD_REQUEST) from error
-    elif args.question is not None:
-        options = []
-        for text in args.option:
-            label, _, description = text.partition("=")
-            options.append(AskUserQuestionOption(label=label, description=description or None))
-        item = AskUserQuestionItem(
-            id=args.id,
-            question=args.question,
-            header=args.header,
-            detail=_read(args.detail_file).decode() if args.detail_file else None,
-            options=tuple(options) or None,
-            multi_select=args.multi,
-            intent=PlanReviewIntent(approve=args.plan_review) if args.plan_review else None,
-        )
-        request = AskUserQuestionRequest(questions=(item,))
-    else:
-        raise UserQuestionError("nothing to ask: give --question or --request", BAD_REQUEST)
-    if args.agent is not None:
-        request = msgspec.structs.replace(request, agent=args.agent)
-    return request
-
-
-@contextlib.contextmanager
-def _abort_on_signals(abort: asyncio.Event) -> Iterator[None]:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, abort.set)
-    try:
-        yield
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-
-
-@contextlib.asynccontextmanager
-async def _as_agent(broker: Broker, agent_id: str | None, owner: str | None) -> AsyncIterator[None]:
-    if agent_id is None:
-        yield
-        return
-    async with broker.agent(agent_id, owner=owner):
-        yield
-
-
 async def run(args: argparse.Namespace) -> int:
-    settings: Settings = args.settings
-    if args.owner is not None and args.agent is None:
-        return _fail(UserQuestionError("--owner needs --agent", BAD_REQUEST))
-    abort = asyncio.Event()
-    with _abort_on_signals(abort):
-        try:
-            request = build_request(args)
-            async with settings.broker() as broker, _as_agent(broker, args.agent, args.owner):
-                # Caught inside the block: `broker.agent()` wraps what its body raises in an
-                # ExceptionGroup (its TaskGroup).
-                try:
-                    answer = await broker.ask(request, abort=abort, timeout=args.timeout)
-                except UserQuestionError as error:
-                    return _fail(error)
-        except UserQuestionError as error:
-            return _fail(error)
-        except (OSError, RedisError) as error:  # unreachable, refused AUTH, ...
-            return _fail(UserQuestionError(f"Redis is unavailable: {error}", BROKER_UNAVAILABLE))
-    sys.stdout.buffer.write(encode(answer) + b"\n")
-    sys.stdout.flush()
-    return EXIT_OK
+    from ..asking import ask
+
+    return await ask(args)

@@ -14,8 +14,10 @@ import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from ..mcp_server import McpSettings, serve
+if TYPE_CHECKING:  # the MCP SDK loads only when the server runs
+    from ..mcp_server import McpSettings
 
 __all__ = ["register", "settings_from", "main"]
 
@@ -58,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> McpSettings:
     """Flags, then the shared CLI settings (when run by ``qbroker``), then the environment."""
+    from ..mcp_server import McpSettings
+
     env = os.environ if environ is None else environ
     shared = getattr(args, "settings", None)
     url = getattr(args, "redis_url", None) or (shared.redis_url if shared else env.get(_ENV_URL) or _DEFAULT_URL)
@@ -78,6 +82,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
 
 
 async def run(args: argparse.Namespace) -> int:
+    from ..mcp_server import serve
+
     settings = settings_from(args)
     task = asyncio.current_task()
     stop = asyncio.Event()

@@ -103,6 +103,11 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings if isinstance(settings, Settings) else Settings.build(args)
 
 
+def _log_json(args: argparse.Namespace) -> bool:
+    settings = getattr(args, "settings", None)  # absent when run as `python -m workers.web`
+    return bool(settings is not None and settings.log_json)
+
+
 async def run(args: argparse.Namespace) -> int:
     from broker import Broker, UserQuestionError
     from workers.web import ConfigError, WebConfig, hash_password, load_credentials
@@ -170,6 +175,9 @@ async def _serve(config: WebConfig) -> int:
             timeout_graceful_shutdown=3,
             proxy_headers=False,  # X-Forwarded-For is read only from --trusted-proxy peers
             server_header=False,
+            # Under --log-json / QBROKER_LOG_JSON uvicorn's own lines (start-up, access log) go
+            # through the CLI's JSON handler too, instead of uvicorn's plain-text formatters.
+            log_config=None if _log_json(args) else uvicorn.config.LOGGING_CONFIG,
         )
     )
     await server.serve()

@@ -13,10 +13,10 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..maintenance import MaintenanceConfig, build_worker
-from ..metrics import serve_metrics
+if TYPE_CHECKING:  # arq, aiohttp and prometheus_client load only when the worker runs
+    from ..maintenance import MaintenanceConfig
 
 __all__ = ["ENV_VARS", "config_from_args", "main", "register", "run"]
 
@@ -75,6 +75,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> MaintenanceConfig:
     """Flags, then the environment, then the defaults."""
+    from ..maintenance import MaintenanceConfig
+
     env = os.environ if environ is None else environ
 
     def pick(name: str, env_name: str | None = None) -> Any:
@@ -116,6 +118,9 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
 
 async def run(args: argparse.Namespace) -> int:
     """Run the worker until SIGINT or SIGTERM."""
+    from ..maintenance import build_worker
+    from ..metrics import serve_metrics
+
     try:
         config = config_from_args(args)
     except ValueError as error:

@@ -1,0 +1,119 @@
+"""The engine of ``qbroker ask``: build the request from flags, ask, print the answer or the error."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import msgspec
+from redis.exceptions import RedisError
+
+from broker import (
+    AskUserQuestionItem,
+    AskUserQuestionOption,
+    AskUserQuestionRequest,
+    Broker,
+    PlanReviewIntent,
+    UserQuestionError,
+)
+from broker.errors import BAD_REQUEST, BROKER_UNAVAILABLE
+from broker.types import decode_request, encode
+
+from .commands.ask import EXIT_INTERNAL, EXIT_OK, EXIT_STATUS
+from .settings import Settings
+
+__all__ = ["ask", "build_request"]
+
+
+def _fail(error: UserQuestionError) -> int:
+    sys.stderr.buffer.write(encode(error.to_payload()) + b"\n")
+    sys.stderr.flush()
+    return EXIT_STATUS.get(error.code, EXIT_INTERNAL)
+
+
+def _read(path: str) -> bytes:
+    try:
+        return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as error:
+        raise UserQuestionError(f"cannot read {path}: {error.strerror}", BAD_REQUEST) from error
+
+
+def build_request(args: argparse.Namespace) -> AskUserQuestionRequest:
+    """The request from ``--request`` or from the question flags."""
+    if args.request is not None:
+        if args.question is not None:
+            raise UserQuestionError("give either --request or --question, not both", BAD_REQUEST)
+        try:
+            request = decode_request(_read(args.request))
+        except msgspec.DecodeError as error:
+            raise UserQuestionError(f"the request is not valid: {error}", BAD_REQUEST) from error
+    elif args.question is not None:
+        options = []
+        for text in args.option:
+            label, _, description = text.partition("=")
+            options.append(AskUserQuestionOption(label=label, description=description or None))
+        item = AskUserQuestionItem(
+            id=args.id,
+            question=args.question,
+            header=args.header,
+            detail=_read(args.detail_file).decode() if args.detail_file else None,
+            options=tuple(options) or None,
+            multi_select=args.multi,
+            intent=PlanReviewIntent(approve=args.plan_review) if args.plan_review else None,
+        )
+        request = AskUserQuestionRequest(questions=(item,))
+    else:
+        raise UserQuestionError("nothing to ask: give --question or --request", BAD_REQUEST)
+    if args.agent is not None:
+        request = msgspec.structs.replace(request, agent=args.agent)
+    return request
+
+
+@contextlib.contextmanager
+def _abort_on_signals(abort: asyncio.Event) -> Iterator[None]:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, abort.set)
+    try:
+        yield
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+@contextlib.asynccontextmanager
+async def _as_agent(broker: Broker, agent_id: str | None, owner: str | None) -> AsyncIterator[None]:
+    if agent_id is None:
+        yield
+        return
+    async with broker.agent(agent_id, owner=owner):
+        yield
+
+
+async def ask(args: argparse.Namespace) -> int:
+    settings: Settings = args.settings
+    if args.owner is not None and args.agent is None:
+        return _fail(UserQuestionError("--owner needs --agent", BAD_REQUEST))
+    abort = asyncio.Event()
+    with _abort_on_signals(abort):
+        try:
+            request = build_request(args)
+            async with settings.broker() as broker, _as_agent(broker, args.agent, args.owner):
+                # Caught inside the block: `broker.agent()` wraps what its body raises in an
+                # ExceptionGroup (its TaskGroup).
+                try:
+                    answer = await broker.ask(request, abort=abort, timeout=args.timeout)
+                except UserQuestionError as error:
+                    return _fail(error)
+        except UserQuestionError as error:
+            return _fail(error)
+        except (OSError, RedisError) as error:  # unreachable, refused AUTH, ...
+            return _fail(UserQuestionError(f"Redis is unavailable: {error}", BROKER_UNAVAILABLE))
+    sys.stdout.buffer.write(encode(answer) + b"\n")
+    sys.stdout.flush()
+    return EXIT_OK
