@@ -148,10 +148,10 @@ async def run(args: argparse.Namespace) -> int:
         trusted_proxies=proxies,
         public_url=args.public_url,
     )
-    return await _serve(config)
+    return await _serve(config, log_json=_log_json(args))
 
 
-async def _serve(config: WebConfig) -> int:
+async def _serve(config: WebConfig, *, log_json: bool) -> int:
     import uvicorn
 
     from workers.web import create_app
@@ -177,7 +177,7 @@ async def _serve(config: WebConfig) -> int:
             server_header=False,
             # Under --log-json / QBROKER_LOG_JSON uvicorn's own lines (start-up, access log) go
             # through the CLI's JSON handler too, instead of uvicorn's plain-text formatters.
-            log_config=None if _log_json(args) else uvicorn.config.LOGGING_CONFIG,
+            log_config=None if log_json else uvicorn.config.LOGGING_CONFIG,
         )
     )
     await server.serve()
