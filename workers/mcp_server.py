@@ -18,7 +18,7 @@ import json
 import logging
 import re
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -215,13 +215,14 @@ class AskService:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: Broker | Callable[[], Broker],
         *,
         agent_id: str | None = None,
         default_timeout: float | None = None,
         withdraw_grace: float = 5.0,
     ) -> None:
-        self.broker = broker
+        # A callable gives the broker once it is open (it raises BROKER_UNAVAILABLE until then).
+        self._broker = broker if callable(broker) and not isinstance(broker, Broker) else (lambda: broker)
         self.agent_id = agent_id
         self.default_timeout = default_timeout
         self.withdraw_grace = withdraw_grace
@@ -271,7 +272,7 @@ class AskService:
 
     async def _hold(self, agent_id: str, ready: asyncio.Future[Agent], release: asyncio.Event) -> None:
         try:
-            async with self.broker.agent(agent_id) as agent:
+            async with self._broker().agent(agent_id) as agent:
                 ready.set_result(agent)
                 await release.wait()
         except Exception as error:  # handed to the caller waiting for the registration
@@ -381,13 +382,56 @@ class McpSettings:
         return f"McpSettings(namespace={self.namespace!r}, transport={self.transport!r}, agent_id={self.agent_id!r})"
 
 
+class _BrokerSlot:
+    """The server's broker, opened (and re-tried) in the background: an MCP client can connect
+    and call the tool while Redis is down, and each call then fails with BROKER_UNAVAILABLE."""
+
+    def __init__(self, settings: McpSettings) -> None:
+        self._settings = settings
+        self._broker: Broker | None = None
+        self._why = "connecting to Redis"
+
+    def __call__(self) -> Broker:
+        if self._broker is None:
+            raise UserQuestionError(f"Redis is unavailable: {self._why}", BROKER_UNAVAILABLE)
+        return self._broker
+
+    async def hold(self, tried: asyncio.Event) -> None:
+        """Open the broker, trying again every few seconds; keep it open until cancelled.
+
+        ``tried`` is set once the first attempt has ended, either way.
+        """
+        while True:
+            broker = Broker(self._settings.redis_url, self._settings.namespace)
+            try:
+                await broker.__aenter__()
+            except UserQuestionError as error:
+                self._why = error.message
+                tried.set()
+                log.warning("Redis is unavailable (%s); trying again in 2s", error.message)
+                await asyncio.sleep(2.0)
+                continue
+            self._broker = broker
+            tried.set()
+            try:
+                await asyncio.Event().wait()
+            finally:
+                self._broker = None
+                await broker.aclose()
+
+
 @asynccontextmanager
 async def running_service(settings: McpSettings) -> AsyncIterator[AskService]:
-    async with (
-        Broker(settings.redis_url, settings.namespace) as broker,
-        AskService(broker, agent_id=settings.agent_id, default_timeout=settings.timeout) as service,
-    ):
-        yield service
+    slot = _BrokerSlot(settings)
+    tried = asyncio.Event()
+    holder = asyncio.create_task(slot.hold(tried), name="qb-mcp-broker")
+    try:
+        await tried.wait()  # then serve either way: calls fail coded until Redis answers
+        async with AskService(slot, agent_id=settings.agent_id, default_timeout=settings.timeout) as service:
+            yield service
+    finally:
+        holder.cancel()
+        await asyncio.gather(holder, return_exceptions=True)
 
 
 async def serve(settings: McpSettings, *, stop: asyncio.Event | None = None) -> None:

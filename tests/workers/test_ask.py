@@ -6,6 +6,7 @@ import asyncio
 import json
 import signal
 import sys
+import time
 
 import msgspec
 import pytest
@@ -187,3 +188,16 @@ async def test_interrupt_withdraws_the_question(make_broker, redis_server, names
 def test_request_decoding_matches_the_library():
     data = b'{"questions": [{"id": "q", "question": "?", "multiSelect": true}]}'
     assert msgspec.json.decode(data, type=AskUserQuestionRequest).questions[0].multi_select
+
+
+async def test_a_bad_database_index_is_broker_unavailable_at_once(redis_server, namespace):
+    """Issue 11 case 13: it hung for good (ignoring --timeout, SIGTERM and Ctrl-C)."""
+    started = time.monotonic()
+    status, _, err = await run_qbroker(
+        "ask", "-q", "?", "--timeout", "5", url=f"redis://127.0.0.1:{redis_server.port}/99", namespace=namespace
+    )
+    assert (status, json.loads(err.splitlines()[-1])["code"]) == (
+        EXIT_STATUS["BROKER_UNAVAILABLE"],
+        "BROKER_UNAVAILABLE",
+    )
+    assert time.monotonic() - started < 5

@@ -354,3 +354,24 @@ def test_malformed_arguments_are_bad_requests(arguments: dict[str, Any]) -> None
     with pytest.raises(UserQuestionError) as caught:
         parse_arguments(arguments)
     assert caught.value.code == "BAD_REQUEST"
+
+
+@pytest.mark.timeout(60)
+async def test_started_while_redis_is_down_it_serves_and_recovers(redis_factory, namespace: str) -> None:
+    """Issue 11 case 13: the server answers initialize and fails each call with a coded error
+    while Redis is down, then asks normally once Redis is up."""
+    server = redis_factory()
+    server.kill()
+    async with mcp_client(server, namespace) as session:
+        result = await asyncio.wait_for(session.call_tool("ask_user_question", YES_NO), 15)
+        assert result.is_error
+        assert structured(result)["code"] == "BROKER_UNAVAILABLE"
+        await asyncio.to_thread(server.start)
+        async with Broker(server.url, namespace) as broker, provider(broker, pick_first):
+            for _ in range(20):  # the server re-opens its broker within a few seconds
+                result = await asyncio.wait_for(session.call_tool("ask_user_question", YES_NO), 15)
+                if not result.is_error:
+                    break
+                assert structured(result)["code"] == "BROKER_UNAVAILABLE"
+                await asyncio.sleep(0.5)
+    assert structured(result) == {"answers": [{"id": "deploy", "selected": ["yes"]}]}
