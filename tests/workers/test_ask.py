@@ -187,3 +187,9 @@ async def test_interrupt_withdraws_the_question(make_broker, redis_server, names
 def test_request_decoding_matches_the_library():
     data = b'{"questions": [{"id": "q", "question": "?", "multiSelect": true}]}'
     assert msgspec.json.decode(data, type=AskUserQuestionRequest).questions[0].multi_select
+
+
+async def test_request_with_question_is_a_usage_error(redis_server, namespace):
+    """Issue 16: `-r` with `-q` exited 4 (BAD_REQUEST) instead of argparse's usage error."""
+    status, out, err = await run_qbroker("ask", "-r", "-", "-q", "Go?", url=redis_server.url, namespace=namespace)
+    assert (status, out) == (2, b"") and b"not allowed with argument" in err
