@@ -46,7 +46,7 @@ def check_request(request: AskUserQuestionRequest, limits: Limits) -> None:
         intent = item.intent
         if isinstance(intent, PlanReviewIntent) and intent.approve not in item.labels:
             raise _bad_intent(f"question {item.id!r}: approve {intent.approve!r} names none of its options")
-        if intent is not None and item.detail is None:
+        if intent is not None and (item.detail is None or not item.detail.strip()):
             raise _bad_intent(f"question {item.id!r}: an intent needs `detail`")
 
     if len(request.questions) > limits.max_questions:

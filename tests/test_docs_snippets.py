@@ -191,6 +191,20 @@ async def test_shell_scripts_run_as_written(snippet, auto, redis_server):
     assert len(answers) == 2 and answers[-1]["answers"][0]["selected"] == ["Approve"], out
 
 
+def _without_redirections(words: list[str]) -> list[str]:
+    """The shell's ``< file``, ``> file`` and ``2>&1`` are not the command's arguments."""
+    kept: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in ("<", ">", ">>", "2>"):
+            skip = True
+        elif not re.fullmatch(r"\d?>&\d", word):
+            kept.append(word)
+    return kept
+
+
 def _qbroker_lines(code: str) -> list[list[str]]:
     joined = code.replace("\\\n", " ")
     commands = []
@@ -198,6 +212,7 @@ def _qbroker_lines(code: str) -> list[list[str]]:
         line = line.split(" # ")[0].split("#")[0] if not line.lstrip().startswith("qbroker") else line.split("  #")[0]
         for part in re.split(r"\|\||\||&&|\$\(", line):
             words = shlex.split(part.replace(")", " "), comments=True) if part.strip() else []
+            words = _without_redirections(words)
             if words[:1] == ["qbroker"]:
                 commands.append(words[1:])
     return commands

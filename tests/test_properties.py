@@ -211,7 +211,7 @@ def reference_request_code(request: AskUserQuestionRequest, limits: Limits) -> s
             continue
         if isinstance(item.intent, PlanReviewIntent) and item.intent.approve not in item.labels:
             return "BAD_INTENT"
-        if item.detail is None:
+        if item.detail is None or not item.detail.strip():  # a blank detail is no detail
             return "BAD_INTENT"
     faults = [
         len(request.questions) > limits.max_questions,

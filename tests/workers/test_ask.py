@@ -201,3 +201,9 @@ async def test_a_bad_database_index_is_broker_unavailable_at_once(redis_server, 
         "BROKER_UNAVAILABLE",
     )
     assert time.monotonic() - started < 5
+
+
+async def test_request_with_question_is_a_usage_error(redis_server, namespace):
+    """Issue 16: `-r` with `-q` exited 4 (BAD_REQUEST) instead of argparse's usage error."""
+    status, out, err = await run_qbroker("ask", "-r", "-", "-q", "Go?", url=redis_server.url, namespace=namespace)
+    assert (status, out) == (2, b"") and b"not allowed with argument" in err
