@@ -54,9 +54,17 @@ def direct(port: int) -> Redis:
 
 
 async def replicated(group: SentinelGroup) -> None:
-    """Every write so far is on the replica (WAIT on the master)."""
+    """Every write so far is on the replica (WAIT on the master).
+
+    WAIT covers the writes of its own connection only: on a connection that wrote nothing it
+    returns at once, whatever the replica lags. That was the "live provider fenced for no
+    reason" flake (about one run in five under load): the lease, written by the broker's
+    connection a moment before, had not reached the replica that the failover promoted. One
+    write here first puts every earlier write of the master under this WAIT.
+    """
     client = direct(group.master_port())
     try:
+        await client.set("tests:replicated", "1")
         assert await client.execute_command("WAIT", 1, 5000) == 1
     finally:
         await client.aclose()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker import AskUserQuestionAnswer, Broker, UserQuestionError
+from broker.errors import BROKER_UNAVAILABLE
 
 from .auth import Auth, Identity, check_same_origin
 from .config import WebConfig
@@ -121,6 +122,24 @@ async def _on_question_error(request: Request, error: Exception) -> Response:
     return JSONResponse(body, status_code=_STATUS_OF_CODE.get(error.code, 400))
 
 
+_REQUEST_REDIS_TIMEOUT = 3.0
+
+
+def _bounded(call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """``call`` with a deadline: a request handler answers 503 rather than hang while Redis is away."""
+
+    async def bounded(*args: Any, **options: Any) -> Any:
+        try:
+            async with asyncio.timeout(_REQUEST_REDIS_TIMEOUT):
+                return await call(*args, **options)
+        except TimeoutError as error:
+            raise UserQuestionError(
+                f"Redis did not answer within {_REQUEST_REDIS_TIMEOUT:g}s", BROKER_UNAVAILABLE
+            ) from error
+
+    return bounded
+
+
 async def _on_redis_down(request: Request, error: Exception) -> Response:
     log.warning("%s %s: Redis unavailable: %s", request.method, request.url.path, error)
     body = {"name": "WebError", "code": "BROKER_UNAVAILABLE", "message": "the broker's Redis is unavailable"}
@@ -163,7 +182,9 @@ def create_app(config: WebConfig) -> Starlette:
                 services[namespace] = WebProvider(
                     broker, name=config.name, keys=WebKeys(namespace), public_url=config.public_url
                 )
-            call = services[config.namespace].broker.commands.call  # sessions live in the primary namespace
+            # Sessions live in the primary namespace. A page request waits for Redis a few seconds
+            # at most (then 503), not the broker's whole unavailable_after.
+            call = _bounded(services[config.namespace].broker.commands.call)
             app.state.services = services
             app.state.auth = Auth(
                 config,

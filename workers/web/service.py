@@ -202,9 +202,14 @@ class WebProvider:
             (state, by), outcome = await asyncio.gather(
                 call("HMGET", keys.request(request_id), "state", "by"), call("GET", keys.outcome(request_id))
             )
-            if not state:  # the asker has read its outcome and the hash is gone: ask the audit stream
+            if not state or (state != "pending" and not outcome):
+                # The asker has read its outcome: the hash is gone or a slim tombstone, and the
+                # outcome key too. The audit stream holds what was answered and by whom.
                 found = await find_settlement(self.broker, request_id)
-                return _Settled(*found) if found is not None else None
+                if found is not None:
+                    return _Settled(*found)
+                if not state:
+                    return None
         except (*_REDIS_DOWN, UserQuestionError):
             return None
         if state == "pending":
