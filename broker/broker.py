@@ -190,6 +190,7 @@ class Broker:
             if self._commands is not None:
                 self._commands.fail_pending(closed)
             await self._close_clients()
+            self._closing = False
 
     async def _close_clients(self) -> None:
         clients, self._clients = self._clients, []

@@ -39,15 +39,21 @@ async def serve(args: argparse.Namespace) -> int:
     assert main_task is not None
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, main_task.cancel)
-    try:
-        async with settings.broker() as broker:
-            return await _serve_forever(broker, rules, name, args)
-    except asyncio.CancelledError:
-        say("stopped")
-        return 0
-    except UserQuestionError as error:
-        say(str(error))
-        return EXIT_STATUS.get(error.code, 1)
+    backoff = Backoff()
+    while True:
+        try:
+            async with settings.broker() as broker:
+                return await _serve_forever(broker, rules, name, args)
+        except asyncio.CancelledError:
+            say("stopped")
+            return 0
+        except UserQuestionError as error:
+            if not redis_trouble(error):
+                say(str(error))
+                return EXIT_STATUS.get(error.code, 1)
+            delay = backoff.next()  # a provider waits for its Redis rather than exit
+            say(f"Redis unavailable ({describe(error)}); retrying in {delay:.1f}s")
+            await asyncio.sleep(delay)
 
 
 async def _serve_forever(broker: Broker, rules: Rules, name: str, args: argparse.Namespace) -> int:
@@ -63,12 +69,10 @@ async def _serve_forever(broker: Broker, rules: Rules, name: str, args: argparse
                 # Returns (rather than raises) on lease loss: `broker.provider()` wraps what
                 # its body raises in an ExceptionGroup (its TaskGroup).
                 await _serve(provider, rules, broker.namespace, name)
-        except UserQuestionError as error:
-            if error.code == DUPLICATE_PROVIDER:
+        except Exception as error:  # Redis away (a restart, a network blip): stand by again once it is back
+            if isinstance(error, UserQuestionError) and error.code == DUPLICATE_PROVIDER:
                 say(str(error))
                 return EXIT_STATUS[DUPLICATE_PROVIDER]
-            raise
-        except Exception as error:  # Redis away (a restart, a network blip): stand by again once it is back
             if not redis_trouble(error):
                 raise
             delay = backoff.next()

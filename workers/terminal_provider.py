@@ -34,15 +34,21 @@ async def serve(args: argparse.Namespace) -> int:
     from .terminal import Quit, Terminal  # prompt_toolkit and rich load only for this command
 
     terminal = Terminal()
-    try:
-        async with settings.broker() as broker:
-            return await _serve_forever(broker, terminal, name, standby=not args.no_standby)
-    except (Quit, KeyboardInterrupt, asyncio.CancelledError):
-        terminal.say("Stopped; the lease is handed on.")
-        return 0
-    except UserQuestionError as error:
-        terminal.say(str(error))
-        return EXIT_STATUS.get(error.code, 1)
+    backoff = Backoff()
+    while True:
+        try:
+            async with settings.broker() as broker:
+                return await _serve_forever(broker, terminal, name, standby=not args.no_standby)
+        except (Quit, KeyboardInterrupt, asyncio.CancelledError):
+            terminal.say("Stopped; the lease is handed on.")
+            return 0
+        except UserQuestionError as error:
+            if not redis_trouble(error):
+                terminal.say(str(error))
+                return EXIT_STATUS.get(error.code, 1)
+            delay = backoff.next()  # a provider waits for its Redis rather than exit
+            terminal.say(f"Redis unavailable ({describe(error)}); retrying in {delay:.1f}s")
+            await asyncio.sleep(delay)
 
 
 async def _serve_forever(broker: Broker, terminal: Terminal, name: str, *, standby: bool) -> int:
@@ -63,12 +69,10 @@ async def _serve_forever(broker: Broker, terminal: Terminal, name: str, *, stand
                 if await _serve(provider, terminal) == "quit":
                     terminal.say("Stopped; the lease is handed on.")
                     return 0
-        except UserQuestionError as error:
-            if error.code == DUPLICATE_PROVIDER:
+        except Exception as error:  # Redis away (a restart, a network blip): stand by again once it is back
+            if isinstance(error, UserQuestionError) and error.code == DUPLICATE_PROVIDER:
                 terminal.say(str(error))
                 return EXIT_STATUS[DUPLICATE_PROVIDER]
-            raise
-        except Exception as error:  # Redis away (a restart, a network blip): stand by again once it is back
             if not redis_trouble(error):
                 raise
             delay = backoff.next()

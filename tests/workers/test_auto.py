@@ -169,3 +169,16 @@ async def test_survives_a_redis_restart(redis_factory, namespace, rules_file, st
     assert int(re.search(r"epoch (\d+)", again.string).group(1)) > int(re.search(r"epoch (\d+)", first.string).group(1))
     async with Broker(server.url, namespace) as asker:
         assert await asker.ask(_ask("after the restart?"), timeout=15) == answer(("q1", ("yes",), None))
+
+
+async def test_started_while_redis_is_down_it_waits_for_it(redis_factory, namespace, rules_file, start_worker):
+    """A provider is a daemon: it waits for its Redis rather than exit (seen in the soak)."""
+    server = redis_factory()
+    server.kill()
+    worker = await start_worker("auto", "--rules", rules_file, "--name", "A", "--lease-ttl", "1",
+                                url=server.url, namespace=namespace)  # fmt: skip
+    await worker.expect(r"Redis unavailable .*; retrying in")
+    server.start()
+    await worker.expect(r"holding the lease .* as A")
+    async with Broker(server.url, namespace) as asker:
+        assert await asker.ask(_ask("now?"), timeout=15) == answer(("q1", ("yes",), None))
