@@ -108,8 +108,7 @@ class _Rule:
 
 
 class _Connection:
-    def __init__(self, proxy: FaultProxy, client: asyncio.StreamWriter, server: asyncio.StreamWriter) -> None:
-        self.proxy = proxy
+    def __init__(self, client: asyncio.StreamWriter, server: asyncio.StreamWriter) -> None:
         self.client = client
         self.server = server
         self.asked: collections.deque[list[bytes]] = collections.deque()  # commands awaiting a reply
@@ -200,7 +199,7 @@ class FaultProxy:
     # -- the controls
 
     def drop_next_reply(self, *words: bytes | str, skip_empty: bool = False) -> threading.Event:
-        """Drop the next reply to a command starting with ``words`` and reset that connection.
+        """Drop the next reply to a command starting with ``words`` (up to 4) and reset that connection.
 
         ``skip_empty``: a null or empty reply (a blocking read that timed out) is forwarded
         and does not use the rule up. The returned event is set once the reply was dropped.
@@ -266,7 +265,7 @@ class FaultProxy:
         except OSError:
             _rst(writer)
             return
-        connection = _Connection(self, writer, up_writer)
+        connection = _Connection(writer, up_writer)
         if self._refusing:  # refused (or stopped) while connecting upstream
             connection.kill()
             return

@@ -85,6 +85,7 @@ async def test_a_masters_kill_9_under_load_ends_every_ask_and_the_provider_keeps
     outcomes: collections.Counter[str] = collections.Counter()
     slowest = 0.0
     stop = asyncio.Event()
+    workers: list[asyncio.Task[None]] = []
     try:
         await provider.expect("HOLDING", within=30)
         async with Broker(cluster.url, namespace) as asking:
@@ -107,7 +108,7 @@ async def test_a_masters_kill_9_under_load_ends_every_ask_and_the_provider_keeps
                 while not stop.is_set():
                     await one_ask()
 
-            workers = [asyncio.create_task(asker()) for _ in range(CONCURRENCY)]
+            workers += [asyncio.create_task(asker()) for _ in range(CONCURRENCY)]
             while outcomes["answered"] < 200:  # under load before the kill
                 assert not any(w.done() for w in workers), outcomes
                 await asyncio.sleep(0.05)
@@ -132,6 +133,9 @@ async def test_a_masters_kill_9_under_load_ends_every_ask_and_the_provider_keeps
                     after["answered" if result == pick("yes") else repr(result)[:200]] += 1
     finally:
         stop.set()
+        for task in workers:  # an exception left unretrieved crashes pytest (see tests/test_lost_replies.py)
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
         provider.stop()
 
     summary = (
