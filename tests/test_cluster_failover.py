@@ -69,13 +69,6 @@ class ProviderProcess:
         self.process.wait()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="core fix in progress (issue 11 case 16): the replica is promoted in 2-3 s, but asks fail "
-    "BROKER_UNAVAILABLE at once meanwhile, and in some runs a raw redis ConnectionError out of "
-    "PendingRequest.answer() (the settle EVALSHA) ends the provider process; asks then wait about 30 s "
-    "(unavailable_after) and later ones get NO_PROVIDER",
-)
 async def test_a_masters_kill_9_under_load_ends_every_ask_and_the_provider_keeps_serving(
     replicated_cluster: RedisClusterFixture, tmp_path: Path
 ) -> None:

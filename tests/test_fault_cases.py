@@ -1,7 +1,6 @@
 """Issue 11's network cases reproduced through tests/faultproxy.py: each ask must end within a bound.
 
-Non-strict xfails while the client is rewritten (the lead's fix); each reason says what the
-client on main does. Unlike tests/test_lost_replies.py, the proxy here lets the client
+Each failed before the client rewrite (its docstring says how); now each passes. Unlike tests/test_lost_replies.py, the proxy here lets the client
 reconnect at once, which is what makes redis-py's silent re-send of a blocking read lose data.
 """
 
@@ -42,11 +41,6 @@ async def ends_within(task: asyncio.Task[object], bound: float = BOUND) -> objec
         return error.code
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="core fix in progress (issue 11 case 1): the inbox's redis-py Retry re-sends the BLMPOP whose reply "
-    "was lost; the notice is gone, catch-up never runs, the ask waits for ever",
-)
 async def test_a_notice_lost_with_its_connection_ends_the_ask_after_an_immediate_reconnect(proxy, make_broker, asks):
     asking, answering = await make_broker(url=proxy.url), await make_broker()
     async with answering.provider("ui") as provider:
@@ -60,11 +54,6 @@ async def test_a_notice_lost_with_its_connection_ends_the_ask_after_an_immediate
         assert await ends_within(task) == pick("yes")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="core fix in progress (issue 11 case 2): the provider's XREADGROUP is re-sent by redis-py's Retry; "
-    "the entry sits in the holder's own pending list and is claimed only at start or after an error escapes",
-)
 async def test_an_entry_lost_with_its_connection_is_shown_after_an_immediate_reconnect(proxy, make_broker, asks):
     asking, answering = await make_broker(), await make_broker(url=proxy.url)
     async with answering.provider("ui") as provider:
@@ -78,11 +67,6 @@ async def test_an_entry_lost_with_its_connection_is_shown_after_an_immediate_rec
         assert await ends_within(task) == pick("no")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="core fix in progress (issue 11 case 5): blocking reads have no reply deadline and the liveness beat "
-    "waits on BLMPOP, so behind a silent (half-open) connection the ask waits for TCP keepalive",
-)
 async def test_an_ask_behind_a_silent_connection_ends_within_the_bound(proxy, make_broker, asks):
     asking, answering = await make_broker(url=proxy.url, unavailable_after=5.0), await make_broker()
     async with answering.provider("ui") as provider:
