@@ -68,7 +68,7 @@ async def test_a_notice_lost_with_its_connection_is_recovered_even_when_reconnec
 
 async def test_an_entry_lost_with_a_broken_provider_read_is_shown(proxy, make_broker):
     asking = await make_broker()
-    answering = await make_broker(url=proxy.url)
+    answering = await make_broker(url=proxy.url, lease_ttl=60.0)  # the periodic reclaim would come too late
     async with answering.provider("ui") as provider:
         await asyncio.sleep(0.3)  # the provider is blocked in XREADGROUP
         lost = proxy.drop_next_reply(b"XREADGROUP", skip_empty=True)
@@ -115,6 +115,8 @@ async def test_a_demoted_master_neither_kills_the_broker_nor_cancels_the_caller(
                 # Demoted (blocked reads get UNBLOCKED, writes READONLY), then promoted again
                 # before the replication delay let it sync: its data is intact.
                 await admin.execute_command("REPLICAOF", "127.0.0.1", other.port)
+                # An ask sent meanwhile meets READONLY: waited out, not failed.
+                during = asyncio.create_task(asking.ask(one_question(), timeout=20))
                 await asyncio.sleep(1.0)
                 await admin.execute_command("REPLICAOF", "NO", "ONE")
             finally:
@@ -122,6 +124,9 @@ async def test_a_demoted_master_neither_kills_the_broker_nor_cancels_the_caller(
             await pending.answer(pick("no"))
             result, _ = await ends_within(waiting, 10)
             assert result == pick("no")
+            await (await next_pending(provider, timeout=10)).answer(pick("yes"))
+            result, _ = await ends_within(during, 10)
+            assert result == pick("yes")
         # The caller's task was not cancelled and both brokers still work.
         async with answering.provider("ui") as provider:
             task = asyncio.create_task(asking.ask(one_question(), timeout=10))
@@ -242,8 +247,10 @@ async def test_closing_the_broker_ends_and_withdraws_every_waiting_ask(make_brok
 # -- 8: lease_acquire is retry-safe ---------------------------------------------------------
 
 
-async def test_a_lease_acquisition_whose_reply_was_lost_holds_the_lease(proxy, make_broker):
+async def test_a_lease_acquisition_whose_reply_was_lost_holds_the_lease(proxy, make_broker, redis: Redis):
     broker = await make_broker(url=proxy.url, lease_ttl=30.0)
+    # Cached first: else the dropped reply would be NOSCRIPT and the script would run only once.
+    await redis.script_load(SCRIPTS["lease_acquire"].source)
     lost = proxy.drop_next_reply(b"EVALSHA", SCRIPTS["lease_acquire"].sha)
     started = time.monotonic()
     async with asyncio.timeout(10), broker.provider("ui", standby=False) as provider:

@@ -42,7 +42,7 @@ async def ends_within(task: asyncio.Task[object], bound: float = BOUND) -> objec
 
 
 async def test_a_notice_lost_with_its_connection_ends_the_ask_after_an_immediate_reconnect(proxy, make_broker, asks):
-    asking, answering = await make_broker(url=proxy.url), await make_broker()
+    asking, answering = await make_broker(url=proxy.url, sweep_every=60.0), await make_broker()
     async with answering.provider("ui") as provider:
         task = asyncio.create_task(asking.ask(one_question()))
         asks.append(task)
@@ -55,7 +55,7 @@ async def test_a_notice_lost_with_its_connection_ends_the_ask_after_an_immediate
 
 
 async def test_an_entry_lost_with_its_connection_is_shown_after_an_immediate_reconnect(proxy, make_broker, asks):
-    asking, answering = await make_broker(), await make_broker(url=proxy.url)
+    asking, answering = await make_broker(), await make_broker(url=proxy.url, lease_ttl=60.0)
     async with answering.provider("ui") as provider:
         await seen(proxy, "XREADGROUP")
         lost = proxy.drop_next_reply(b"XREADGROUP", skip_empty=True)

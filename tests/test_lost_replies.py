@@ -48,7 +48,7 @@ async def asks(make_broker: object) -> AsyncIterator[list[asyncio.Task[object]]]
 
 
 async def test_a_notice_lost_with_a_broken_inbox_read_is_caught_up(proxy, make_broker, asks):
-    asking = await make_broker(url=proxy.url)
+    asking = await make_broker(url=proxy.url, sweep_every=60.0)  # only the catch-up can recover it
     answering = await make_broker()
     async with answering.provider("ui") as provider:
         task = asyncio.create_task(asking.ask(one_question()))  # no timeout of its own
@@ -70,7 +70,9 @@ async def test_a_notice_lost_with_a_broken_inbox_read_is_caught_up(proxy, make_b
 
 async def test_an_entry_lost_with_a_broken_provider_read_is_claimed_from_the_pending_list(proxy, make_broker, asks):
     asking = await make_broker()
-    answering = await make_broker(url=proxy.url)
+    answering = await make_broker(
+        url=proxy.url, lease_ttl=60.0
+    )  # no periodic reclaim in time: only the claim after the break
     async with answering.provider("ui") as provider:
         await seen(proxy, "XREADGROUP")  # its blocking connection is open before new ones are refused
         lost = proxy.drop_next_reply(b"XREADGROUP", skip_empty=True)
