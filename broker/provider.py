@@ -236,7 +236,9 @@ class Provider:
             try:
                 async with asyncio.timeout_at(valid_until):
                     renewed = await self.commands.script(
-                        SCRIPTS["lease_renew"], [self.keys.provider], [self.fence, int(ttl * 1000)]
+                        SCRIPTS["lease_renew"],
+                        [self.keys.provider, self.keys.standbys],
+                        [self.fence, int(ttl * 1000), f"{self.token}:{self.name}"],
                     )
             except Exception as error:
                 log.warning("lease renewal failed: %r", error)

@@ -69,15 +69,17 @@ async def namespace_status(broker: Broker) -> NamespaceStatus:
         call("XLEN", keys.dead),
     )
     holder = epoch = None
+    holder_member = ""
     if lease:
-        epoch_text, _token, holder = str(lease).split(":", 2)
+        epoch_text, token, holder = str(lease).split(":", 2)
         epoch = int(epoch_text)
+        holder_member = f"{token}:{holder}"  # the holder registers beside the standbys
     return NamespaceStatus(
         namespace=keys.namespace,
         holder=holder,
         epoch=epoch,
         lease_ttl_s=int(pttl) / 1000 if lease and int(pttl) >= 0 else None,
-        standbys=tuple(str(member).split(":", 1)[-1] for member in standbys),
+        standbys=tuple(str(member).split(":", 1)[-1] for member in standbys if member != holder_member),
         pending=await _pending(call, keys, now_ms),
         agents=await _agents(call, keys, now_ms),
         stream_length=int(stream_length),

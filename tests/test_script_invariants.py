@@ -49,7 +49,9 @@ class Namespace:
         return int(reply[0])
 
     async def renew(self, fence: str, ttl_ms: int = LEASE_MS) -> int:
-        return int(await self.script("lease_renew", [self.keys.provider], [fence, ttl_ms]))
+        token, name = (fence.split(":") + ["", ""])[1], "ui"
+        k = self.keys
+        return int(await self.script("lease_renew", [k.provider, k.standbys], [fence, ttl_ms, f"{token}:{name}"]))
 
     async def release(self, fence: str, member: str) -> int:
         k = self.keys
@@ -452,7 +454,8 @@ async def test_lease_acquire_while_held_registers_a_standby_and_takes_nothing(ns
     value = await ns.redis.get(ns.keys.provider)
     assert await ns.acquire("tokB", standby_ms=5000) == 0
     assert await ns.redis.get(ns.keys.provider) == value
-    assert [m for m, _ in await ns.redis.zrange(ns.keys.standbys, 0, -1, withscores=True)] == ["tokB:ui"]
+    registered = [m for m, _ in await ns.redis.zrange(ns.keys.standbys, 0, -1, withscores=True)]
+    assert sorted(registered) == ["tokA:ui", "tokB:ui"]  # the standby, beside the holder's own
     assert fence.startswith(value.split(":")[0])
 
 
@@ -486,3 +489,14 @@ async def test_a_stale_reader_leaves_withdraw_notices_for_the_holder(ns):
     assert await ns.stream_ids() == [notice]
     assert await ns.script("notice_ack", [k.provider, k.requests], [fence, notice, GROUP]) == ["ok"]
     assert await ns.stream_ids() == []
+
+
+async def test_the_holder_counts_as_a_live_provider_while_its_lease_lapsed(ns):
+    """Issue 11 case 10: after a Redis restart lost the lease, asks got NO_PROVIDER in bursts
+    although three providers lived. The holder's own registration keeps asks accepted."""
+    fence, _ = await holder(ns, "tokA")
+    await ns.redis.zrem(ns.keys.standbys, "tokA:ui")  # what acquiring registered: the renewal must keep it
+    assert await ns.renew(fence) == 1
+    await ns.redis.delete(ns.keys.provider)  # lapsed during the outage
+    await ns.asker_alive()
+    assert (await ns.ask("r1"))[0] == "ok"

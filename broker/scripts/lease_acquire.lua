@@ -1,6 +1,6 @@
 #!lua
 -- lease_acquire: take the namespace's provider lease, or register as a standby while another holds it.
--- KEYS[1] provider lease   KEYS[2] epoch counter   KEYS[3] standbys zset
+-- KEYS[1] provider lease   KEYS[2] epoch counter   KEYS[3] standbys zset (the holder registers there too)
 -- ARGV[1] token   ARGV[2] name   ARGV[3] lease TTL ms   ARGV[4] standby TTL ms ('0': do not stand by)
 -- returns {epoch, lease TTL ms} on acquisition | {0, the holder's remaining ms, holder value} when busy
 -- A retry of the same call after a lost reply (same token) finds its own lease and gets the same epoch.
@@ -28,5 +28,5 @@ if epoch < now then
   redis.call('SET', KEYS[2], string.format('%.0f', now))
 end
 redis.call('SET', KEYS[1], string.format('%.0f', epoch) .. ':' .. ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3])
-redis.call('ZREM', KEYS[3], ARGV[1] .. ':' .. ARGV[2])
+redis.call('ZADD', KEYS[3], now + 3 * tonumber(ARGV[3]), ARGV[1] .. ':' .. ARGV[2])  -- see lease_renew.lua
 return {epoch, tonumber(ARGV[3])}
