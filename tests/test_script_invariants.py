@@ -49,7 +49,7 @@ class Namespace:
         return int(reply[0])
 
     async def renew(self, fence: str, ttl_ms: int = LEASE_MS) -> int:
-        token, name = (fence.split(":") + ["", ""])[1], "ui"
+        token, name = [*fence.split(":"), "", ""][1], "ui"
         k = self.keys
         return int(await self.script("lease_renew", [k.provider, k.standbys], [fence, ttl_ms, f"{token}:{name}"]))
 
