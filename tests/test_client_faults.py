@@ -348,3 +348,26 @@ async def test_every_scheme_gets_the_same_timeouts(url):
     finally:
         await command.aclose()
         await blocking.aclose()
+
+
+# -- 9: an agent's heartbeats refused: not live, never silently "alive" -------------------------
+
+
+async def test_an_agent_whose_heartbeats_are_refused_stops_being_live(redis_factory):
+    """It stopped silently on a ResponseError while ``alive`` stayed True."""
+    from broker import Broker
+    from broker.errors import CALLER_NOT_LIVE
+
+    server = redis_factory()
+    admin = Redis.from_url(server.url)
+    try:
+        await admin.execute_command("ACL", "SETUSER", "agents", "on", ">pw", "~*", "&*", "+@all")
+        url = f"redis://agents:pw@127.0.0.1:{server.port}/0"
+        async with Broker(url, "hb", agent_ttl=1.5) as broker, broker.agent("root") as agent:
+            await admin.execute_command("ACL", "SETUSER", "agents", "-evalsha", "-eval")  # NOPERM from now on
+            await wait_until(lambda: asyncio.sleep(0, result=not agent.alive), 5)
+            with pytest.raises(UserQuestionError) as raised:
+                await agent.ask(one_question(), timeout=5)
+            assert raised.value.code == CALLER_NOT_LIVE
+    finally:
+        await admin.aclose()
