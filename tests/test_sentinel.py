@@ -43,6 +43,9 @@ async def make_broker(sentinel_group: SentinelGroup, namespace: str) -> AsyncIte
     async with AsyncExitStack() as stack:
 
         async def make(**options: Any) -> Broker:
+            # A killed master can hold a retried command (a withdrawal at teardown, say) for the
+            # whole unavailable_after: keep that well inside the test's own timeout.
+            options.setdefault("unavailable_after", 10.0)
             broker = Broker(sentinel_group.url, namespace, **options)
             return await stack.enter_async_context(broker)
 
@@ -152,7 +155,7 @@ async def _lossy_failover(
 
 async def _cancel(task: asyncio.Task[Any]) -> None:
     task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 15)  # the withdrawal is bounded
 
 
 async def test_a_lease_lost_in_a_failover_cannot_answer(make_broker, sentinel_group, scenario):
