@@ -211,6 +211,8 @@ def _cpu() -> str:
 
 
 def _commit() -> str:
+    if os.environ.get("QBROKER_BENCH_COMMIT"):  # a run from an exported tree (git archive) names its commit
+        return os.environ["QBROKER_BENCH_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
         return out.stdout.strip()

@@ -327,86 +327,92 @@ class Provider:
                 await self.commands.call("XGROUP", "DELCONSUMER", self.keys.requests, GROUP, info["name"])
 
     async def _take(self, entries: list[tuple[str, dict[str, str]]]) -> None:
-        delivering = [self._deliver(entry_id, fields) for entry_id, fields in entries]
-        for pending in await asyncio.gather(*delivering):
-            if pending is not None:
-                self._shown[pending.request_id] = pending
-                self._queue.put_nowait(pending)
-
-    async def _deliver(self, entry_id: str, fields: dict[str, str]) -> PendingRequest | None:
-        keys = self.keys
-        kind, request_id, client_id = fields.get("kind"), fields.get("rid", ""), fields.get("client", "")
-        if kind == "withdraw" and request_id:
-            acked = await self.commands.script(
-                SCRIPTS["notice_ack"], [keys.provider, keys.requests], [self.fence, entry_id, GROUP]
-            )
-            if acked[0] != "ok":
-                self.fenced()  # the notice stays for the holder
-                return None
-            shown = self._shown.pop(request_id, None)
-            if shown is not None:
-                shown.withdrawn.set()
-            return None
-        if kind != "ask" or not _ID.match(request_id) or not _ID.match(client_id):
-            await self._dead_letter(entry_id, fields, "malformed stream entry")
-            return None
-        if request_id in self._shown or request_id in self._delivering:
-            return None
-        self._delivering.add(request_id)
+        """Present the entries of one read: all its asks through one deliver call, then its notices."""
+        asks: list[tuple[str, dict[str, str], str, str]] = []
+        notices: list[tuple[str, str]] = []
+        for entry_id, fields in entries:
+            kind, request_id, client_id = fields.get("kind"), fields.get("rid", ""), fields.get("client", "")
+            if kind == "withdraw" and request_id:
+                notices.append((entry_id, request_id))
+            elif kind != "ask" or not _ID.match(request_id) or not _ID.match(client_id):
+                await self._dead_letter(entry_id, fields, "malformed stream entry")
+            elif request_id not in self._shown and request_id not in self._delivering:
+                asks.append((entry_id, fields, request_id, client_id))
+                self._delivering.add(request_id)
+        shown: list[PendingRequest] = []
         try:
-            return await self._deliver_ask(entry_id, fields, request_id, client_id)
+            if asks:
+                shown = await self._deliver(asks)
         finally:
-            self._delivering.discard(request_id)
+            self._delivering.difference_update(request_id for _, _, request_id, _ in asks)
+        for pending in shown:
+            self._shown[pending.request_id] = pending
+        for entry_id, request_id in notices:
+            if not await self._take_notice(entry_id, request_id):
+                break
+        for pending in shown:
+            self._queue.put_nowait(pending)
 
-    async def _deliver_ask(
-        self, entry_id: str, fields: dict[str, str], request_id: str, client_id: str
-    ) -> PendingRequest | None:
+    async def _take_notice(self, entry_id: str, request_id: str) -> bool:
+        """A withdraw notice: take the card down; False when fenced (the notice stays for the holder)."""
+        acked = await self.commands.script(
+            SCRIPTS["notice_ack"], [self.keys.provider, self.keys.requests], [self.fence, entry_id, GROUP]
+        )
+        if acked[0] != "ok":
+            self.fenced()
+            return False
+        shown = self._shown.pop(request_id, None)
+        if shown is not None:
+            shown.withdrawn.set()
+        return True
+
+    async def _deliver(self, asks: list[tuple[str, dict[str, str], str, str]]) -> list[PendingRequest]:
         keys = self.keys
-        agent_id = fields.get("agent", "")
-        request_key = keys.request(request_id)
-        reply = await self.commands.script(
-            SCRIPTS["deliver"],
-            [
-                keys.provider,
+        script_keys = [keys.provider, keys.requests, keys.audit]
+        args: list[Any] = [
+            self.fence,
+            GROUP,
+            self.epoch,
+            int(self.settings.result_ttl * 1000),
+            self.settings.audit_maxlen,
+        ]
+        for entry_id, fields, request_id, client_id in asks:
+            agent_id = fields.get("agent", "")
+            request_key = keys.request(request_id)
+            script_keys += [
                 request_key,
-                keys.requests,
                 keys.agent(agent_id) if agent_id else request_key,
                 keys.client(client_id),
                 keys.inbox(client_id),
                 keys.outcome(request_id),
-                keys.audit,
-            ],
-            [
-                self.fence,
-                entry_id,
-                GROUP,
-                self.name,
-                self.epoch,
-                int(self.settings.result_ttl * 1000),
-                self.settings.audit_maxlen,
-                request_id,
-            ],
-        )
-        if reply[0] == "err":
+            ]
+            args += [entry_id, request_id, "0" if "request" in fields else "1"]
+        reply = await self.commands.script(SCRIPTS["deliver"], script_keys, args)
+        if reply[0] != "ok":
             self.fenced()
-            return None
-        if reply[0] == "gone":
-            log.info("request %s not presented: %s", request_id, reply[1])
-            return None
-        try:
-            request = decode_request(reply[1])
-            check_request(request, self.settings.limits)
-        except (msgspec.DecodeError, UserQuestionError) as error:
-            await self._dead_letter(entry_id, fields, f"undeliverable request: {error}")
-            return None
-        return PendingRequest(
-            self,
-            request_id=request_id,
-            request=request,
-            client_id=client_id,
-            created_ms=int(reply[3]),
-            entry_id=entry_id,
-        )
+            return []
+        shown: list[PendingRequest] = []
+        for (entry_id, fields, request_id, client_id), one in zip(asks, reply[1], strict=True):
+            if one[0] == "gone":
+                log.info("request %s not presented: %s", request_id, one[1])
+                continue
+            try:
+                request = decode_request(fields.get("request") or one[1])
+                check_request(request, self.settings.limits)
+            except (msgspec.DecodeError, UserQuestionError) as error:
+                await self._dead_letter(entry_id, fields, f"undeliverable request: {error}")
+                continue
+            shown.append(
+                PendingRequest(
+                    self,
+                    request_id=request_id,
+                    request=request,
+                    client_id=client_id,
+                    created_ms=int(one[3]),
+                    entry_id=entry_id,
+                )
+            )
+        return shown
 
     async def _dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
         keys = self.keys
