@@ -39,6 +39,8 @@ __all__ = ["PendingRequest", "Provider", "ProviderSettings"]
 log = logging.getLogger(__name__)
 
 _READ_COUNT = 256
+_SETTLE_BATCH = 256
+"""settlements sent in one settle.lua call at most"""
 _REPLY_MARGIN_S = 3.0
 """how long past its block a blocking read's reply may be late before the connection counts as silent"""
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
@@ -113,30 +115,9 @@ class PendingRequest:
         provider = self._provider
         keys = provider.keys
         settings = provider.settings
-        reply = await provider.commands.script(
-            SCRIPTS["settle"],
-            [
-                keys.provider,
-                keys.request(self.request_id),
-                keys.outcome(self.request_id),
-                keys.requests,
-                keys.inbox(self._client_id),
-                keys.audit,
-            ],
-            [
-                provider.fence,
-                self.request_id,
-                state,
-                outcome,
-                int(settings.result_ttl * 1000),
-                provider.name,
-                provider.epoch,
-                GROUP,
-                settings.audit_maxlen,
-                by,
-                secrets.token_hex(8),
-                "1" if settings.min_replicas else "0",
-            ],
+        reply = await provider.settle(
+            [keys.request(self.request_id), keys.outcome(self.request_id), keys.inbox(self._client_id)],
+            [self.request_id, state, outcome, by, secrets.token_hex(8)],
         )
         if reply[0] != "ok":
             if reply[1] == LEASE_LOST:
@@ -180,6 +161,8 @@ class Provider:
         self.consumer = f"{name}:{token[:12]}"
         self._blocking = blocking
         self._queue: asyncio.Queue[PendingRequest | None] = asyncio.Queue()  # None: the lease is lost
+        self._settles: list[tuple[list[str], list[Any], asyncio.Future[Any]]] = []
+        self._settler: asyncio.Future[None] | None = None
         self._shown: dict[str, PendingRequest] = {}
         self._delivering: set[str] = set()
         self._lost = asyncio.Event()
@@ -219,6 +202,52 @@ class Provider:
             pending = await self._queue.get()
             if pending is not None and not pending.withdrawn.is_set() and pending.request_id in self._shown:
                 return pending
+
+    async def settle(self, keys: list[str], args: list[Any]) -> Any:
+        """One settlement through settle.lua; those queued meanwhile go in the same call.
+
+        Returns the settlement's own reply, ``{'ok'}`` or ``{'err', CODE, message}``.
+        """
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._settles.append((keys, args, future))
+        if self._settler is None or self._settler.done():
+            self._settler = asyncio.ensure_future(self._send_settles())
+        return await future
+
+    async def _send_settles(self) -> None:
+        settings = self.settings
+        while self._settles:
+            batch, self._settles = self._settles[:_SETTLE_BATCH], self._settles[_SETTLE_BATCH:]
+            keys: list[str] = [self.keys.provider, self.keys.requests, self.keys.audit]
+            args: list[Any] = [
+                self.fence,
+                self.name,
+                self.epoch,
+                GROUP,
+                settings.audit_maxlen,
+                int(settings.result_ttl * 1000),
+                "1" if settings.min_replicas else "0",
+            ]
+            for settle_keys, settle_args, _ in batch:
+                keys += settle_keys
+                args += settle_args
+            try:
+                reply = await self.commands.script(SCRIPTS["settle"], keys, args)
+            except BaseException as error:
+                for _, _, future in batch:
+                    if future.done():
+                        continue
+                    if isinstance(error, asyncio.CancelledError):
+                        future.cancel()
+                    else:
+                        future.set_exception(error)
+                if not isinstance(error, Exception):
+                    raise
+                continue
+            replies = [reply] * len(batch) if reply[0] != "ok" else reply[1]
+            for (_, _, future), one in zip(batch, replies, strict=True):
+                if not future.done():
+                    future.set_result(one)
 
     # -- background work, run by Broker.provider() in its task group ------------------
 

@@ -114,14 +114,17 @@ class Namespace:
         state: str = "answered",
         client: str = "c1",
     ) -> list[str]:
+        """settle.lua with one settlement: its reply (or the whole call's refusal)."""
+        return (await self.settle_many(fence, epoch, [(rid, outcome, call, state, client)]))[0]
+
+    async def settle_many(self, fence: str, epoch: int, settles: list[tuple[str, str, str, str, str]]) -> list[Any]:
         k = self.keys
-        return list(
-            await self.script(
-                "settle",
-                [k.provider, k.request(rid), k.outcome(rid), k.requests, k.inbox(client), k.audit],
-                [fence, rid, state, outcome, RESULT_MS, "ui", epoch, GROUP, AUDIT_MAX, "", call],
-            )
-        )
+        keys, args = [k.provider, k.requests, k.audit], [fence, "ui", epoch, GROUP, AUDIT_MAX, RESULT_MS, "0"]
+        for rid, outcome, call, state, client in settles:
+            keys += [k.request(rid), k.outcome(rid), k.inbox(client)]
+            args += [rid, state, outcome, "", call]
+        reply = await self.script("settle", keys, args)
+        return [list(reply)] if reply[0] == "err" else [list(r) for r in reply[1]]
 
     async def withdraw(self, rid: str, state: str = "withdrawn") -> list[str]:
         k = self.keys
@@ -422,6 +425,33 @@ async def test_one_deliver_call_takes_a_whole_read_each_entry_on_its_own(ns):
     assert json.loads((await ns.redis.lrange(ns.keys.inbox("c1"), 0, -1))[-1].split(" ", 1)[1])["error"]["code"] == (
         "BROKER_UNAVAILABLE"
     )
+
+
+async def test_settles_in_one_call_each_win_once_and_leave_the_stream(ns):
+    fence, epoch = await holder(ns)
+    await ns.asker_alive()
+    for rid in ("r1", "r2", "r3"):
+        await ns.ask(rid)
+    assert len(await ns.stream_ids()) == 3
+    await ns.settle(fence, epoch, "r3", outcome("no"), call="call-0")
+    replies = await ns.settle_many(
+        fence,
+        epoch,
+        [
+            ("r1", outcome("yes"), "call-1", "answered", "c1"),
+            ("r2", outcome("no"), "call-2", "cancelled", "c1"),
+            ("r3", outcome("yes"), "call-3", "answered", "c1"),
+        ],
+    )
+    assert replies[:2] == [["ok"], ["ok"]] and replies[2][:2] == ["err", "NOT_PENDING"]
+    assert await ns.stream_ids() == []
+    assert (await ns.redis.xpending(ns.keys.requests, GROUP))["pending"] == 0
+    assert [await ns.redis.hget(ns.keys.request(r), "state") for r in ("r1", "r2", "r3")] == [
+        "answered",
+        "cancelled",
+        "answered",
+    ]
+    assert [e["rid"] for e in await ns.audit() if e["event"] in ("answered", "cancelled")] == ["r3", "r1", "r2"]
 
 
 # -- the fencing epoch never repeats ----------------------------------------------------------
