@@ -39,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-seconds", type=float, default=None, help="stop starting asks at a level after this (default 8; quick 2)"
     )
     parser.add_argument(
+        "--min-seconds",
+        type=float,
+        default=None,
+        help="keep every level busy at least this long, asks permitting (default 2; quick 0.5)",
+    )
+    parser.add_argument(
         "--systems",
         type=_names,
         default=list(DEFAULT_SYSTEMS),
@@ -90,6 +96,9 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         args.asks = 200 if quick else 4000
     if args.max_seconds is None:
         args.max_seconds = 2.0 if quick else 8.0
+    if args.min_seconds is None:
+        args.min_seconds = 0.5 if quick else 2.0
+    args.min_seconds = min(args.min_seconds, args.max_seconds)
     if args.waiting is None:
         args.waiting = 200 if quick else 10_000
     if args.failover_runs is None:

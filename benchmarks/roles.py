@@ -30,6 +30,7 @@ from broker import (
     AskUserQuestionRequest,
     Broker,
 )
+from broker.connection import redis_from_url
 from broker.types import encode
 
 REQUEST = AskUserQuestionRequest(
@@ -55,16 +56,25 @@ def emit(event: str, **fields: Any) -> None:
 # -- driving asks at a fixed concurrency -------------------------------------------------
 
 
-async def drive(call: Callable[[], Awaitable[Any]], concurrency: int, total: int, max_seconds: float) -> dict[str, Any]:
-    """Run ``total`` calls, ``concurrency`` at a time (stop starting new ones after ``max_seconds``)."""
+async def drive(
+    call: Callable[[], Awaitable[Any]], concurrency: int, total: int, max_seconds: float, min_seconds: float = 0.0
+) -> dict[str, Any]:
+    """Run at least ``total`` calls and for at least ``min_seconds``, ``concurrency`` at a time.
+
+    No new call starts after ``max_seconds``.
+    """
     latencies: list[float] = []
     remaining = total
     started = time.perf_counter()
     stop_at = started + max_seconds
+    busy_until = started + min(min_seconds, max_seconds)
 
     async def worker() -> None:
         nonlocal remaining
-        while remaining > 0 and time.perf_counter() < stop_at:
+        while True:
+            now = time.perf_counter()
+            if now >= stop_at or (remaining <= 0 and now >= busy_until):
+                return
             remaining -= 1
             t0 = time.perf_counter()
             await call()
@@ -87,9 +97,11 @@ async def drive(call: Callable[[], Awaitable[Any]], concurrency: int, total: int
 async def run_levels(args: argparse.Namespace, call: Callable[[], Awaitable[Any]]) -> None:
     for _ in range(min(50, args.asks)):  # warm up connections, scripts, code paths
         await call()
+    # CPU per ask is counted from here: start-up, imports and the warm-up are not in it.
+    emit("warmed")
     for concurrency in args.levels:
         total = max(args.asks, 4 * concurrency)
-        emit("level", **await drive(call, concurrency, total, args.max_seconds))
+        emit("level", **await drive(call, concurrency, total, args.max_seconds, args.min_seconds))
 
 
 # -- question-broker ---------------------------------------------------------------------
@@ -125,10 +137,14 @@ async def broker_holder(args: argparse.Namespace) -> None:
         await asyncio.Event().wait()
 
 
+ASK_TIMEOUT_S = 120.0
+
+
 async def broker_asker(args: argparse.Namespace) -> None:
-    async with Broker(args.url, args.namespace) as broker:
+    """Asks as a live root agent with a timeout, so the caller gate and the timeout path run."""
+    async with Broker(args.url, args.namespace) as broker, broker.agent("bench-root") as agent:
         emit("ready")
-        await run_levels(args, lambda: broker.ask(REQUEST))
+        await run_levels(args, lambda: agent.ask(REQUEST, timeout=ASK_TIMEOUT_S))
     emit("done")
 
 
@@ -181,12 +197,20 @@ class Pipeliner:
                 future.set_result(result)
 
 
+def floor_client(url: str, *, blocking: bool = False) -> Redis:
+    """The broker's own client builder: the same hiredis parsing and packing, timeouts and retries."""
+    client = redis_from_url(url, blocking=blocking)
+    assert isinstance(client, Redis)
+    return client
+
+
 async def floor_server(args: argparse.Namespace) -> None:
-    """XREADGROUP by one consumer; the answer RPUSHed to the asker's inbox; XACK + XDEL."""
+    """XREADGROUP by one consumer; the answers RPUSHed to the askers' inboxes; one XACK + XDEL per batch."""
     stream = f"{args.namespace}:requests"
-    client = Redis.from_url(args.url, decode_responses=True)
+    client = floor_client(args.url)
     try:
-        await client.xgroup_create(stream, FLOOR_GROUP, id="0", mkstream=True)
+        # (hiredis packs "XGROUP CREATE" as one word: the sub-command goes as its own argument)
+        await client.execute_command("XGROUP", "CREATE", stream, FLOOR_GROUP, "0", "MKSTREAM")
         emit("holding", pid=os.getpid())
         while True:
             reply = await client.xreadgroup(FLOOR_GROUP, "c", {stream: ">"}, count=256, block=1000)
@@ -204,22 +228,21 @@ async def floor_server(args: argparse.Namespace) -> None:
 
 
 async def floor_asker(args: argparse.Namespace) -> None:
-    """XADD through one pipelining connection; one BLPOP per process, demultiplexed by id."""
+    """XADDs of concurrent asks pipelined on one connection; one BLMPOP per process, demultiplexed by id."""
     stream = f"{args.namespace}:requests"
     client_id = secrets.token_hex(8)
     inbox = f"{args.namespace}:inbox:{client_id}"
-    client = Redis.from_url(args.url, decode_responses=True)
-    blocking = Redis.from_url(args.url, decode_responses=True)
+    client = floor_client(args.url)
+    blocking = floor_client(args.url, blocking=True)
     pipeliner = Pipeliner(client)
     waiting: dict[str, asyncio.Future[str]] = {}
 
     async def wait_inbox() -> None:
         while True:
-            popped = await blocking.blpop([inbox], timeout=1)
+            popped = await blocking.execute_command("BLMPOP", 1, 1, inbox, "LEFT", "COUNT", 1000)
             if popped is None:
                 continue
-            notices = [popped[1], *(await blocking.lpop(inbox, 1000) or ())]
-            for notice in notices:
+            for notice in popped[1]:
                 request_id, _, answer = notice.partition(" ")
                 future = waiting.pop(request_id, None)
                 if future is not None:
@@ -320,6 +343,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[1])
     parser.add_argument("--asks", type=int, default=1000)
     parser.add_argument("--max-seconds", type=float, default=10.0)
+    parser.add_argument("--min-seconds", type=float, default=0.0)
     parser.add_argument("--waiting", type=int, default=10_000)
     parser.add_argument("--lease-ttl", type=float, default=10.0)
     parser.add_argument("--poll-delay", type=float, default=0.005)

@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from workers.redis_server import RedisServer
 
 from . import options
-from .report import render_table, targets, write_doc
+from .report import machine, render_table, targets, write_doc
 
 ROOT = Path(__file__).resolve().parent.parent
 LINE_TIMEOUT = 180.0
@@ -143,10 +143,12 @@ class Bench:
             "--levels", levels,
             "--asks", str(args.asks),
             "--max-seconds", str(args.max_seconds),
+            "--min-seconds", str(args.min_seconds),
         )  # fmt: skip
         profilers: list[asyncio.subprocess.Process] = []
+        # CPU per ask counts from the end of the warm-up: start-up and imports are not asks.
+        await asker.expect("warmed")
         if args.profile and system == "broker":
-            await asker.expect("ready")
             await asyncio.to_thread(Path(args.profile).mkdir, parents=True, exist_ok=True)
             seconds = max(1, int(args.max_seconds * len(args.concurrency)))
             for proc, name in ((asker, "asker"), (server, "provider")):
@@ -158,7 +160,7 @@ class Bench:
             if event["event"] == "level":
                 event.pop("event")
                 after = await self._cpu(asker, server)
-                # CPU ms per ask, by process (the first level includes the 50 warm-up asks)
+                # CPU ms per ask, by process, over this level only
                 for part in ("asker", "answerer", "redis"):
                     event[f"cpu_{part}_ms"] = (after[part] - before[part]) * 1000 / max(1, event["asks"])
                 before = after
@@ -231,14 +233,14 @@ class Bench:
         await answerer.expect("holding")
         answered = await asker.expect("answered")
         await asyncio.sleep(1.0)
-        residue_open = _per_request(await self._keys(prefix))
+        residue_open, tombstones_open = await self._residue(await self._keys(prefix))
         asker.send("close\n")
         await asker.expect("done")
         await asker.process.wait()
         await answerer.stop()
         await asyncio.sleep(1.0)
         keys_after = await self._keys(prefix)
-        per_request = _per_request(keys_after)
+        per_request, tombstones = await self._residue(keys_after)
         left = {k: v for k, v in keys_after.items() if k not in keys_before}
         log(f"residue: {len(residue_open)} per-request keys with the asker open, {len(per_request)} after it closed")
         memory_after = await self._used_memory()
@@ -254,12 +256,24 @@ class Bench:
             "all_answered": answered["asks"] == args.waiting and answered["all_yes"],
             "residue_open_keys": len(residue_open),
             "residue_open_bytes": sum(residue_open.values()),
+            "tombstones_open": len(tombstones_open),
+            "tombstones": len(tombstones),
+            "tombstone_bytes": sum(tombstones.values()),
             "residue_keys": len(per_request),
             "residue_bytes": sum(per_request.values()),
             "residue_sample": sorted(per_request)[:5],
             "new_keys_after": {_short(k, prefix): v for k, v in sorted(left.items())},
             "namespace_keys_after": {_short(k, prefix): v for k, v in sorted(keys_after.items())},
         }
+
+    async def _residue(self, keys: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+        """(per-request keys left, slim tombstones): a settled request's hash keeps only its
+        state and settle call id for TOMBSTONE_MS (60 s) so that a retried settle is recognised."""
+        residue, tombstones = {}, {}
+        for key, size in _per_request(keys).items():
+            tombstone = ":req:" in key and not await self.redis.hexists(key, "request")
+            (tombstones if tombstone else residue)[key] = size
+        return residue, tombstones
 
     async def _used_memory(self) -> int:
         return int((await self.redis.info("memory"))["used_memory"])
@@ -316,6 +330,42 @@ class Bench:
         await holder.stop()
         return {"lease_ttl": args.lease_ttl, "runs": times, "median": statistics.median(times)}
 
+    # -- the command line ----------------------------------------------------------------
+
+    async def cli(self, runs: int = 5) -> dict[str, Any]:
+        """Wall time of `qbroker ask` (a new process each time) against a running `qbroker auto`."""
+        namespace = "bench-cli"
+        rules = self.workdir / "rules.toml"
+        rules.write_text("[default]\nfirst = true\n")
+        shared = ["--redis-url", self.url, "--namespace", namespace]
+        cli = [sys.executable, "-m", "workers.cli"]
+        auto = await asyncio.create_subprocess_exec(
+            *cli, *shared, "auto", "--rules", str(rules), cwd=ROOT,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        times: list[float] = []
+        try:
+            deadline = time.monotonic() + 30
+            while not await self.redis.exists(f"qb:{{{namespace}}}:provider"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("qbroker auto did not take the lease within 30 s")
+                await asyncio.sleep(0.1)
+            for _ in range(runs):
+                started = time.perf_counter()
+                ask = await asyncio.create_subprocess_exec(
+                    *cli, *shared, "ask", "--question", "Go?", "--option", "yes", "--option", "no", cwd=ROOT,
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                )  # fmt: skip
+                out, err = await ask.communicate()
+                times.append(time.perf_counter() - started)
+                if ask.returncode != 0 or b'"yes"' not in out:
+                    raise RuntimeError(f"qbroker ask failed ({ask.returncode}): {err.decode()[-2000:]}")
+            log(f"qbroker ask: median {statistics.median(times):.3f} s over {runs} runs")
+        finally:
+            auto.terminate()
+            await auto.wait()
+        return {"runs": times, "median": statistics.median(times)}
+
 
 def _best(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Per concurrency level, the round with the highest rate (the machine is shared: others add noise)."""
@@ -370,6 +420,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             results: dict[str, Any] = {
                 "args": {k: v for k, v in vars(args).items() if k != "func"},
                 "redis_version": info["redis_version"],
+                "machine": machine(),
                 "load_before": os.getloadavg(),
                 "throughput": {},
             }
@@ -386,6 +437,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             if not args.skip_extras:
                 results["waiting"] = await runner.waiting()
                 results["failover"] = await runner.failover()
+                results["cli"] = await runner.cli()
             results["load_after"] = os.getloadavg()
             results["seconds"] = time.time() - started
             results["finished_utc"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -334,8 +334,8 @@ class Broker:
             raise problem
 
         ask = _Ask(self, request, agent, deadline)
-        if not answerers and abort is None and deadline is None:
-            return await ask.remote()
+        if not answerers and abort is None:
+            return await (ask.remote() if deadline is None else ask.remote_until(deadline))
         return await ask.run(answerers, abort, deadline)
 
     async def _gate(self, request: AskUserQuestionRequest, agent: Agent) -> None:
@@ -477,6 +477,49 @@ class _Ask:
             raise  # a domain error from the far side wins over a simultaneous abort
         except Exception as error:
             raise UserQuestionError(why, code) from error
+
+    async def remote_until(self, deadline: float) -> AskUserQuestionAnswer:
+        """``remote()`` in the caller's own task, ended at ``deadline`` as ``run()`` would end it.
+
+        The common case (no answerers, no abort signal, a timeout) without a second task and
+        ``asyncio.wait``: a timer cancels this task at the deadline, the withdrawal says
+        ``timed_out``, and an outcome that won the race with the withdrawal is still returned.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            self.withdrawal = "timed_out"
+            task.cancel()
+
+        why = "nobody answered in time"
+        handle = asyncio.get_running_loop().call_at(deadline, expire)
+        try:
+            answer = await self.remote()
+        except asyncio.CancelledError:
+            if not expired or task.uncancel() > 0:  # the caller's own cancellation too
+                raise
+            raise UserQuestionError(why, ASK_TIMED_OUT) from None
+        except UserQuestionError as error:
+            if not expired:
+                raise
+            task.uncancel()
+            if error.code in (ASK_ABORTED, ASK_TIMED_OUT, BROKER_UNAVAILABLE):
+                raise UserQuestionError(why, ASK_TIMED_OUT) from error
+            raise  # a domain error from the far side wins over a simultaneous timeout
+        except Exception as error:
+            if not expired:
+                raise
+            task.uncancel()
+            raise UserQuestionError(why, ASK_TIMED_OUT) from error
+        finally:
+            handle.cancel()
+        if expired:
+            task.uncancel()
+        return answer
 
     async def _stop(
         self, work: asyncio.Future[AskUserQuestionAnswer], withdrawal: _Withdrawal

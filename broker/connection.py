@@ -29,18 +29,21 @@ the promoted replica; a Cluster client follows MOVED replies and re-reads the sl
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 import hiredis
+from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
+from redis._parsers.hiredis import _AsyncHiredisParser
 from redis.asyncio import Connection, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
 from .errors import BAD_REQUEST, UserQuestionError
 
@@ -111,6 +114,48 @@ class _HiredisPackingConnection(Connection):
 
     def pack_command(self, *args: Any) -> list[bytes]:
         return [hiredis.pack_command(args)]
+
+    async def read_response(
+        self,
+        disable_decoding: bool = False,
+        timeout: float | None = None,
+        *,
+        disconnect_on_error: bool = True,
+        push_request: bool | None = False,
+    ) -> Any:
+        """A reply already buffered (the rest of a pipeline's replies, mostly) is taken at once.
+
+        redis-py arms a socket-timeout timer for every reply it reads, even one that is already
+        in the buffer; that was the asker's largest cost after the socket writes. Only a read
+        that has to wait on the socket needs the timer, and it still gets it (``super()``).
+        """
+        parser = self._parser
+        reader = None
+        if isinstance(parser, _AsyncHiredisParser) and getattr(parser, "_connected", False):
+            reader = parser._reader
+        if reader is not None and not disable_decoding:
+            try:
+                response = reader.gets()
+            except BaseException:
+                if disconnect_on_error:
+                    await self.disconnect(nowait=True)
+                raise
+            if response is not _NOT_ENOUGH_DATA:
+                failed = response if isinstance(response, ConnectionError) else None
+                if isinstance(response, list) and response and isinstance(response[0], ConnectionError):
+                    failed = response[0]
+                if failed is not None:
+                    if disconnect_on_error:
+                        await self.disconnect(nowait=True)
+                    raise failed
+                if self.health_check_interval:
+                    self.next_health_check = asyncio.get_running_loop().time() + self.health_check_interval
+                if isinstance(response, ResponseError):
+                    raise response from None
+                return response
+        return await super().read_response(
+            disable_decoding, timeout, disconnect_on_error=disconnect_on_error, push_request=push_request
+        )
 
 
 class SentinelManagedRedis(Redis):

@@ -39,6 +39,8 @@ __all__ = ["PendingRequest", "Provider", "ProviderSettings"]
 log = logging.getLogger(__name__)
 
 _READ_COUNT = 256
+_SETTLE_BATCH = 256
+"""settlements sent in one settle.lua call at most"""
 _REPLY_MARGIN_S = 3.0
 """how long past its block a blocking read's reply may be late before the connection counts as silent"""
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
@@ -113,30 +115,9 @@ class PendingRequest:
         provider = self._provider
         keys = provider.keys
         settings = provider.settings
-        reply = await provider.commands.script(
-            SCRIPTS["settle"],
-            [
-                keys.provider,
-                keys.request(self.request_id),
-                keys.outcome(self.request_id),
-                keys.requests,
-                keys.inbox(self._client_id),
-                keys.audit,
-            ],
-            [
-                provider.fence,
-                self.request_id,
-                state,
-                outcome,
-                int(settings.result_ttl * 1000),
-                provider.name,
-                provider.epoch,
-                GROUP,
-                settings.audit_maxlen,
-                by,
-                secrets.token_hex(8),
-                "1" if settings.min_replicas else "0",
-            ],
+        reply = await provider.settle(
+            [keys.request(self.request_id), keys.outcome(self.request_id), keys.inbox(self._client_id)],
+            [self.request_id, state, outcome, by, secrets.token_hex(8)],
         )
         if reply[0] != "ok":
             if reply[1] == LEASE_LOST:
@@ -180,6 +161,8 @@ class Provider:
         self.consumer = f"{name}:{token[:12]}"
         self._blocking = blocking
         self._queue: asyncio.Queue[PendingRequest | None] = asyncio.Queue()  # None: the lease is lost
+        self._settles: list[tuple[list[str], list[Any], asyncio.Future[Any]]] = []
+        self._settler: asyncio.Future[None] | None = None
         self._shown: dict[str, PendingRequest] = {}
         self._delivering: set[str] = set()
         self._lost = asyncio.Event()
@@ -219,6 +202,52 @@ class Provider:
             pending = await self._queue.get()
             if pending is not None and not pending.withdrawn.is_set() and pending.request_id in self._shown:
                 return pending
+
+    async def settle(self, keys: list[str], args: list[Any]) -> Any:
+        """One settlement through settle.lua; those queued meanwhile go in the same call.
+
+        Returns the settlement's own reply, ``{'ok'}`` or ``{'err', CODE, message}``.
+        """
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._settles.append((keys, args, future))
+        if self._settler is None or self._settler.done():
+            self._settler = asyncio.ensure_future(self._send_settles())
+        return await future
+
+    async def _send_settles(self) -> None:
+        settings = self.settings
+        while self._settles:
+            batch, self._settles = self._settles[:_SETTLE_BATCH], self._settles[_SETTLE_BATCH:]
+            keys: list[str] = [self.keys.provider, self.keys.requests, self.keys.audit]
+            args: list[Any] = [
+                self.fence,
+                self.name,
+                self.epoch,
+                GROUP,
+                settings.audit_maxlen,
+                int(settings.result_ttl * 1000),
+                "1" if settings.min_replicas else "0",
+            ]
+            for settle_keys, settle_args, _ in batch:
+                keys += settle_keys
+                args += settle_args
+            try:
+                reply = await self.commands.script(SCRIPTS["settle"], keys, args)
+            except BaseException as error:
+                for _, _, future in batch:
+                    if future.done():
+                        continue
+                    if isinstance(error, asyncio.CancelledError):
+                        future.cancel()
+                    else:
+                        future.set_exception(error)
+                if not isinstance(error, Exception):
+                    raise
+                continue
+            replies = [reply] * len(batch) if reply[0] != "ok" else reply[1]
+            for (_, _, future), one in zip(batch, replies, strict=True):
+                if not future.done():
+                    future.set_result(one)
 
     # -- background work, run by Broker.provider() in its task group ------------------
 
@@ -329,86 +358,92 @@ class Provider:
                 await self.commands.call("XGROUP", "DELCONSUMER", self.keys.requests, GROUP, info["name"])
 
     async def _take(self, entries: list[tuple[str, dict[str, str]]]) -> None:
-        delivering = [self._deliver(entry_id, fields) for entry_id, fields in entries]
-        for pending in await asyncio.gather(*delivering):
-            if pending is not None:
-                self._shown[pending.request_id] = pending
-                self._queue.put_nowait(pending)
-
-    async def _deliver(self, entry_id: str, fields: dict[str, str]) -> PendingRequest | None:
-        keys = self.keys
-        kind, request_id, client_id = fields.get("kind"), fields.get("rid", ""), fields.get("client", "")
-        if kind == "withdraw" and request_id:
-            acked = await self.commands.script(
-                SCRIPTS["notice_ack"], [keys.provider, keys.requests], [self.fence, entry_id, GROUP]
-            )
-            if acked[0] != "ok":
-                self.fenced()  # the notice stays for the holder
-                return None
-            shown = self._shown.pop(request_id, None)
-            if shown is not None:
-                shown.withdrawn.set()
-            return None
-        if kind != "ask" or not _ID.match(request_id) or not _ID.match(client_id):
-            await self._dead_letter(entry_id, fields, "malformed stream entry")
-            return None
-        if request_id in self._shown or request_id in self._delivering:
-            return None
-        self._delivering.add(request_id)
+        """Present the entries of one read: all its asks through one deliver call, then its notices."""
+        asks: list[tuple[str, dict[str, str], str, str]] = []
+        notices: list[tuple[str, str]] = []
+        for entry_id, fields in entries:
+            kind, request_id, client_id = fields.get("kind"), fields.get("rid", ""), fields.get("client", "")
+            if kind == "withdraw" and request_id:
+                notices.append((entry_id, request_id))
+            elif kind != "ask" or not _ID.match(request_id) or not _ID.match(client_id):
+                await self._dead_letter(entry_id, fields, "malformed stream entry")
+            elif request_id not in self._shown and request_id not in self._delivering:
+                asks.append((entry_id, fields, request_id, client_id))
+                self._delivering.add(request_id)
+        shown: list[PendingRequest] = []
         try:
-            return await self._deliver_ask(entry_id, fields, request_id, client_id)
+            if asks:
+                shown = await self._deliver(asks)
         finally:
-            self._delivering.discard(request_id)
+            self._delivering.difference_update(request_id for _, _, request_id, _ in asks)
+        for pending in shown:
+            self._shown[pending.request_id] = pending
+        for entry_id, request_id in notices:
+            if not await self._take_notice(entry_id, request_id):
+                break
+        for pending in shown:
+            self._queue.put_nowait(pending)
 
-    async def _deliver_ask(
-        self, entry_id: str, fields: dict[str, str], request_id: str, client_id: str
-    ) -> PendingRequest | None:
+    async def _take_notice(self, entry_id: str, request_id: str) -> bool:
+        """A withdraw notice: take the card down; False when fenced (the notice stays for the holder)."""
+        acked = await self.commands.script(
+            SCRIPTS["notice_ack"], [self.keys.provider, self.keys.requests], [self.fence, entry_id, GROUP]
+        )
+        if acked[0] != "ok":
+            self.fenced()
+            return False
+        shown = self._shown.pop(request_id, None)
+        if shown is not None:
+            shown.withdrawn.set()
+        return True
+
+    async def _deliver(self, asks: list[tuple[str, dict[str, str], str, str]]) -> list[PendingRequest]:
         keys = self.keys
-        agent_id = fields.get("agent", "")
-        request_key = keys.request(request_id)
-        reply = await self.commands.script(
-            SCRIPTS["deliver"],
-            [
-                keys.provider,
+        script_keys = [keys.provider, keys.requests, keys.audit]
+        args: list[Any] = [
+            self.fence,
+            GROUP,
+            self.epoch,
+            int(self.settings.result_ttl * 1000),
+            self.settings.audit_maxlen,
+        ]
+        for entry_id, fields, request_id, client_id in asks:
+            agent_id = fields.get("agent", "")
+            request_key = keys.request(request_id)
+            script_keys += [
                 request_key,
-                keys.requests,
                 keys.agent(agent_id) if agent_id else request_key,
                 keys.client(client_id),
                 keys.inbox(client_id),
                 keys.outcome(request_id),
-                keys.audit,
-            ],
-            [
-                self.fence,
-                entry_id,
-                GROUP,
-                self.name,
-                self.epoch,
-                int(self.settings.result_ttl * 1000),
-                self.settings.audit_maxlen,
-                request_id,
-            ],
-        )
-        if reply[0] == "err":
+            ]
+            args += [entry_id, request_id, "0" if "request" in fields else "1"]
+        reply = await self.commands.script(SCRIPTS["deliver"], script_keys, args)
+        if reply[0] != "ok":
             self.fenced()
-            return None
-        if reply[0] == "gone":
-            log.info("request %s not presented: %s", request_id, reply[1])
-            return None
-        try:
-            request = decode_request(reply[1])
-            check_request(request, self.settings.limits)
-        except (msgspec.DecodeError, UserQuestionError) as error:
-            await self._dead_letter(entry_id, fields, f"undeliverable request: {error}")
-            return None
-        return PendingRequest(
-            self,
-            request_id=request_id,
-            request=request,
-            client_id=client_id,
-            created_ms=int(reply[3]),
-            entry_id=entry_id,
-        )
+            return []
+        shown: list[PendingRequest] = []
+        for (entry_id, fields, request_id, client_id), one in zip(asks, reply[1], strict=True):
+            if one[0] == "gone":
+                log.info("request %s not presented: %s", request_id, one[1])
+                continue
+            try:
+                request = decode_request(fields.get("request") or one[1])
+                check_request(request, self.settings.limits)
+            except (msgspec.DecodeError, UserQuestionError) as error:
+                await self._dead_letter(entry_id, fields, f"undeliverable request: {error}")
+                continue
+            shown.append(
+                PendingRequest(
+                    self,
+                    request_id=request_id,
+                    request=request,
+                    client_id=client_id,
+                    created_ms=int(one[3]),
+                    entry_id=entry_id,
+                )
+            )
+        return shown
 
     async def _dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
         keys = self.keys

@@ -243,3 +243,48 @@ async def test_an_answer_settled_before_a_timeout_is_returned(make_broker, answe
     await pending.answer(pick("yes"))
     abort.set()  # the answer was the first terminal transition
     assert await asyncio.wait_for(task, 5) == pick("yes")
+
+
+# -- a timeout without answerers or abort signal (Ask.remote_until: no second task) ---------
+
+
+async def test_a_timeout_withdraws_as_timed_out_in_the_audit(make_broker, answering, redis):
+    broker = await make_broker()
+    task = asyncio.create_task(broker.ask(one_question(), timeout=0.3))
+    pending = await next_pending(answering)
+    assert await code_of(task) == "ASK_TIMED_OUT"
+    events = [f for _, f in await redis.xrange(broker.keys.audit) if f.get("rid") == pending.request_id]
+    assert [e["event"] for e in events] == ["asked", "timed_out"]
+
+
+async def test_cancelling_an_ask_with_a_timeout_withdraws_and_stays_a_cancellation(make_broker, answering, redis):
+    broker = await make_broker()
+    task = asyncio.create_task(broker.ask(one_question(), timeout=30))
+    pending = await next_pending(answering)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.wait_for(pending.withdrawn.wait(), 5)
+    events = [f for _, f in await redis.xrange(broker.keys.audit) if f.get("rid") == pending.request_id]
+    assert [e["event"] for e in events] == ["asked", "withdrawn"]
+
+
+async def test_a_timed_out_ask_leaves_the_callers_own_timeout_working(make_broker, answering):
+    broker = await make_broker()
+
+    async def caller() -> str:
+        async with asyncio.timeout(5):  # the caller's scope outlives the ask's timeout
+            code = await code_of(broker.ask(one_question(), timeout=0.2))
+            await asyncio.sleep(0.05)  # not cancelled by a leftover request of the ask's timer
+            return code
+
+    assert await caller() == "ASK_TIMED_OUT"
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_an_answer_in_time_with_a_timeout_is_returned_and_nothing_is_left_armed(make_broker, answering):
+    broker = await make_broker()
+    task = asyncio.create_task(broker.ask(one_question(), timeout=0.5))
+    await (await next_pending(answering)).answer(pick("yes"))
+    assert await asyncio.wait_for(task, 5) == pick("yes")
+    await asyncio.sleep(0.6)  # past the deadline: the timer was disarmed

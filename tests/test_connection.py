@@ -106,3 +106,25 @@ async def test_a_blocking_client_never_resends_a_read(redis_factory) -> None:
     finally:
         await blocking.aclose()
         await killer.aclose()
+
+
+async def test_buffered_pipeline_replies_keep_their_order_and_errors(redis_factory) -> None:
+    """The command client takes replies already buffered without a timer (broker.connection):
+    every reply still goes to its own command, and a Redis error stays that command's error."""
+    server = redis_factory()
+    client = redis_from_url(f"redis://127.0.0.1:{server.port}/0")
+    try:
+        await client.set("text", "x")
+        pipe = client.pipeline(transaction=False)
+        for n in range(300):
+            pipe.execute_command("INCRBY", "counter", 1)
+            if n % 100 == 50:
+                pipe.execute_command("INCR", "text")  # WRONGTYPE-like: not an integer
+        results = await pipe.execute(raise_on_error=False)
+        numbers = [r for r in results if not isinstance(r, Exception)]
+        errors = [r for r in results if isinstance(r, Exception)]
+        assert numbers == list(range(1, 301))
+        assert len(errors) == 3 and all("not an integer" in str(e) for e in errors)
+        assert await client.get("counter") == "300"
+    finally:
+        await client.aclose()

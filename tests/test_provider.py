@@ -149,8 +149,11 @@ async def test_an_undecodable_request_fails_its_asker_with_bad_request(make_brok
     task = asyncio.create_task(asking.ask(one_question()))
     while not await redis.xlen(asking.keys.requests):
         await asyncio.sleep(0.01)
-    [(_, fields)] = await redis.xrange(asking.keys.requests)
-    await redis.hset(asking.keys.request(fields["rid"]), "request", "{not json")  # corrupted
+    [(entry, fields)] = await redis.xrange(asking.keys.requests)
+    # corrupted: the request a provider presents is the stream entry's (the hash keeps its own copy)
+    await redis.xdel(asking.keys.requests, entry)
+    corrupted = await redis.xadd(asking.keys.requests, {**fields, "request": "{not json"})
+    await redis.hset(asking.keys.request(fields["rid"]), mapping={"entry": corrupted, "request": "{not json"})
     async with answering.provider("ui") as provider:
         assert await code_of(task) == "BAD_REQUEST"
         with pytest.raises(TimeoutError):

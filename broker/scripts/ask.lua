@@ -7,6 +7,7 @@
 -- ARGV[9] '1' to check the gate only, enqueueing nothing
 -- ARGV[10] the token's SHA-1, used only where the Lua runtime lacks redis.sha1hex (fakeredis)
 -- returns {'ok', entry id} | {'err', CODE, message}
+-- The stream entry carries the request JSON too, so the provider presents it without reading the hash.
 -- Idempotent on the request id, so a retried call after a lost reply enqueues once.
 if ARGV[9] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then
   return {'ok', redis.call('HGET', KEYS[2], 'entry') or ''}
@@ -33,7 +34,8 @@ if redis.call('EXISTS', KEYS[4]) == 0 and redis.call('ZCOUNT', KEYS[5], now, '+i
 end
 local deadline = ''
 if ARGV[8] ~= '' then deadline = now + tonumber(ARGV[8]) end
-local entry = redis.call('XADD', KEYS[1], '*', 'kind', 'ask', 'rid', ARGV[1], 'client', ARGV[5], 'agent', ARGV[3])
+local entry = redis.call('XADD', KEYS[1], '*', 'kind', 'ask', 'rid', ARGV[1], 'client', ARGV[5], 'agent', ARGV[3],
+  'request', ARGV[2])
 redis.call('HSET', KEYS[2], 'state', 'pending', 'request', ARGV[2], 'agent', ARGV[3], 'agent_fp', agent_fp,
   'client', ARGV[5], 'entry', entry, 'created', now, 'deadline', deadline)
 redis.call('PEXPIRE', KEYS[2], ARGV[6])

@@ -1,54 +1,71 @@
 #!lua
--- deliver: the lease holder takes one stream entry for presentation.
--- KEYS[1] provider lease   KEYS[2] request hash   KEYS[3] requests stream   KEYS[4] agent record (request hash when none)
--- KEYS[5] asker's client liveness key   KEYS[6] asker's inbox   KEYS[7] outcome key   KEYS[8] audit stream
--- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] entry id   ARGV[3] group   ARGV[4] provider name   ARGV[5] epoch
--- ARGV[6] result TTL ms   ARGV[7] audit max length   ARGV[8] request id
--- returns {'ok', request JSON, agent id, created unix ms[, 'again']} | {'gone', why} | {'err', 'LEASE_LOST', message}
--- ('again': this epoch delivered it before, e.g. a re-claim after a broken read; no second audit event)
+-- deliver: the lease holder takes the ask entries of one read (XREADGROUP, XAUTOCLAIM, XCLAIM) for presentation.
+-- KEYS[1] provider lease   KEYS[2] requests stream   KEYS[3] audit stream
+-- then five keys per entry i = 0, 1, ..., starting at KEYS[4 + 5i]: request hash, agent record (the request hash
+-- when none), asker's client liveness key, asker's inbox, outcome key
+-- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] group   ARGV[3] epoch   ARGV[4] result TTL ms   ARGV[5] audit max length
+-- then three arguments per entry, starting at ARGV[6 + 3i]: entry id, request id, '1' to get the request JSON
+-- back (an entry written without its request body) or '0'
+-- returns {'err', 'LEASE_LOST', message} for the whole read, or {'ok', {one reply per entry}}, each
+--   {'ok', request JSON or '', agent id, created unix ms[, 'again']} | {'gone', why}
+-- ('again': this epoch delivered it before, e.g. a re-claim after a broken read)
 -- A request whose asker is gone is withdrawn here rather than shown (the asker, if it still
 -- waits, is told CALLER_NOT_LIVE). An entry whose request hash is missing (expired after the
 -- request TTL, or lost in a failover) is removed, and its asker, if it still waits, is told
 -- BROKER_UNAVAILABLE: no ask waits on a request that no longer exists.
+-- Who was given a request is the hash's 'delivered' field (the epoch); the audit records who
+-- answered, under which epoch, when the request is settled (settle.lua).
 local lease = redis.call('GET', KEYS[1])
 if not lease or ARGV[1] == '' or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
   return {'err', 'LEASE_LOST', 'this provider no longer holds the lease'}
 end
-local r = redis.call('HMGET', KEYS[2], 'state', 'request', 'agent', 'agent_fp', 'created', 'delivered')
-if not r[1] or r[1] ~= 'pending' then
-  redis.pcall('XACK', KEYS[3], ARGV[3], ARGV[2])
-  redis.call('XDEL', KEYS[3], ARGV[2])
-  if not r[1] then
-    local outcome = cjson.encode({error = {name = 'UserQuestionError', code = 'BROKER_UNAVAILABLE',
-      message = 'request ' .. ARGV[8] .. ' is gone from Redis (expired after the request TTL, or lost in a failover)'}})
-    redis.call('SET', KEYS[7], outcome, 'PX', ARGV[6])
-    redis.call('RPUSH', KEYS[6], ARGV[8] .. ' ' .. outcome)
-    redis.call('PEXPIRE', KEYS[6], ARGV[6])
+local replies = {}
+local done = {}
+local function tell(k, rid, code, message)
+  local outcome = cjson.encode({error = {name = 'UserQuestionError', code = code, message = message}})
+  redis.call('SET', KEYS[k + 4], outcome, 'PX', ARGV[4])
+  redis.call('RPUSH', KEYS[k + 3], rid .. ' ' .. outcome)
+  redis.call('PEXPIRE', KEYS[k + 3], ARGV[4])
+end
+for i = 0, (#KEYS - 3) / 5 - 1 do
+  local k, a = 4 + 5 * i, 6 + 3 * i
+  local entry, rid = ARGV[a], ARGV[a + 1]
+  local r = redis.call('HMGET', KEYS[k], 'state', 'agent', 'agent_fp', 'created', 'delivered')
+  local why = nil
+  if not r[1] or r[1] ~= 'pending' then
+    done[#done + 1] = entry
+    if not r[1] then
+      tell(k, rid, 'BROKER_UNAVAILABLE',
+        'request ' .. rid .. ' is gone from Redis (expired after the request TTL, or lost in a failover)')
+    end
+    replies[#replies + 1] = {'gone', r[1] or 'missing'}
+  else
+    if r[2] ~= '' and redis.call('HGET', KEYS[k + 1], 'fp') ~= r[3] then
+      why = 'the asking agent is no longer live'
+    elseif redis.call('EXISTS', KEYS[k + 2]) == 0 then
+      why = 'the asking process stopped'
+    end
+    if why then
+      redis.call('HSET', KEYS[k], 'state', 'withdrawn')
+      redis.call('PEXPIRE', KEYS[k], ARGV[4])
+      tell(k, rid, 'CALLER_NOT_LIVE', why)
+      done[#done + 1] = entry
+      redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', 'withdrawn', 'rid', rid, 'reason', why)
+      replies[#replies + 1] = {'gone', 'asker-gone'}
+    else
+      local body = ''
+      if ARGV[a + 2] == '1' then body = redis.call('HGET', KEYS[k], 'request') end
+      if r[5] == ARGV[3] then
+        replies[#replies + 1] = {'ok', body, r[2], r[4], 'again'}
+      else
+        redis.call('HSET', KEYS[k], 'delivered', ARGV[3])
+        replies[#replies + 1] = {'ok', body, r[2], r[4]}
+      end
+    end
   end
-  return {'gone', r[1] or 'missing'}
 end
-local why = nil
-if r[3] ~= '' and redis.call('HGET', KEYS[4], 'fp') ~= r[4] then
-  why = 'the asking agent is no longer live'
-elseif redis.call('EXISTS', KEYS[5]) == 0 then
-  why = 'the asking process stopped'
+if #done > 0 then
+  redis.pcall('XACK', KEYS[2], ARGV[2], unpack(done))
+  redis.call('XDEL', KEYS[2], unpack(done))
 end
-if why then
-  redis.call('HSET', KEYS[2], 'state', 'withdrawn')
-  redis.call('PEXPIRE', KEYS[2], ARGV[6])
-  local outcome = cjson.encode({error = {name = 'UserQuestionError', code = 'CALLER_NOT_LIVE', message = why}})
-  redis.call('SET', KEYS[7], outcome, 'PX', ARGV[6])
-  redis.call('RPUSH', KEYS[6], ARGV[8] .. ' ' .. outcome)
-  redis.call('PEXPIRE', KEYS[6], ARGV[6])
-  redis.pcall('XACK', KEYS[3], ARGV[3], ARGV[2])
-  redis.call('XDEL', KEYS[3], ARGV[2])
-  redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[7], '*', 'event', 'withdrawn', 'rid', ARGV[8], 'reason', why)
-  return {'gone', 'asker-gone'}
-end
-if r[6] == ARGV[5] then
-  return {'ok', r[2], r[3], r[5], 'again'}  -- shown again under the same epoch: one audit event only
-end
-redis.call('HSET', KEYS[2], 'delivered', ARGV[5])
-redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[7], '*', 'event', 'delivered', 'rid', ARGV[8],
-  'provider', ARGV[4], 'epoch', ARGV[5])
-return {'ok', r[2], r[3], r[5]}
+return {'ok', replies}

@@ -1,38 +1,52 @@
 #!lua
--- settle: the lease holder answers or cancels a pending request; the first terminal transition wins.
--- KEYS[1] provider lease   KEYS[2] request hash   KEYS[3] outcome key   KEYS[4] requests stream
--- KEYS[5] asker's inbox    KEYS[6] audit stream
--- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] request id   ARGV[3] new state ('answered' | 'cancelled')
--- ARGV[4] outcome JSON   ARGV[5] result TTL ms   ARGV[6] provider name   ARGV[7] epoch   ARGV[8] group
--- ARGV[9] audit max length   ARGV[10] who, for the audit ('' when unknown)   ARGV[11] this call's unique id
--- ARGV[12] '1' to hold the asker's notice back (the caller pushes it once replicas confirm; min_replicas)
--- returns {'ok'} | {'err', CODE, message}
+-- settle: the lease holder answers or cancels pending requests (one call for every settlement a
+-- provider has queued); for each request the first terminal transition wins.
+-- KEYS[1] provider lease   KEYS[2] requests stream   KEYS[3] audit stream
+-- then three keys per settlement i = 0, 1, ..., starting at KEYS[4 + 3i]: request hash, outcome key, asker's inbox
+-- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] provider name   ARGV[3] epoch   ARGV[4] group
+-- ARGV[5] audit max length   ARGV[6] result TTL ms
+-- ARGV[7] '1' to hold the askers' notices back (the caller pushes them once replicas confirm; min_replicas)
+-- then five arguments per settlement, starting at ARGV[8 + 5i]: request id, new state ('answered' | 'cancelled'),
+-- outcome JSON, who, for the audit ('' when unknown), this call's unique id
+-- returns {'err', 'LEASE_LOST', message} for the whole call, or {'ok', {one reply per settlement}}, each
+--   {'ok'} | {'err', CODE, message}
 -- A retry of the same call after a lost reply finds its own settlement and succeeds again.
 local lease = redis.call('GET', KEYS[1])
 if not lease or ARGV[1] == '' or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
   return {'err', 'LEASE_LOST', 'this provider no longer holds the lease'}
 end
-local r = redis.call('HMGET', KEYS[2], 'state', 'entry', 'settle_call', 'by')
-if not r[1] then
-  return {'err', 'NOT_PENDING', 'request ' .. ARGV[2] .. ' is no longer pending'}
-end
-if r[1] ~= 'pending' then
-  if r[3] == ARGV[11] then
-    return {'ok'}
+local replies = {}
+local done = {}
+for i = 0, (#KEYS - 3) / 3 - 1 do
+  local k, a = 4 + 3 * i, 8 + 5 * i
+  local rid, state, outcome, by, call = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  local r = redis.call('HMGET', KEYS[k], 'state', 'entry', 'settle_call', 'by')
+  if not r[1] then
+    replies[#replies + 1] = {'err', 'NOT_PENDING', 'request ' .. rid .. ' is no longer pending'}
+  elseif r[1] ~= 'pending' then
+    if r[3] == call then
+      replies[#replies + 1] = {'ok'}
+    else
+      local who = ''
+      if r[4] and r[4] ~= '' then who = ' by ' .. r[4] end
+      replies[#replies + 1] = {'err', 'NOT_PENDING', 'request ' .. rid .. ' is already ' .. r[1] .. who}
+    end
+  else
+    redis.call('HSET', KEYS[k], 'state', state, 'settle_call', call, 'epoch', ARGV[3], 'by', by)
+    redis.call('PEXPIRE', KEYS[k], ARGV[6])
+    redis.call('SET', KEYS[k + 1], outcome, 'PX', ARGV[6])
+    done[#done + 1] = r[2]
+    if ARGV[7] ~= '1' then
+      redis.call('RPUSH', KEYS[k + 2], rid .. ' ' .. outcome)
+      redis.call('PEXPIRE', KEYS[k + 2], ARGV[6])
+    end
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', state, 'rid', rid,
+      'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'outcome', outcome)
+    replies[#replies + 1] = {'ok'}
   end
-  local by = ''
-  if r[4] and r[4] ~= '' then by = ' by ' .. r[4] end
-  return {'err', 'NOT_PENDING', 'request ' .. ARGV[2] .. ' is already ' .. r[1] .. by}
 end
-redis.call('HSET', KEYS[2], 'state', ARGV[3], 'settle_call', ARGV[11], 'epoch', ARGV[7], 'by', ARGV[10])
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
-redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[5])
-redis.pcall('XACK', KEYS[4], ARGV[8], r[2])
-redis.call('XDEL', KEYS[4], r[2])
-if ARGV[12] ~= '1' then
-  redis.call('RPUSH', KEYS[5], ARGV[2] .. ' ' .. ARGV[4])
-  redis.call('PEXPIRE', KEYS[5], ARGV[5])
+if #done > 0 then
+  redis.pcall('XACK', KEYS[2], ARGV[4], unpack(done))
+  redis.call('XDEL', KEYS[2], unpack(done))
 end
-redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[9], '*', 'event', ARGV[3], 'rid', ARGV[2],
-  'provider', ARGV[6], 'epoch', ARGV[7], 'by', ARGV[10], 'outcome', ARGV[4])
-return {'ok'}
+return {'ok', replies}
