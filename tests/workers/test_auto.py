@@ -38,11 +38,18 @@ async def _audit(redis, namespace: str) -> list[dict[str, str]]:
 
 
 async def _until_delivered(redis, namespace: str, count: int, provider: str) -> None:
+    """Until ``provider`` holds the lease and ``count`` requests carry its epoch as delivered."""
+    keys = Keys(namespace)
+
     async def poll() -> None:
         while True:
-            events = await _audit(redis, namespace)
-            if sum(1 for e in events if e["event"] == "delivered" and e.get("provider") == provider) >= count:
-                return
+            epoch, _, rest = (await redis.get(keys.provider) or "").partition(":")
+            if rest.partition(":")[2] == provider:
+                delivered = [
+                    await redis.hget(key, "delivered") async for key in redis.scan_iter(match=keys.request("*"))
+                ]
+                if delivered.count(epoch) >= count:
+                    return
             await asyncio.sleep(0.05)
 
     await asyncio.wait_for(poll(), 15)
