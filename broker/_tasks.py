@@ -46,11 +46,21 @@ class Background:
             await asyncio.wait(set(self._tasks), timeout=timeout)
         return not self._tasks
 
-    async def aclose(self) -> None:
+    async def aclose(self, grace: float = 5.0) -> None:
+        """Cancel every task and wait up to ``grace`` seconds for them to end.
+
+        Bounded: a blocking read cancelled inside redis-py has been seen to never finish (a
+        Sentinel client whose master was killed), and closing must not hang on it. Such a task
+        is left behind with a warning; closing its client afterwards ends it.
+        """
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if not tasks:
+            return
+        _, stuck = await asyncio.wait(tasks, timeout=grace)
+        for task in stuck:
+            log.warning("background task %s did not stop within %.0fs of its cancellation", task.get_name(), grace)
 
 
 async def _supervised(work: Callable[[], Coroutine[Any, Any, Any]], name: str) -> None:
