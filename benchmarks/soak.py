@@ -321,8 +321,15 @@ async def soak(
                 errors: Counter[str] = Counter()
                 started = time.monotonic()
 
+                # The last `concurrency` asks start only once every kill is made: a fast run must not
+                # answer everything while the killer still waits for a takeover.
+                held_back = max(0, asks - concurrency) if kills else asks
+                kills_done = asyncio.Event()
+
                 async def one(index: int) -> None:
                     nonlocal done
+                    if index >= held_back:
+                        await kills_done.wait()
                     async with gate:
                         asked_at = time.monotonic()
                         try:
@@ -346,7 +353,8 @@ async def soak(
                 async def killer() -> None:
                     floor = 0
                     for threshold in thresholds:
-                        target = max(threshold, floor + 1)  # at least one answer from each holder before its kill
+                        # at least one answer from each holder before its kill, unless held-back asks would be needed
+                        target = min(max(threshold, floor + 1), held_back)
                         async with progressed:
                             while done < target:
                                 await progressed.wait()
@@ -370,7 +378,13 @@ async def soak(
                             await asyncio.wait_for(holding.wait(), 30)
                         result.takeover_seconds.append(round(time.monotonic() - killed_at, 3))
 
-                kill_task = asyncio.create_task(killer())
+                async def kill_all() -> None:
+                    try:
+                        await killer()
+                    finally:
+                        kills_done.set()
+
+                kill_task = asyncio.create_task(kill_all())
                 await asyncio.gather(*(one(i) for i in range(asks)))
                 if not kill_task.done():  # some asks failed, so a threshold was never reached
                     kill_task.cancel()
