@@ -78,6 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--from-json", default=None, metavar="PATH", help="measure nothing: report the results a --json run saved"
     )
+    parser.add_argument(
+        "--before",
+        default=None,
+        metavar="PATH",
+        help="a --json run of an earlier commit: the report compares each target before and after",
+    )
     parser.add_argument("--no-doc", action="store_true", help="write no doc")
     parser.add_argument(
         "--profile",

@@ -465,8 +465,11 @@ async def run(args: argparse.Namespace) -> int:
         print(f"[{verdict}] {check['target']}: {check['measured']}")
     if args.quick:
         print("(quick run: sizes too small for the figures to mean much)")
+    before = None
+    if args.before:
+        before = json.loads(await asyncio.to_thread(Path(args.before).read_text))
     if args.doc:
-        path = write_doc(results, checks, Path(args.doc))
+        path = write_doc(results, checks, Path(args.doc), before)
         print(f"\nwrote {path} and {path.with_name('benchmarks-throughput.png')}")
     return 0
 
