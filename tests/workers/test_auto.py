@@ -38,11 +38,19 @@ async def _audit(redis, namespace: str) -> list[dict[str, str]]:
 
 
 async def _until_delivered(redis, namespace: str, count: int, provider: str) -> None:
+    """Until ``count`` requests were delivered under ``provider``'s lease (the hash's ``delivered``
+    epoch; the audit records the settlement, not each delivery)."""
+    prefix = f"qb:{{{namespace}}}:"
+
     async def poll() -> None:
         while True:
-            events = await _audit(redis, namespace)
-            if sum(1 for e in events if e["event"] == "delivered" and e.get("provider") == provider) >= count:
-                return
+            epoch, _, name = (await redis.get(prefix + "provider") or "::").split(":", 2)
+            if name == provider:
+                delivered = 0
+                async for key in redis.scan_iter(match=prefix.replace("{", "\\{").replace("}", "\\}") + "req:*"):
+                    delivered += await redis.hget(key, "delivered") == epoch
+                if delivered >= count:
+                    return
             await asyncio.sleep(0.05)
 
     await asyncio.wait_for(poll(), 15)
