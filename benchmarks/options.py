@@ -68,7 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--arq-poll-delay", type=float, default=0.005, help="arq poll delays (s)")
     parser.add_argument("--arq-max-jobs", type=int, default=4096, help="arq worker max_jobs")
-    parser.add_argument("--skip-extras", action="store_true", help="skip connections, memory, failover and the `qbroker ask` timing")
+    parser.add_argument(
+        "--skip-extras", action="store_true", help="skip connections, memory, failover and the `qbroker ask` timing"
+    )
     parser.add_argument(
         "--doc",
         default=None,
