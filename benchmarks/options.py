@@ -68,7 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--arq-poll-delay", type=float, default=0.005, help="arq poll delays (s)")
     parser.add_argument("--arq-max-jobs", type=int, default=4096, help="arq worker max_jobs")
-    parser.add_argument("--skip-extras", action="store_true", help="skip connections, memory and failover")
+    parser.add_argument(
+        "--skip-extras", action="store_true", help="skip connections, memory, failover and the `qbroker ask` timing"
+    )
     parser.add_argument(
         "--doc",
         default=None,
@@ -77,6 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=None, metavar="PATH", help="also dump the raw results as JSON")
     parser.add_argument(
         "--from-json", default=None, metavar="PATH", help="measure nothing: report the results a --json run saved"
+    )
+    parser.add_argument(
+        "--before",
+        default=None,
+        metavar="PATH",
+        help="a --json run of an earlier commit: the report compares each target before and after",
     )
     parser.add_argument("--no-doc", action="store_true", help="write no doc")
     parser.add_argument(

@@ -242,7 +242,31 @@ def plot(results: dict[str, Any], path: Path) -> None:
     plt.close(figure)
 
 
-def write_doc(results: dict[str, Any], checks: list[dict[str, Any]], path: Path) -> Path:
+def render_before_after(before: dict[str, Any], checks: list[dict[str, Any]]) -> list[str]:
+    """Each target measured by an earlier run (``--before``) and by this one."""
+    earlier = {check["target"]: check for check in targets(before)}
+    ran = before.get("machine") or {}
+    lines = [
+        "## Before and after",
+        "",
+        f"Before: the run of commit {ran.get('commit', 'unknown')} ({before.get('finished_utc', 'date unknown')}), "
+        "the same benchmark and machine; after: this run. Ratios are the measure (the machine is shared, "
+        "so absolute rates of both runs move together with its load).",
+        "",
+        "| target | before | after |",
+        "| --- | --- | --- |",
+    ]
+    verdict = {True: "met", False: "missed", None: "not measured"}
+    for check in checks:
+        old = earlier.get(check["target"])
+        was = f"{old['measured']} ({verdict[old['met']]})" if old else "not measured"
+        lines.append(f"| {check['target']} | {was} | {check['measured']} ({verdict[check['met']]}) |")
+    return [*lines, ""]
+
+
+def write_doc(
+    results: dict[str, Any], checks: list[dict[str, Any]], path: Path, before: dict[str, Any] | None = None
+) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     png = path.with_name("benchmarks-throughput.png")
     plot(results, png)
@@ -375,5 +399,12 @@ def write_doc(results: dict[str, Any], checks: list[dict[str, Any]], path: Path)
         verdict = {True: "met", False: "**missed**", None: "not measured"}[check["met"]]
         lines.append(f"- {check['target']}: {check['measured']}: {verdict}")
     lines.append("")
+    if before is not None:
+        lines += render_before_after(before, checks)
+    lines += [
+        "Why the throughput and latency ratios are what they are, and what the profile shows: "
+        "[benchmarks-profile.md](benchmarks-profile.md) (written by hand).",
+        "",
+    ]
     path.write_text("\n".join(lines))
     return path

@@ -201,6 +201,9 @@ class Bench:
         args = self.args
         namespace = "bench-waiting"
         prefix = f"qb:{{{namespace}}}:"
+        # The throughput runs are over: their keys (slim request tombstones expire 60 s after each
+        # answer) would free memory while this measures it.
+        await self.redis.flushdb()
         holder = await self.start("broker-holder", namespace, "--lease-ttl", "10")
         await holder.expect("holding")
         clients_before = len(await self.redis.client_list())
@@ -465,8 +468,11 @@ async def run(args: argparse.Namespace) -> int:
         print(f"[{verdict}] {check['target']}: {check['measured']}")
     if args.quick:
         print("(quick run: sizes too small for the figures to mean much)")
+    before = None
+    if args.before:
+        before = json.loads(await asyncio.to_thread(Path(args.before).read_text))
     if args.doc:
-        path = write_doc(results, checks, Path(args.doc))
+        path = write_doc(results, checks, Path(args.doc), before)
         print(f"\nwrote {path} and {path.with_name('benchmarks-throughput.png')}")
     return 0
 

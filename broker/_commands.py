@@ -67,6 +67,7 @@ SCRIPTS = {
         "agent_register",
         "agent_heartbeat",
         "notice_ack",
+        "settled_cleanup",
     )
 }
 
@@ -123,6 +124,25 @@ class Commands:
         future: asyncio.Future[Any] = loop.create_future()
         future.add_done_callback(_log_failure)
         self._queue.append(_Queued(args, future, loop.time() + self._give_up_after, {}))
+        self._wakeup.set()
+        self._idle.clear()
+
+    def fire_script(self, script: Script, keys: list[str], args: list[Any]) -> None:
+        """Queue a script call whose reply nobody awaits (a clean-up); after NOSCRIPT it goes again as EVAL."""
+        source, sha = (script.plain, script.plain_sha) if self._plain_scripts else (script.source, script.sha)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def done(future: asyncio.Future[Any]) -> None:
+            if not future.cancelled() and isinstance(future.exception(), NoScriptError):
+                self.fire("EVAL", source, len(keys), *keys, *args)
+            else:
+                _log_failure(future)
+
+        future.add_done_callback(done)
+        self._queue.append(
+            _Queued(("EVALSHA", sha, len(keys), *keys, *args), future, loop.time() + self._give_up_after, {})
+        )
         self._wakeup.set()
         self._idle.clear()
 

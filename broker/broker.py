@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 
 from ._commands import SCRIPTS, Commands
 from ._inbox import Inbox
-from ._keys import Keys
+from ._keys import TOMBSTONE_MS, Keys
 from ._redis_errors import unavailable
 from ._tasks import Background, running
 from .agents import Agent
@@ -42,6 +42,8 @@ Next = Callable[[], Awaitable[AskUserQuestionAnswer]]
 Answerer = Callable[[AskUserQuestionRequest, Next], Awaitable[AskUserQuestionAnswer]]
 _Withdrawal = Literal["withdrawn", "aborted", "timed_out"]
 _Client = Redis | RedisCluster
+_CLEANUP_BATCH = 500
+"""requests cleaned up in one settled_cleanup.lua call at most"""
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ class Broker:
         self._answerers: list[_Registration] = []
         self._agents: dict[str, Agent] = {}
         self._asks: dict[str, _Ask] = {}
+        self._settled: list[str] = []
+        """ids whose ask call returned with their outcome, not yet cleaned up"""
         self._open = False
         self._closing = False
         self._clients: list[_Client] = []
@@ -168,6 +172,7 @@ class Broker:
         if not self._open or self._closing:
             return
         self._closing = True
+        self._flush_settled()  # queued now, so that the drain below waits for it
         try:
             asks = list(self._asks.values())
             if asks:
@@ -207,6 +212,28 @@ class Broker:
             return await work
 
         return self._cleanups.start(run, "qb-cleanup")
+
+    def _forget_settled(self, request_id: str) -> None:
+        """Queue the clean-up of a request whose ask call returned with its outcome.
+
+        The requests resolved in one tick go in one settled_cleanup.lua call (the commands of
+        ``Keys.settled_cleanup`` for each), sent with the next pipeline.
+        """
+        if self._commands is None or not self._open:
+            return
+        if not self._settled:
+            asyncio.get_running_loop().call_soon(self._flush_settled)
+        self._settled.append(request_id)
+
+    def _flush_settled(self) -> None:
+        ids, self._settled = self._settled, []
+        if self._commands is None or not self._open:
+            return
+        for start in range(0, len(ids), _CLEANUP_BATCH):
+            keys = [
+                key for i in ids[start : start + _CLEANUP_BATCH] for key in (self.keys.request(i), self.keys.outcome(i))
+            ]
+            self._commands.fire_script(SCRIPTS["settled_cleanup"], keys, [TOMBSTONE_MS])
 
     def _fire(self, *args: Any) -> None:
         """Queue a clean-up command nobody waits for; dropped once the broker is closed."""
@@ -577,8 +604,7 @@ class _Ask:
             broker._asks.pop(self.request_id, None)
         # The request's keys go only now, after the ask call returned: a retried ask can then
         # never land after them and enqueue the question again.
-        for command in broker.keys.settled_cleanup(self.request_id):
-            broker._fire(*command)
+        broker._forget_settled(self.request_id)
         return _settled(outcome)
 
     async def end_on_close(self) -> None:

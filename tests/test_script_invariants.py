@@ -291,6 +291,24 @@ async def test_settle_retried_after_the_asker_cleaned_up_still_succeeds(ns):
     assert await ns.settle(fence, epoch, "r1", outcome("yes"), call="call-1") == ["ok"]
 
 
+async def test_one_settled_cleanup_call_slims_every_request_and_a_settle_retry_still_succeeds(ns):
+    fence, epoch = await holder(ns)
+    await ns.asker_alive()
+    for rid in ("r1", "r2"):
+        entry = (await ns.ask(rid))[1]
+        assert (await ns.deliver(fence, epoch, rid, entry))[0] == "ok"
+        assert await ns.settle(fence, epoch, rid, outcome("yes"), call=f"call-{rid}") == ["ok"]
+    k = ns.keys
+    keys = [k.request("r1"), k.outcome("r1"), k.request("r2"), k.outcome("r2")]
+    assert await ns.script("settled_cleanup", keys, [60_000]) == 2
+    assert await ns.script("settled_cleanup", keys, [60_000]) == 2  # a retry after a lost reply
+    for rid in ("r1", "r2"):
+        assert await ns.redis.exists(k.outcome(rid)) == 0
+        assert not await ns.redis.hexists(k.request(rid), "request")
+        assert 0 < await ns.redis.pttl(k.request(rid)) <= 60_000
+        assert await ns.settle(fence, epoch, rid, outcome("yes"), call=f"call-{rid}") == ["ok"]
+
+
 async def test_an_empty_fence_is_refused(ns):
     await holder(ns, "tokA")
     assert await ns.renew("") == 0
