@@ -57,9 +57,16 @@ class Agent:
         *,
         abort: asyncio.Event | None = None,
         timeout: float | None = None,
+        key: str | None = None,
+        detach_grace: float | None = None,
     ) -> AskUserQuestionAnswer:
-        """Ask as this exact instance (``request.agent`` is set to this agent's id)."""
-        return await self._broker.ask_as(self, request, abort=abort, timeout=timeout)
+        """Ask as this exact instance (``request.agent`` is set to this agent's id).
+
+        ``key`` and ``detach_grace``: a durable question, as in ``Broker.ask``.
+        """
+        return await self._broker.ask_as(
+            self, request, abort=abort, timeout=timeout, key=key, detach_grace=detach_grace
+        )
 
     async def register(self, commands: Commands, keys: Keys, ttl: float) -> list[str]:
         owner_key = keys.agent(self.owner) if self.owner else keys.agent(self.id)

@@ -11,6 +11,9 @@
 -- returns {'err', 'LEASE_LOST', message} for the whole call, or {'ok', {one reply per settlement}}, each
 --   {'ok'} | {'err', CODE, message}
 -- A retry of the same call after a lost reply finds its own settlement and succeeds again.
+-- A keyed request (asked with a key) keeps its outcome for its detach grace if that is longer than the
+-- result TTL; while its asker is away no notice is pushed (nobody reads that inbox, or a process that
+-- detached would clean the outcome up): the asker that re-attaches reads the outcome.
 local lease = redis.call('GET', KEYS[1])
 if not lease or ARGV[1] == '' or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
   return {'err', 'LEASE_LOST', 'this provider no longer holds the lease'}
@@ -20,7 +23,7 @@ local done = {}
 for i = 0, (#KEYS - 3) / 3 - 1 do
   local k, a = 4 + 3 * i, 8 + 5 * i
   local rid, state, outcome, by, call = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
-  local r = redis.call('HMGET', KEYS[k], 'state', 'entry', 'settle_call', 'by')
+  local r = redis.call('HMGET', KEYS[k], 'state', 'entry', 'settle_call', 'by', 'grace', 'away')
   if not r[1] then
     replies[#replies + 1] = {'err', 'NOT_PENDING', 'request ' .. rid .. ' is no longer pending'}
   elseif r[1] ~= 'pending' then
@@ -33,10 +36,16 @@ for i = 0, (#KEYS - 3) / 3 - 1 do
     end
   else
     redis.call('HSET', KEYS[k], 'state', state, 'settle_call', call, 'epoch', ARGV[3], 'by', by)
-    redis.call('PEXPIRE', KEYS[k], ARGV[6])
-    redis.call('SET', KEYS[k + 1], outcome, 'PX', ARGV[6])
+    local keep, hash_keep = tonumber(ARGV[6]), tonumber(ARGV[6])
+    if r[5] then
+      -- keyed: the outcome waits the grace out; the hash outlives it, for away_end.lua's audit
+      keep = math.max(keep, tonumber(r[5]))
+      hash_keep = keep + 60000
+    end
+    redis.call('PEXPIRE', KEYS[k], hash_keep)
+    redis.call('SET', KEYS[k + 1], outcome, 'PX', keep)
     done[#done + 1] = r[2]
-    if ARGV[7] ~= '1' then
+    if ARGV[7] ~= '1' and not r[6] then
       redis.call('RPUSH', KEYS[k + 2], rid .. ' ' .. outcome)
       redis.call('PEXPIRE', KEYS[k + 2], ARGV[6])
     end
