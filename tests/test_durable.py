@@ -252,3 +252,16 @@ async def test_a_bad_key_or_grace_is_a_bad_request(make_broker, provider, option
         await asyncio.wait_for(broker.ask(one_question("yes"), **options), 5)
     assert raised.value.code == "BAD_REQUEST"
     assert fragment in raised.value.message
+
+
+async def test_status_shows_away_askers_with_their_key_and_grace(make_broker, provider):
+    from broker import namespace_status
+    from workers.status_view import format_status
+
+    await detached_ask(make_broker, provider)
+    status = await namespace_status(await make_broker())
+    (info,) = status.pending
+    assert info.key == KEY
+    assert info.away_s is not None and info.grace_left_s is not None and 290 < info.grace_left_s <= 300
+    text = format_status(status)
+    assert "away askers   1" in text and f"(key {KEY})" in text
