@@ -265,3 +265,21 @@ async def test_status_shows_away_askers_with_their_key_and_grace(make_broker, pr
     assert info.away_s is not None and info.grace_left_s is not None and 290 < info.grace_left_s <= 300
     text = format_status(status)
     assert "away askers   1" in text and f"(key {KEY})" in text
+
+
+async def test_a_new_lease_holder_shows_an_away_askers_request_and_its_answer_reaches_the_re_attacher(
+    make_broker,
+):
+    first_holder, second_holder = await make_broker(), await make_broker()
+    async with first_holder.provider("ui-1") as provider:
+        pending = await detached_ask(make_broker, provider)
+    # the lease was released with the request unsettled: the standby takes it over
+    async with second_holder.provider("ui-2") as takeover:
+        shown = await next_pending(takeover)
+        assert shown.request_id == pending.request_id and shown.asker_away
+        restarted = await make_broker()
+        async with restarted.agent("ci") as agent:
+            asking = asyncio.ensure_future(agent.ask(one_question("yes", "no"), key=KEY))
+            await until(lambda: not shown.asker_away)
+            await shown.answer(pick("yes"))
+            assert await asyncio.wait_for(asking, 10) == pick("yes")
