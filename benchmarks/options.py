@@ -9,7 +9,7 @@ import argparse
 
 FULL_LEVELS = (1, 16, 256, 1024)
 QUICK_LEVELS = (1, 16, 64)
-SYSTEMS = ("broker", "floor", "arq", "broker-serial")
+SYSTEMS = ("broker", "floor", "arq", "broker-serial", "broker-keyed")
 DEFAULT_SYSTEMS = ("broker", "floor", "arq")
 
 
@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--systems",
         type=_names,
         default=list(DEFAULT_SYSTEMS),
-        help="which of broker,floor,arq,broker-serial (default broker,floor,arq; broker-serial awaits each answer)",
+        help="which of broker,floor,arq,broker-serial,broker-keyed (default broker,floor,arq; broker-serial awaits "
+        "each answer; broker-keyed asks every question with a key of its own)",
     )
     parser.add_argument(
         "--waiting",

@@ -31,6 +31,7 @@ LINE_TIMEOUT = 180.0
 PAIRS = {
     "broker": ("broker-provider", "broker-asker"),
     "broker-serial": ("broker-provider", "broker-asker"),
+    "broker-keyed": ("broker-provider", "broker-asker"),
     "floor": ("floor-server", "floor-asker"),
     "arq": ("arq-worker", "arq-asker"),
 }
@@ -144,6 +145,7 @@ class Bench:
             "--asks", str(args.asks),
             "--max-seconds", str(args.max_seconds),
             "--min-seconds", str(args.min_seconds),
+            *(["--keyed"] if system == "broker-keyed" else []),
         )  # fmt: skip
         profilers: list[asyncio.subprocess.Process] = []
         # CPU per ask counts from the end of the warm-up: start-up and imports are not asks.
