@@ -318,12 +318,16 @@ async def test_a_keyed_question_stays_with_asker_away_and_its_answer_reaches_the
     await expect(shown.locator(".away")).to_be_visible()
     await expect(shown.locator(".away")).to_have_text("asker away")
     await page.screenshot(path=screenshots / "14-asker-away.png", full_page=True)
-    await shown.get_by_text("hold", exact=True).click()
-    await shown.get_by_role("button", name="Send answer").click()
-    await expect(shown).to_have_count(0)
+    await shown.locator("textarea.other").fill("after the freeze")  # the human is halfway through
     async with Broker(web.redis_url, web.namespace) as restarted:
-        answer = await asyncio.wait_for(restarted.ask(request, key="release-2.4.0"), 10)
-    assert answer.answers[0].selected == ("hold",)
+        again = asyncio.create_task(restarted.ask(request, key="release-2.4.0"))
+        await expect(shown.locator(".away")).to_be_hidden()  # re-attached: the same card, back
+        await expect(card(page, "Ship release 2.4.0?")).to_have_count(1)
+        await expect(shown.locator("textarea.other")).to_have_value("after the freeze")
+        await shown.get_by_role("button", name="Send answer").click()
+        await expect(shown).to_have_count(0)
+        answer = await asyncio.wait_for(again, 10)
+    assert answer.answers[0].custom == "after the freeze"
 
 
 async def test_two_people_race(people: People, asker: Broker, screenshots: Path) -> None:
