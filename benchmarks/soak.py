@@ -229,11 +229,15 @@ async def keyed_asker(url: str, namespace: str, index: int, kill_after: float | 
         except asyncio.TimeoutError:  # noqa: UP041 (TimeoutError here is redis-py's)
             process.kill()
             result.keyed_kills += 1
-        await process.wait()
-        if process.returncode != 0:  # killed (or failed): the same command again picks the question up
+        out, err = await process.communicate()
+        if process.returncode != 0 and not out.strip():
+            # killed (or failed) before it printed its answer: the same command again picks the question up
             process = await start()
-    out, err = await asyncio.wait_for(process.communicate(), 150)
-    if process.returncode != 0:
+            out, err = await asyncio.wait_for(process.communicate(), 150)
+    else:
+        out, err = await asyncio.wait_for(process.communicate(), 150)
+    # a process killed while closing, its answer already printed, has it: the answer is what counts
+    if process.returncode != 0 and not out.strip():
         key = str(process.returncode)
         result.keyed_failed[key] = result.keyed_failed.get(key, 0) + 1
         result.notes.append(f"keyed-{index}: {err.decode(errors='replace').strip()[-300:]}")

@@ -145,10 +145,12 @@ async def ask(args: argparse.Namespace) -> int:
                     return EXIT_DETACHED
                 except UserQuestionError as error:
                     return _fail(error)
+                # Out before the broker closes: a keyed answer is collected the moment it is returned,
+                # so the caller must have it even if this process is killed while closing.
+                sys.stdout.buffer.write(encode(answer) + b"\n")
+                sys.stdout.flush()
         except UserQuestionError as error:
             return _fail(error)
         except (OSError, RedisError) as error:  # unreachable, refused AUTH, ...
             return _fail(UserQuestionError(f"Redis is unavailable: {error}", BROKER_UNAVAILABLE))
-    sys.stdout.buffer.write(encode(answer) + b"\n")
-    sys.stdout.flush()
     return EXIT_OK
