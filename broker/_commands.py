@@ -68,6 +68,7 @@ SCRIPTS = {
         "agent_heartbeat",
         "notice_ack",
         "settled_cleanup",
+        "decision_revoke",
     )
 }
 

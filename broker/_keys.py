@@ -25,6 +25,8 @@ class Keys:
         "agents",
         "audit",
         "dead",
+        "decision_expiry",
+        "decisions",
         "epoch",
         "lease_signal",
         "namespace",
@@ -48,6 +50,10 @@ class Keys:
         self.dead = self.prefix + "dead"
         self.agents = self.prefix + "agents"
         """a zset of agent ids scored by when their record expires (unix ms): read without SCAN"""
+        self.decisions = self.prefix + "decisions"
+        """a hash: remembered decision id -> its decision key (list and revoke without SCAN)"""
+        self.decision_expiry = self.prefix + "decisions:expiry"
+        """a zset: remembered decision id scored by its expiry (unix ms), to prune the index"""
 
     def settled_cleanup(self, request_id: str) -> list[tuple[str | int, ...]]:
         """What an asker sends once it has a request's outcome (after its ask call returned).
@@ -73,3 +79,9 @@ class Keys:
 
     def client(self, client_id: str) -> str:
         return f"{self.prefix}client:{client_id}"
+
+    def decision(self, fingerprint: str, agent_id: str | None = None) -> str:
+        """A remembered decision for a question fingerprint: the namespace's, or one agent's."""
+        if agent_id is None:
+            return f"{self.prefix}decision:ns:{fingerprint}"
+        return f"{self.prefix}decision:agent:{agent_id}:{fingerprint}"

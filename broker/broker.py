@@ -21,6 +21,7 @@ from ._redis_errors import unavailable
 from ._tasks import Background, running
 from .agents import Agent
 from .connection import redis_from_url
+from .decisions import Decision, decision_keys, list_decisions, revoke_decision
 from .errors import (
     ASK_ABORTED,
     ASK_TIMED_OUT,
@@ -299,17 +300,22 @@ class Broker:
         *,
         abort: asyncio.Event | None = None,
         timeout: float | None = None,
+        remember: bool = True,
     ) -> AskUserQuestionAnswer:
-        """Ask a human; ``request.agent`` is an agent registered by this broker (its id or the instance)."""
+        """Ask a human; ``request.agent`` is an agent registered by this broker (its id or the instance).
+
+        A remembered decision that matches every question answers at once; ``remember=False``
+        always asks a human (and no provider may remember the answer).
+        """
         named: object = request.agent
         if isinstance(named, Agent):
-            return await self.ask_as(named, request, abort=abort, timeout=timeout)
+            return await self.ask_as(named, request, abort=abort, timeout=timeout, remember=remember)
         if named is not None and not isinstance(named, str):
             raise UserQuestionError(
                 f"request.agent must be an agent id or an Agent, not {type(named).__name__}", BAD_REQUEST
             )
         agent = self._agents.get(named) if named is not None else None
-        return await self._ask(request, agent, abort, timeout)
+        return await self._ask(request, agent, abort, timeout, remember=remember)
 
     async def ask_as(
         self,
@@ -318,10 +324,11 @@ class Broker:
         *,
         abort: asyncio.Event | None = None,
         timeout: float | None = None,
+        remember: bool = True,
     ) -> AskUserQuestionAnswer:
         if request.agent != agent.id:
             request = msgspec.structs.replace(request, agent=agent.id)
-        return await self._ask(request, agent, abort, timeout)
+        return await self._ask(request, agent, abort, timeout, remember=remember)
 
     async def _ask(
         self,
@@ -329,9 +336,11 @@ class Broker:
         agent: Agent | None,
         abort: asyncio.Event | None,
         timeout: float | None,
+        *,
+        remember: bool = True,
     ) -> AskUserQuestionAnswer:
         try:
-            return await self._checked_ask(request, agent, abort, timeout)
+            return await self._checked_ask(request, agent, abort, timeout, remember=remember)
         except (RedisError, OSError) as error:  # a refusal no retry can mend (NOPERM, say)
             raise unavailable(error, "asking") from error
 
@@ -341,6 +350,8 @@ class Broker:
         agent: Agent | None,
         abort: asyncio.Event | None,
         timeout: float | None,
+        *,
+        remember: bool = True,
     ) -> AskUserQuestionAnswer:
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         if abort is not None and abort.is_set():
@@ -360,7 +371,7 @@ class Broker:
         if problem is not None:
             raise problem
 
-        ask = _Ask(self, request, agent, deadline)
+        ask = _Ask(self, request, agent, deadline, remember=remember)
         if not answerers and abort is None:
             return await (ask.remote() if deadline is None else ask.remote_until(deadline))
         return await ask.run(answerers, abort, deadline)
@@ -379,19 +390,28 @@ class Broker:
         *,
         gate_only: bool = False,
         timeout_ms: str = "",
+        remember: bool = True,
     ) -> Any:
         keys = self.keys
         request_key = keys.request(request_id)
+        script_keys = [
+            keys.requests,
+            request_key,
+            keys.agent(agent.id) if agent is not None else request_key,
+            keys.provider,
+            keys.standbys,
+            keys.audit,
+        ]
+        remembered: list[Any] = []
+        if not gate_only:  # remembered decisions: ask.lua's KEYS[7..] and ARGV[11..] (7-8, 11-14 reserved)
+            script_keys += [request_key, request_key, keys.outcome(request_id)]
+            if remember:
+                script_keys += decision_keys(keys, request)
+            remembered = ["", "", "", "", "1" if remember else "0", int(self._provider_settings.result_ttl * 1000)]
+            remembered += [item.id for item in request.questions] if remember else []
         return await self.commands.script(
             SCRIPTS[name],
-            [
-                keys.requests,
-                request_key,
-                keys.agent(agent.id) if agent is not None else request_key,
-                keys.provider,
-                keys.standbys,
-                keys.audit,
-            ],
+            script_keys,
             [
                 request_id,
                 b"" if gate_only else encode(request),
@@ -403,7 +423,20 @@ class Broker:
                 timeout_ms,
                 "1" if gate_only else "0",
                 agent.fingerprint if agent is not None else "",
+                *remembered,
             ],
+        )
+
+    # -- remembered decisions ------------------------------------------------------------
+
+    async def decisions(self) -> list[Decision]:
+        """The namespace's live remembered decisions, oldest first."""
+        return await list_decisions(self.commands, self.keys)
+
+    async def revoke_decision(self, decision_id: str, *, by: str = "") -> bool:
+        """Forget a remembered decision (audited with ``by``); False when there is no such live one."""
+        return await revoke_decision(
+            self.commands, self.keys, decision_id, by=by, audit_maxlen=self._provider_settings.audit_maxlen
         )
 
     # -- providing ------------------------------------------------------------------
@@ -460,7 +493,13 @@ class _Ask:
     """One ask in flight: enqueue, wait, and withdraw on every way out."""
 
     def __init__(
-        self, broker: Broker, request: AskUserQuestionRequest, agent: Agent | None, deadline: float | None
+        self,
+        broker: Broker,
+        request: AskUserQuestionRequest,
+        agent: Agent | None,
+        deadline: float | None,
+        *,
+        remember: bool = True,
     ) -> None:
         self.broker = broker
         self.request = request
@@ -470,6 +509,7 @@ class _Ask:
         self.withdrawal: _Withdrawal = "withdrawn"
         self.future: asyncio.Future[str] | None = None
         self.ended_on_close = False
+        self.remember = remember
 
     async def run(
         self, answerers: list[Answerer], abort: asyncio.Event | None, deadline: float | None
@@ -578,12 +618,17 @@ class _Ask:
                 if self.deadline is not None:
                     remaining = self.deadline - asyncio.get_running_loop().time()
                     timeout_ms = str(max(1, int(remaining * 1000)))
-                reply = await broker._script("ask", self.request, self.agent, self.request_id, timeout_ms=timeout_ms)
-                if reply[0] != "ok":
-                    raise UserQuestionError(reply[2], reply[1])
-                inbox.enqueued(self.request_id)
-                # Shielded: cancelling this task must not cancel the future the inbox resolves.
-                outcome = await asyncio.shield(future)
+                reply = await broker._script(
+                    "ask", self.request, self.agent, self.request_id, timeout_ms=timeout_ms, remember=self.remember
+                )
+                if reply[0] == "decided":  # a remembered decision answered it in the script
+                    outcome = reply[1]
+                else:
+                    if reply[0] != "ok":
+                        raise UserQuestionError(reply[2], reply[1])
+                    inbox.enqueued(self.request_id)
+                    # Shielded: cancelling this task must not cancel the future the inbox resolves.
+                    outcome = await asyncio.shield(future)
             except asyncio.CancelledError:
                 # Shielded in a task of the broker's: a caller that keeps cancelling (an anyio
                 # cancel scope does) must not stop the withdrawal half-way.

@@ -6,7 +6,8 @@
 -- ARGV[5] client id    ARGV[6] request TTL ms ARGV[7] audit max length         ARGV[8] the asker's timeout ms ('' for none)
 -- ARGV[9] '1' to check the gate only, enqueueing nothing
 -- ARGV[10] the token's SHA-1, used only where the Lua runtime lacks redis.sha1hex (fakeredis)
--- returns {'ok', entry id} | {'err', CODE, message}
+-- (KEYS[7..] and ARGV[11..]: see the remembered decisions block below)
+-- returns {'ok', entry id} | {'decided', outcome JSON} | {'err', CODE, message}
 -- The stream entry carries the request JSON too, so the provider presents it without reading the hash.
 -- Idempotent on the request id, so a retried call after a lost reply enqueues once.
 if ARGV[9] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then
@@ -27,6 +28,47 @@ end
 if ARGV[9] == '1' then
   return {'ok', ''}
 end
+-- ---- remembered decisions (issue 15) -------------------------------------------------------------------------
+-- KEYS[7], KEYS[8] reserved (pass the request hash key)   KEYS[9] outcome key
+-- then two keys per question i = 0, 1, ..., starting at KEYS[10 + 2i]: the agent's decision key for the question's
+-- fingerprint (the namespace's key again when no agent), then the namespace's decision key
+-- ARGV[11..14] reserved (pass '')   ARGV[15] '1' to look decisions up, '0' opted out (remember=False; the ask entry
+-- says so, and no provider may remember its answer), absent: no lookup   ARGV[16] result TTL ms
+-- ARGV[17 + i] question i's id
+-- When every question has a live decision (the agent's first, then the namespace's), the request is settled here
+-- as answered, before the NO_PROVIDER check (a remembered decision answers with no provider up): request hash,
+-- outcome key, audit 'answered' by 'decision:<id>[,<id>...]'; nothing is enqueued and the reply is
+-- {'decided', outcome JSON}. The answer echoes this request's question ids.
+if ARGV[15] == '1' and #KEYS > 9 then
+  local items, ids, setters = {}, {}, {}
+  for i = 0, (#KEYS - 9) / 2 - 1 do
+    local d = redis.call('HMGET', KEYS[10 + 2 * i], 'id', 'selected', 'by', 'provider')
+    if not d[1] and KEYS[11 + 2 * i] ~= KEYS[10 + 2 * i] then
+      d = redis.call('HMGET', KEYS[11 + 2 * i], 'id', 'selected', 'by', 'provider')
+    end
+    if not d[1] then
+      items = nil
+      break
+    end
+    items[#items + 1] = '{"id":' .. cjson.encode(ARGV[17 + i]) .. ',"selected":' .. d[2] .. '}'
+    ids[#ids + 1] = d[1]
+    setters[#setters + 1] = (d[3] or '') .. ' via ' .. (d[4] or '')
+  end
+  if items then
+    local td = redis.call('TIME')
+    local decided_at = td[1] * 1000 + math.floor(td[2] / 1000)
+    local decided = '{"answer":{"answers":[' .. table.concat(items, ',') .. ']}}'
+    local by = 'decision:' .. table.concat(ids, ',')
+    redis.call('HSET', KEYS[2], 'state', 'answered', 'request', ARGV[2], 'agent', ARGV[3], 'agent_fp', agent_fp,
+      'client', ARGV[5], 'created', decided_at, 'deadline', '', 'by', by, 'settle_call', by)
+    redis.call('PEXPIRE', KEYS[2], ARGV[16])
+    redis.call('SET', KEYS[9], decided, 'PX', ARGV[16])
+    redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[7], '*', 'event', 'answered', 'rid', ARGV[1], 'agent', ARGV[3],
+      'client', ARGV[5], 'by', by, 'decided_by', table.concat(setters, ', '), 'outcome', decided)
+    return {'decided', decided}
+  end
+end
+-- ---- end of remembered decisions ------------------------------------------------------------------------------
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if redis.call('EXISTS', KEYS[4]) == 0 and redis.call('ZCOUNT', KEYS[5], now, '+inf') == 0 then
@@ -35,7 +77,7 @@ end
 local deadline = ''
 if ARGV[8] ~= '' then deadline = now + tonumber(ARGV[8]) end
 local entry = redis.call('XADD', KEYS[1], '*', 'kind', 'ask', 'rid', ARGV[1], 'client', ARGV[5], 'agent', ARGV[3],
-  'request', ARGV[2])
+  'request', ARGV[2], 'remember', ARGV[15] == '0' and '0' or '1')
 redis.call('HSET', KEYS[2], 'state', 'pending', 'request', ARGV[2], 'agent', ARGV[3], 'agent_fp', agent_fp,
   'client', ARGV[5], 'entry', entry, 'created', now, 'deadline', deadline)
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
