@@ -8,7 +8,7 @@
 -- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] provider name   ARGV[3] epoch   ARGV[4] group
 -- ARGV[5] audit max length   ARGV[6] result TTL ms
 -- ARGV[7] '1' to hold the askers' notices back (the caller pushes them once replicas confirm; min_replicas)
--- then per settlement, in order, starting at ARGV[8]: request id, new state ('answered' | 'cancelled'),
+-- then per settlement, in order, after ARGV[7]: request id, new state ('answered' | 'cancelled'),
 -- outcome JSON, who, for the audit ('' when unknown), this call's unique id, D (the number of decisions to
 -- remember with it, usually '0'), then four per decision: decision id, TTL ms, the selected labels (a JSON
 -- array), a summary (JSON: scope, agent, fingerprint, question, header)
