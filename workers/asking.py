@@ -107,7 +107,7 @@ async def ask(args: argparse.Namespace) -> int:
                 # Caught inside the block: `broker.agent()` wraps what its body raises in an
                 # ExceptionGroup (its TaskGroup).
                 try:
-                    answer = await broker.ask(request, abort=abort, timeout=args.timeout)
+                    answer = await broker.ask(request, abort=abort, timeout=args.timeout, remember=not args.no_remember)
                 except UserQuestionError as error:
                     return _fail(error)
         except UserQuestionError as error:

@@ -68,6 +68,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--agent", metavar="ID", help="ask as this agent id (registered for the ask's duration)")
     parser.add_argument("--owner", metavar="ID", help="with --agent: the (live) agent that owns it")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="give up after this long (ASK_TIMED_OUT)")
+    parser.add_argument(
+        "--no-remember",
+        action="store_true",
+        help="always ask a human: no remembered decision answers it, and its answer is not remembered",
+    )
     parser.set_defaults(func=run)
 
 
