@@ -100,6 +100,11 @@ INPUT_SCHEMA: dict[str, Any] = {
             "exclusiveMinimum": 0,
             "description": "give up (ASK_TIMED_OUT) when nobody answered within this many seconds",
         },
+        "remember": {
+            "type": "boolean",
+            "default": True,
+            "description": "false: always ask a human, even when the team remembered an answer to this question",
+        },
     },
     "required": ["questions"],
 }
@@ -127,6 +132,7 @@ class _InItem(msgspec.Struct, kw_only=True):
 class _InRequest(msgspec.Struct, kw_only=True):
     questions: list[_InItem]
     timeout_seconds: float | None = msgspec.field(default=None, name="timeoutSeconds")
+    remember: bool = True
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,8 @@ class ParsedCall:
     timeout: float | None
     generated: dict[str, str]
     """question text by generated id, for the questions that came without an id"""
+    remember: bool = True
+    """False: a remembered decision may not answer it"""
 
 
 def parse_arguments(arguments: dict[str, Any] | None) -> ParsedCall:
@@ -175,7 +183,7 @@ def parse_arguments(arguments: dict[str, Any] | None) -> ParsedCall:
         request = convert_request({"questions": questions})
     except msgspec.ValidationError as error:
         raise UserQuestionError(f"the questions do not fit the request schema: {error}", BAD_REQUEST) from error
-    return ParsedCall(request=request, timeout=raw.timeout_seconds, generated=generated)
+    return ParsedCall(request=request, timeout=raw.timeout_seconds, generated=generated, remember=raw.remember)
 
 
 def answer_payload(answer: AskUserQuestionAnswer, generated: dict[str, str]) -> dict[str, Any]:
@@ -294,7 +302,9 @@ class AskService:
         except _REDIS_DOWN as error:
             return error_result(UserQuestionError(f"Redis is unreachable: {error}", BROKER_UNAVAILABLE))
         timeout = parsed.timeout if parsed.timeout is not None else self.default_timeout
-        task = self.tasks.create_task(self._ask(agent, parsed.request, timeout), name="qb-mcp-ask")
+        task = self.tasks.create_task(
+            self._ask(agent, parsed.request, timeout, remember=parsed.remember), name="qb-mcp-ask"
+        )
         try:
             outcome = await asyncio.shield(task)
         except BaseException:
@@ -309,10 +319,10 @@ class AskService:
         return _result(answer_payload(outcome, parsed.generated))
 
     async def _ask(
-        self, agent: Agent, request: AskUserQuestionRequest, limit_s: float | None
+        self, agent: Agent, request: AskUserQuestionRequest, limit_s: float | None, *, remember: bool = True
     ) -> AskUserQuestionAnswer | UserQuestionError:
         try:
-            return await agent.ask(request, timeout=limit_s)
+            return await agent.ask(request, timeout=limit_s, remember=remember)
         except UserQuestionError as error:
             return error
         except _REDIS_DOWN as error:
