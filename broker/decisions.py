@@ -13,7 +13,8 @@ out (docs/protocol.md, Remembered decisions).
 
 Only an answer that is valid for a later identical question is remembered: every item picks
 at least one option label and carries no free ``custom`` text (a skip or an "Other" text is a
-one-off), and the asker did not opt out (``ask(..., remember=False)``).
+one-off), no question has an intent (a plan review's plan is its ``detail``, outside the
+fingerprint), and the asker did not opt out (``ask(..., remember=False)``).
 """
 
 from __future__ import annotations
@@ -109,6 +110,12 @@ def why_not_rememberable(
         return "the asker asked for a human every time (remember=False)"
     if remember.scope == "agent" and not request.agent:
         return "the request has no agent: remember it for the namespace instead"
+    for question in request.questions:
+        if question.intent is not None:
+            return (
+                f"question {question.id!r} has an intent ({question.intent.kind}): its detail (a plan) is not part "
+                "of the fingerprint, so approving one must never approve another"
+            )
     for item in answer.answers:
         if item.custom is not None:
             return f"question {item.id!r} has free text (custom): only chosen options are remembered"
