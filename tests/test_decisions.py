@@ -369,3 +369,13 @@ async def test_question_ids_of_any_text_come_back_exactly(make_broker: Callable[
         await asking
     odd = 'q "1"/\\ «é» \n'
     assert await broker.ask(deploy(odd), timeout=5) == pick("no", odd)
+
+
+def test_a_plan_review_is_never_remembered() -> None:
+    from broker.decisions import why_not_rememberable
+    from tests.helpers import plan_review
+
+    request = plan_review()
+    why = why_not_rememberable(request, pick("Approve", "plan"), Remember(), opted_out=False)
+    assert why is not None and "plan" in why
+    assert why_not_rememberable(deploy(), pick("yes"), Remember(), opted_out=False) is None
