@@ -65,6 +65,7 @@ async def _serve_forever(broker: Broker, terminal: Terminal, name: str, *, stand
 
     backoff = Backoff()
     while True:
+        quit_ = False
         try:
             async with broker.provider(name, standby=standby, on_standby=on_standby) as provider:
                 backoff.reset()
@@ -74,9 +75,10 @@ async def _serve_forever(broker: Broker, terminal: Terminal, name: str, *, stand
                 terminal.say("Waiting for questions…", "green")
                 # Returns rather than raises: `broker.provider()` wraps what its body raises
                 # in an ExceptionGroup (its TaskGroup).
-                if await _serve(provider, terminal) == "quit":
-                    terminal.say("Stopped; the lease is handed on.")
-                    return 0
+                quit_ = await _serve(provider, terminal) == "quit"
+            if quit_:  # said once the block has released the lease
+                terminal.say("Stopped; the lease is handed on.")
+                return 0
         except Exception as error:  # Redis away (a restart, a network blip): stand by again once it is back
             if isinstance(error, UserQuestionError) and error.code == DUPLICATE_PROVIDER:
                 terminal.say(str(error))
