@@ -12,11 +12,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+_BROKERS = ("broker", "broker-serial", "broker-keyed", "broker-no-remember", "broker-decided")
+"""the broker's own variants: not compared with the broker"""
 LABELS = {
     "broker": "question-broker",
     "floor": "raw floor",
     "arq": "arq",
     "broker-serial": "broker, serial answers",
+    "broker-keyed": "broker, keyed asks",
     "broker-no-remember": "broker, remember=False",
     "broker-decided": "broker, answered by a decision",
 }
@@ -42,7 +45,7 @@ def render_table(results: dict[str, Any]) -> str:
     for system in systems:
         header += [f"{LABELS[system]} asks/s", "p50 ms", "p99 ms"]
     if "broker" in systems:
-        header += [f"broker/{LABELS[s]} asks/s" for s in systems if not s.startswith("broker")]
+        header += [f"broker/{LABELS[s]} asks/s" for s in systems if s not in _BROKERS]
     rows = [header, ["---:"] * len(header)]
     levels = sorted({lvl["concurrency"] for s in systems for lvl in results["throughput"][s]})
     for concurrency in levels:
@@ -56,9 +59,7 @@ def render_table(results: dict[str, Any]) -> str:
             )
         if "broker" in systems:
             broker = _level(results, "broker", concurrency)
-            row += [
-                _ratio(broker, _level(results, s, concurrency), "rate") for s in systems if not s.startswith("broker")
-            ]
+            row += [_ratio(broker, _level(results, s, concurrency), "rate") for s in systems if s not in _BROKERS]
         rows.append(row)
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
@@ -326,6 +327,8 @@ def write_doc(
         "the audit stream, the asker's liveness beat and sweep.",
         "- **broker, serial answers** (when measured): the same, but the loop awaits each "
         "`pending.answer(...)` before taking the next request, so answers never share a round trip.",
+        "- **broker, keyed asks** (when measured): the same asks with `key=` (a key of its own each), so every "
+        "ask reads its durable key and the ask script records it (issue 14).",
         "- **raw floor**: the least a stream-based design must do, with the same tools as the broker "
         "(redis-py with hiredis parsing and hiredis command packing, built by the broker's own client builder): "
         "the XADDs of concurrent asks pipelined over one connection (what an auto-pipelining client does); "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import secrets
@@ -143,11 +144,20 @@ ASK_TIMEOUT_S = 120.0
 
 
 async def broker_asker(args: argparse.Namespace) -> None:
-    """Asks as a live root agent with a timeout, so the caller gate and the timeout path run."""
+    """Asks as a live root agent with a timeout, so the caller gate and the timeout path run.
+
+    With ``--keyed`` every ask is a keyed ask (issue 14) under a key of its own.
+    """
     async with Broker(args.url, args.namespace) as broker, broker.agent("bench-root") as agent:
         emit("ready")
         remember = not args.no_remember
-        await run_levels(args, lambda: agent.ask(REQUEST, timeout=ASK_TIMEOUT_S, remember=remember))
+        if args.keyed:
+            keys = itertools.count()
+            await run_levels(
+                args, lambda: agent.ask(REQUEST, timeout=ASK_TIMEOUT_S, key=f"k{next(keys)}", remember=remember)
+            )
+        else:
+            await run_levels(args, lambda: agent.ask(REQUEST, timeout=ASK_TIMEOUT_S, remember=remember))
     emit("done")
 
 
@@ -343,6 +353,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--name", default="bench")
     parser.add_argument("--serial", action="store_true", help="broker-provider: await each answer in the loop")
+    parser.add_argument("--keyed", action="store_true", help="broker-asker: every ask keyed (a key of its own)")
     parser.add_argument("--remember", action="store_true", help="broker-provider: remember each answer (namespace)")
     parser.add_argument("--no-remember", action="store_true", help="broker-asker: ask with remember=False")
     parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[1])

@@ -31,6 +31,7 @@ LINE_TIMEOUT = 180.0
 PAIRS = {
     "broker": ("broker-provider", "broker-asker"),
     "broker-serial": ("broker-provider", "broker-asker"),
+    "broker-keyed": ("broker-provider", "broker-asker"),
     "broker-no-remember": ("broker-provider", "broker-asker"),
     "broker-decided": ("broker-provider", "broker-asker"),
     "floor": ("floor-server", "floor-asker"),
@@ -147,6 +148,7 @@ class Bench:
             "--asks", str(args.asks),
             "--max-seconds", str(args.max_seconds),
             "--min-seconds", str(args.min_seconds),
+            *(["--keyed"] if system == "broker-keyed" else []),
             *(["--no-remember"] if system == "broker-no-remember" else []),
         )  # fmt: skip
         profilers: list[asyncio.subprocess.Process] = []

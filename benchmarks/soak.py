@@ -28,6 +28,11 @@ More faults, each off by default (issue 11), at random (seeded) moments while as
   EVALSHA reply (with its connection), a reset of every connection, 0.5-2 s of silence, or
   1-2 s of 50-200 ms delay.
 
+Keyed asks (issue 14), off by default: ``--keyed N`` runs N ``qbroker ask --key`` processes
+(one agent id and key each) beside the asks above, and ``--keyed-kills M`` SIGKILLs M of them at
+a random moment of their question and starts the same command again. Every key must end with
+exactly its own answer, asked once (the restart re-attaches or collects, never asks again).
+
 An ask that ends ASK_TIMED_OUT (``--ask-timeout``) is counted as hung: the providers answer at
 once, so it waited for something that never came. An ask answered only at its timeout (within
 10% of it) had lost its notice: withdrawing found the request answered and returned that.
@@ -57,7 +62,9 @@ from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRe
 from workers.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
-RULES = "[default]\nfirst = true\n"
+# Keyed questions get think time, so that a kill often lands while the question is pending.
+RULES = '[default]\nfirst = true\n\n[[rule]]\nquestion = "^keyed "\nfirst = true\ndelay = 0.4\n'
+
 HOLDING = re.compile(r"holding the lease of \S+ as (\S+) \(epoch (\d+)\)")
 
 
@@ -94,11 +101,21 @@ class Result:
     """provider processes that exited although nobody killed them"""
     died: list[str] = field(default_factory=list)
     """the last line each of those printed"""
+    keyed: int = 0
+    keyed_answers: int = 0
+    keyed_kills: int = 0
+    """keyed askers SIGKILLed while their question was out (then started again)"""
+    keyed_wrong: int = 0
+    keyed_failed: dict[str, int] = field(default_factory=dict)
+    """exit statuses of keyed askers that ended without an answer"""
+    keyed_asked_twice: int = 0
+    """keys whose restarted asker asked a second question instead of re-attaching"""
 
     @property
     def ok(self) -> bool:
         clean = not self.wrong_answers and not self.audit_other and not self.errors and not self.providers_died
-        return clean and self.duplicates == 0 and self.lost == 0 and self.answers == self.asks
+        keyed = self.keyed_answers == self.keyed and not self.keyed_wrong and not self.keyed_asked_twice
+        return clean and keyed and self.duplicates == 0 and self.lost == 0 and self.answers == self.asks
 
 
 class Provider:
@@ -172,7 +189,7 @@ _REDIS_DOWN = (ConnectionError, TimeoutError, BusyLoadingError, OSError)
 
 
 async def follow_audit(redis: Redis, key: str, events: list[tuple[str, str, str]], stop: asyncio.Event) -> None:
-    """Read the audit stream as it grows: (event, rid, epoch) for every entry."""
+    """Read the audit stream as it grows: (event, rid, epoch or, for `asked`, the agent id) per entry."""
     last = "0-0"
     while True:
         try:
@@ -185,9 +202,46 @@ async def follow_audit(redis: Redis, key: str, events: list[tuple[str, str, str]
         for _, entries in replies:
             for entry_id, fields in entries:
                 last = entry_id
-                events.append((fields.get("event", ""), fields.get("rid", ""), fields.get("epoch", "")))
+                event = fields.get("event", "")
+                third = fields.get("agent", "") if event == "asked" else fields.get("epoch", "")
+                events.append((event, fields.get("rid", ""), third))
         if not replies and stop.is_set():
             return
+
+
+async def keyed_asker(url: str, namespace: str, index: int, kill_after: float | None, result: Result) -> None:
+    """One ``qbroker ask --key``; with ``kill_after``, SIGKILLed then, mid-question, and run again."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_")}
+    env.update(QBROKER_REDIS_URL=url, QBROKER_NAMESPACE=namespace)
+    args = ("ask", "--agent", f"keyed-{index}", "--key", f"key-{index}", "-q", f"keyed {index}?",
+            "-o", f"ok-k{index}", "-o", "other", "--timeout", "120")  # fmt: skip
+
+    async def start() -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "workers", *args, cwd=ROOT, env=env,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+
+    process = await start()
+    if kill_after is not None:
+        try:
+            await asyncio.wait_for(process.wait(), kill_after)
+        except asyncio.TimeoutError:  # noqa: UP041 (TimeoutError here is redis-py's)
+            process.kill()
+            result.keyed_kills += 1
+        await process.wait()
+        if process.returncode != 0:  # killed (or failed): the same command again picks the question up
+            process = await start()
+    out, err = await asyncio.wait_for(process.communicate(), 150)
+    if process.returncode != 0:
+        key = str(process.returncode)
+        result.keyed_failed[key] = result.keyed_failed.get(key, 0) + 1
+        result.notes.append(f"keyed-{index}: {err.decode(errors='replace').strip()[-300:]}")
+        return
+    answer = json.loads(out)
+    if [item["selected"] for item in answer["answers"]] != [[f"ok-k{index}"]]:
+        result.keyed_wrong += 1
+    result.keyed_answers += 1
 
 
 async def patiently(call: Any, within: float = 30.0) -> Any:
@@ -265,13 +319,15 @@ async def inject_proxy_faults(proxy: Any, rng: random.Random, times: int, result
 async def soak(
     *, asks: int, kills: int, seed: int, providers: int = 3, concurrency: int = 64, lease_ttl: float = 1.0,
     ask_timeout: float = 120.0, progress: bool = False, redis_kills: int = 0, client_kills: int = 0,
-    proxy: bool = False, proxy_faults: int = 0,
+    proxy: bool = False, proxy_faults: int = 0, keyed: int = 0, keyed_kills: int = 0,
 ) -> Result:  # fmt: skip
     rng = random.Random(seed)
     # kill when this many asks have been answered (distinct, so every holder answers some first)
     # (and early enough that asks are still in flight for each: the last `concurrency` asks can finish at once)
     thresholds = sorted(rng.sample(range(1, max(asks - 2 * concurrency, kills + 1)), kills)) if kills else []
-    result = Result(asks=asks)
+    result = Result(asks=asks, keyed=keyed)
+    keyed_rng = random.Random(seed + 2)
+    killed_keys = set(keyed_rng.sample(range(keyed), min(keyed_kills, keyed)))
     namespace = f"soak-{seed}"
     with tempfile.TemporaryDirectory(prefix="qb-soak-") as tmp:
         durable = ("--appendonly", "yes", "--appendfsync", "everysec") if redis_kills else ()
@@ -385,7 +441,14 @@ async def soak(
                         kills_done.set()
 
                 kill_task = asyncio.create_task(kill_all())
-                await asyncio.gather(*(one(i) for i in range(asks)))
+                keyed_gate = asyncio.Semaphore(8)  # asker processes starting at once
+
+                async def one_keyed(index: int) -> None:
+                    async with keyed_gate:
+                        kill_after = keyed_rng.uniform(0.3, 1.5) if index in killed_keys else None
+                        await keyed_asker(url, namespace, index, kill_after, result)
+
+                await asyncio.gather(*(one(i) for i in range(asks)), *(one_keyed(i) for i in range(keyed)))
                 if not kill_task.done():  # some asks failed, so a threshold was never reached
                     kill_task.cancel()
                 await asyncio.gather(kill_task, return_exceptions=True)
@@ -422,16 +485,23 @@ async def soak(
     return result
 
 
+_BENIGN = ("asked", "answered", "delivered", "away", "back", "attached")
+"""audit events of a clean run (a keyed asker killed and restarted is marked away, then attached)"""
+
+
 def tally(result: Result, audit_events: list[tuple[str, str, str]]) -> None:
     """Check the audit trail against the asks: every request asked once and answered once."""
     asked = Counter(rid for event, rid, _ in audit_events if event == "asked")
     answered = Counter(rid for event, rid, _ in audit_events if event == "answered")
     result.audit_asked = sum(asked.values())
     result.audit_answered = sum(answered.values())
-    result.audit_other = dict(Counter(e for e, _, _ in audit_events if e not in ("asked", "answered", "delivered")))
+    result.audit_other = dict(Counter(e for e, _, _ in audit_events if e not in _BENIGN))
     result.duplicates = sum(n - 1 for n in answered.values() if n > 1) + sum(n - 1 for n in asked.values() if n > 1)
     unanswered = set(asked) - set(answered)
-    result.lost = max(result.asks - result.answers, len(unanswered), result.asks - len(asked))
+    keyed_asks = Counter(agent for event, _, agent in audit_events if event == "asked" and agent.startswith("keyed-"))
+    result.keyed_asked_twice = sum(1 for n in keyed_asks.values() if n > 1)
+    total = result.asks + result.keyed
+    result.lost = max(total - result.answers - result.keyed_answers, len(unanswered), total - len(asked))
     result.epochs = sorted({int(epoch) for event, _, epoch in audit_events if event == "answered" and epoch})
 
 
@@ -448,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client-kills", type=int, default=0, help="CLIENT KILL a random connection this many times")
     parser.add_argument("--proxy", action="store_true", help="route the asker and providers through a fault proxy")
     parser.add_argument("--proxy-faults", type=int, default=0, help="with --proxy: inject this many faults")
+    parser.add_argument("--keyed", type=int, default=0, help="also run this many `qbroker ask --key` processes")
+    parser.add_argument("--keyed-kills", type=int, default=0, help="SIGKILL this many of them mid-question, then rerun")
     parser.add_argument("--verbose", "-v", action="store_true", help="print the providers' lease lines")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = parser.parse_args(argv)
@@ -460,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
             asks=args.asks, kills=args.kills, seed=args.seed, providers=args.providers,
             concurrency=args.concurrency, lease_ttl=args.lease_ttl, progress=not args.json,
             ask_timeout=args.ask_timeout, redis_kills=args.redis_kills, client_kills=args.client_kills,
-            proxy=args.proxy, proxy_faults=args.proxy_faults,
+            proxy=args.proxy, proxy_faults=args.proxy_faults, keyed=args.keyed, keyed_kills=args.keyed_kills,
         )
     )  # fmt: skip
     if args.json:
@@ -486,6 +558,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"proxy faults {result.proxy_faults or 'none'}\n"
                 f"hung {result.hung}  answered only at their timeout {result.answered_at_timeout}  "
                 f"slowest answer {result.slowest_answer:.1f}s  providers died {result.providers_died}"
+            )
+        if result.keyed:
+            print(
+                f"keyed asks {result.keyed}  answered {result.keyed_answers}  killed mid-question and rerun "
+                f"{result.keyed_kills}  wrong {result.keyed_wrong}  asked twice {result.keyed_asked_twice}  "
+                f"failed {result.keyed_failed or 'none'}"
             )
         if args.verbose:
             print("\n".join(result.notes))

@@ -60,6 +60,7 @@ SCRIPTS = {
         "deliver",
         "settle",
         "withdraw",
+        "detach",
         "deadletter",
         "lease_acquire",
         "lease_renew",

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from redis.asyncio import Redis, RedisCluster
 
 from ._backoff import Backoff
-from ._commands import Commands
-from ._keys import Keys
+from ._commands import SCRIPTS, Commands
+from ._keys import TOMBSTONE_MS, Keys
 from ._redis_errors import is_transient
 from .errors import ASK_TIMED_OUT, BROKER_UNAVAILABLE, UserQuestionError
 
@@ -62,6 +62,7 @@ class Inbox:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._keys = keys
+        self._client_id = client_id
         self._inbox_key = keys.inbox(client_id)
         self._liveness_key = keys.client(client_id)
         self._commands = commands
@@ -200,19 +201,31 @@ class Inbox:
         await self.beat()
 
     async def _take(self, notices: list[str]) -> None:
-        """Resolve from the notices: ``<request id> <outcome JSON>``, or a bare id to look up."""
+        """Resolve from the notices: ``<request id> <outcome JSON>``, or a bare id to look up.
+
+        ``<request id> ~<outcome JSON>`` ends a wait without cleaning the request up: another
+        process re-attached to that keyed request.
+        """
         bare: list[str] = []
         for notice in notices:
             request_id, _, outcome = notice.partition(" ")
             if not outcome:
                 bare.append(request_id)
                 continue
+            if outcome.startswith("~"):  # ends a waiter here, if any; the request lives on elsewhere
+                replaced = self._waiting.pop(request_id, None)
+                if replaced is not None and not replaced.done():
+                    replaced.set_result(outcome[1:])
+                continue
             future = self._waiting.pop(request_id, None)
             if future is not None and not future.done():
                 future.set_result(outcome)
             elif future is None:  # nobody here waits for it (any more): clean up for the asker
-                for command in self._keys.settled_cleanup(request_id):
-                    self._commands.fire(*command)
+                self._commands.fire_script(
+                    SCRIPTS["settled_cleanup"],
+                    [self._keys.request(request_id), self._keys.outcome(request_id)],
+                    [TOMBSTONE_MS, self._client_id],
+                )
         if bare:  # housekeeping's notices carry no outcome
             await self._resolve(bare)
 

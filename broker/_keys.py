@@ -6,6 +6,7 @@ slot and every script touches one slot.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from .errors import BAD_REQUEST, UserQuestionError
@@ -14,7 +15,7 @@ __all__ = ["GROUP", "TOMBSTONE_MS", "Keys"]
 
 GROUP = "providers"
 TOMBSTONE_MS = 60_000
-"""how long a settled request's slim hash outlives the asker's clean-up"""
+"""how long a settled request's slim hash outlives the asker's clean-up (settled_cleanup.lua)"""
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 
 
@@ -24,6 +25,7 @@ class Keys:
     __slots__ = (
         "agents",
         "audit",
+        "away",
         "dead",
         "decision_expiry",
         "decisions",
@@ -50,26 +52,26 @@ class Keys:
         self.dead = self.prefix + "dead"
         self.agents = self.prefix + "agents"
         """a zset of agent ids scored by when their record expires (unix ms): read without SCAN"""
+        self.away = self.prefix + "away"
+        """a zset of keyed request ids whose asker is away, scored by when their grace ends (unix ms)"""
         self.decisions = self.prefix + "decisions"
         """a hash: remembered decision id -> its decision key (list and revoke without SCAN)"""
         self.decision_expiry = self.prefix + "decisions:expiry"
         """a zset: remembered decision id scored by its expiry (unix ms), to prune the index"""
-
-    def settled_cleanup(self, request_id: str) -> list[tuple[str | int, ...]]:
-        """What an asker sends once it has a request's outcome (after its ask call returned).
-
-        The outcome goes; the hash keeps only its small bookkeeping (state, settle call id)
-        for ``TOMBSTONE_MS``, so that a provider's settle retried after a lost reply still
-        recognises its own settlement instead of getting NOT_PENDING.
-        """
-        request = self.request(request_id)
-        return [("UNLINK", self.outcome(request_id)), ("HDEL", request, "request"), ("PEXPIRE", request, TOMBSTONE_MS)]
 
     def request(self, request_id: str) -> str:
         return f"{self.prefix}req:{request_id}"
 
     def outcome(self, request_id: str) -> str:
         return f"{self.prefix}ans:{request_id}"
+
+    def durable(self, agent_id: str | None, key: str) -> str:
+        """Where a keyed ask's current request id is kept: one per (asking agent id, key).
+
+        Hashed, so any agent id and key make a key name of fixed length that nothing else shares.
+        """
+        digest = hashlib.sha1(f"{agent_id or ''}\0{key}".encode()).hexdigest()
+        return f"{self.prefix}key:{digest}"
 
     def agent(self, agent_id: str) -> str:
         return f"{self.prefix}agent:{agent_id}"

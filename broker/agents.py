@@ -57,13 +57,18 @@ class Agent:
         *,
         abort: asyncio.Event | None = None,
         timeout: float | None = None,
+        key: str | None = None,
+        detach_grace: float | None = None,
         remember: bool = True,
     ) -> AskUserQuestionAnswer:
         """Ask as this exact instance (``request.agent`` is set to this agent's id).
 
-        ``remember=False``: always ask a human, even when a remembered decision matches.
+        ``key`` and ``detach_grace``: a durable question, as in ``Broker.ask``. ``remember=False``:
+        always ask a human, even when a remembered decision matches.
         """
-        return await self._broker.ask_as(self, request, abort=abort, timeout=timeout, remember=remember)
+        return await self._broker.ask_as(
+            self, request, abort=abort, timeout=timeout, key=key, detach_grace=detach_grace, remember=remember
+        )
 
     async def register(self, commands: Commands, keys: Keys, ttl: float) -> list[str]:
         owner_key = keys.agent(self.owner) if self.owner else keys.agent(self.id)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -32,7 +34,7 @@ from .errors import (
     UserQuestionError,
 )
 from .provider import Provider, ProviderSettings, acquire_lease, release_lease
-from .types import AskUserQuestionAnswer, AskUserQuestionRequest, decode_outcome, encode
+from .types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_outcome, encode
 from .validation import Limits, check_answer, check_request
 
 __all__ = ["Answerer", "Broker", "Next"]
@@ -53,11 +55,45 @@ class _Registration:
     agent_id: str | None
 
 
+_KEY = re.compile(r"^[^\x00-\x20\x7f]{1,200}$")
+_ATTACH_TRIES = 5
+
+
+@dataclass(frozen=True)
+class _Durable:
+    """A keyed ask's key and detach grace."""
+
+    key: str
+    grace_ms: int
+
+    @staticmethod
+    def digest(request: AskUserQuestionRequest) -> str:
+        """What makes two asks under one key the same request: their wire JSON."""
+        return hashlib.sha1(encode(request)).hexdigest()
+
+
+def _durable(key: object, grace: float | None, default: float) -> _Durable | None:
+    if key is None:
+        if grace is not None:
+            raise UserQuestionError("detach_grace applies to a keyed ask only: pass key= too", BAD_REQUEST)
+        return None
+    if not isinstance(key, str) or not _KEY.match(key):
+        raise UserQuestionError(
+            f"key {key!r} must be 1-200 characters with no spaces or control characters", BAD_REQUEST
+        )
+    grace = default if grace is None else grace
+    if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= 30 * 86_400:
+        raise UserQuestionError(f"detach_grace {grace!r} must be 0 to 30 days, in seconds", BAD_REQUEST)
+    return _Durable(key, int(grace * 1000))
+
+
 class Broker:
     """Agents ask through it; providers answer through it. An async context manager.
 
     ``unavailable_after`` bounds how long anything waits out an unreachable Redis before it
     fails with ``BROKER_UNAVAILABLE``; opening the broker waits at most ``connect_timeout``.
+    ``detach_grace`` is how long a keyed ask (``ask(..., key=)``) stays pending, answerable, after
+    its asker stopped (killed, cancelled, closed), for a new instance to re-attach.
     ``min_replicas`` makes lease acquisition and every
     settlement wait (WAIT) until that many replicas have them, for up to ``replica_timeout``
     seconds each try, before the provider serves or the asker is told. ``connect`` replaces
@@ -81,6 +117,7 @@ class Broker:
         sweep_every: float = 5.0,
         min_replicas: int = 0,
         replica_timeout: float = 1.0,
+        detach_grace: float = 300.0,
         limits: Limits | None = None,
         connect: Callable[[], _Client] | None = None,
     ) -> None:
@@ -95,6 +132,7 @@ class Broker:
         self.unavailable_after = unavailable_after
         self.connect_timeout = connect_timeout
         self.sweep_every = sweep_every
+        self.detach_grace = detach_grace
         name = f"qb-{self.client_id}"
         self._connect_commands = connect or (lambda: redis_from_url(url, name=name))
         self._connect_blocking = connect or (lambda: redis_from_url(url, name=name, blocking=True))
@@ -217,8 +255,8 @@ class Broker:
     def _forget_settled(self, request_id: str) -> None:
         """Queue the clean-up of a request whose ask call returned with its outcome.
 
-        The requests resolved in one tick go in one settled_cleanup.lua call (the commands of
-        ``Keys.settled_cleanup`` for each), sent with the next pipeline.
+        The requests resolved in one tick go in one settled_cleanup.lua call, sent with the
+        next pipeline.
         """
         if self._commands is None or not self._open:
             return
@@ -234,7 +272,7 @@ class Broker:
             keys = [
                 key for i in ids[start : start + _CLEANUP_BATCH] for key in (self.keys.request(i), self.keys.outcome(i))
             ]
-            self._commands.fire_script(SCRIPTS["settled_cleanup"], keys, [TOMBSTONE_MS])
+            self._commands.fire_script(SCRIPTS["settled_cleanup"], keys, [TOMBSTONE_MS, self.client_id])
 
     def _fire(self, *args: Any) -> None:
         """Queue a clean-up command nobody waits for; dropped once the broker is closed."""
@@ -300,22 +338,30 @@ class Broker:
         *,
         abort: asyncio.Event | None = None,
         timeout: float | None = None,
+        key: str | None = None,
+        detach_grace: float | None = None,
         remember: bool = True,
     ) -> AskUserQuestionAnswer:
         """Ask a human; ``request.agent`` is an agent registered by this broker (its id or the instance).
 
+        ``key`` names the question durably (per namespace and asking agent id): if this process
+        stops, the question stays pending for ``detach_grace`` seconds (the broker's by default),
+        and a new live instance asking the same request with the same key re-attaches to it.
         A remembered decision that matches every question answers at once; ``remember=False``
         always asks a human (and no provider may remember the answer).
         """
         named: object = request.agent
         if isinstance(named, Agent):
-            return await self.ask_as(named, request, abort=abort, timeout=timeout, remember=remember)
+            return await self.ask_as(
+                named, request, abort=abort, timeout=timeout, key=key, detach_grace=detach_grace, remember=remember
+            )
         if named is not None and not isinstance(named, str):
             raise UserQuestionError(
                 f"request.agent must be an agent id or an Agent, not {type(named).__name__}", BAD_REQUEST
             )
         agent = self._agents.get(named) if named is not None else None
-        return await self._ask(request, agent, abort, timeout, remember=remember)
+        durable = _durable(key, detach_grace, self.detach_grace)
+        return await self._ask(request, agent, abort, timeout, durable, remember=remember)
 
     async def ask_as(
         self,
@@ -324,11 +370,14 @@ class Broker:
         *,
         abort: asyncio.Event | None = None,
         timeout: float | None = None,
+        key: str | None = None,
+        detach_grace: float | None = None,
         remember: bool = True,
     ) -> AskUserQuestionAnswer:
         if request.agent != agent.id:
             request = msgspec.structs.replace(request, agent=agent.id)
-        return await self._ask(request, agent, abort, timeout, remember=remember)
+        durable = _durable(key, detach_grace, self.detach_grace)
+        return await self._ask(request, agent, abort, timeout, durable, remember=remember)
 
     async def _ask(
         self,
@@ -336,11 +385,12 @@ class Broker:
         agent: Agent | None,
         abort: asyncio.Event | None,
         timeout: float | None,
+        durable: _Durable | None = None,
         *,
         remember: bool = True,
     ) -> AskUserQuestionAnswer:
         try:
-            return await self._checked_ask(request, agent, abort, timeout, remember=remember)
+            return await self._checked_ask(request, agent, abort, timeout, durable, remember=remember)
         except (RedisError, OSError) as error:  # a refusal no retry can mend (NOPERM, say)
             raise unavailable(error, "asking") from error
 
@@ -350,6 +400,7 @@ class Broker:
         agent: Agent | None,
         abort: asyncio.Event | None,
         timeout: float | None,
+        durable: _Durable | None,
         *,
         remember: bool = True,
     ) -> AskUserQuestionAnswer:
@@ -371,7 +422,7 @@ class Broker:
         if problem is not None:
             raise problem
 
-        ask = _Ask(self, request, agent, deadline, remember=remember)
+        ask = _Ask(self, request, agent, deadline, durable, remember=remember)
         if not answerers and abort is None:
             return await (ask.remote() if deadline is None else ask.remote_until(deadline))
         return await ask.run(answerers, abort, deadline)
@@ -390,8 +441,11 @@ class Broker:
         *,
         gate_only: bool = False,
         timeout_ms: str = "",
+        durable: _Durable | None = None,
+        named: str | None = None,
         remember: bool = True,
     ) -> Any:
+        """Run ask.lua; a keyed ask names the durable key's request as it read it (``named``)."""
         keys = self.keys
         request_key = keys.request(request_id)
         script_keys = [
@@ -401,13 +455,15 @@ class Broker:
             keys.provider,
             keys.standbys,
             keys.audit,
+            keys.durable(request.agent, durable.key) if durable is not None else request_key,
+            keys.request(named) if named else request_key,
         ]
         remembered: list[Any] = []
-        if not gate_only:  # remembered decisions: ask.lua's KEYS[7..] and ARGV[11..] (7-8, 11-14 reserved)
-            script_keys += [request_key, request_key, keys.outcome(request_id)]
+        if not gate_only:  # remembered decisions: ask.lua's KEYS[9..] and ARGV[15..] (ARGV[14] reserved)
+            script_keys.append(keys.outcome(request_id))
             if remember:
                 script_keys += decision_keys(keys, request)
-            remembered = ["", "", "", "", "1" if remember else "0", int(self._provider_settings.result_ttl * 1000)]
+            remembered = ["", "1" if remember else "0", int(self._provider_settings.result_ttl * 1000)]
             remembered += [item.id for item in request.questions] if remember else []
         return await self.commands.script(
             SCRIPTS[name],
@@ -423,6 +479,9 @@ class Broker:
                 timeout_ms,
                 "1" if gate_only else "0",
                 agent.fingerprint if agent is not None else "",
+                durable.key if durable is not None else "",
+                durable.grace_ms if durable is not None else 0,
+                durable.digest(request) if durable is not None else "",
                 *remembered,
             ],
         )
@@ -498,6 +557,7 @@ class _Ask:
         request: AskUserQuestionRequest,
         agent: Agent | None,
         deadline: float | None,
+        durable: _Durable | None = None,
         *,
         remember: bool = True,
     ) -> None:
@@ -505,6 +565,7 @@ class _Ask:
         self.request = request
         self.agent = agent
         self.deadline = deadline
+        self.durable = durable
         self.request_id = secrets.token_hex(12)
         self.withdrawal: _Withdrawal = "withdrawn"
         self.future: asyncio.Future[str] | None = None
@@ -618,13 +679,19 @@ class _Ask:
                 if self.deadline is not None:
                     remaining = self.deadline - asyncio.get_running_loop().time()
                     timeout_ms = str(max(1, int(remaining * 1000)))
-                reply = await broker._script(
-                    "ask", self.request, self.agent, self.request_id, timeout_ms=timeout_ms, remember=self.remember
-                )
+                if self.durable is None:
+                    reply = await broker._script(
+                        "ask", self.request, self.agent, self.request_id, timeout_ms=timeout_ms, remember=self.remember
+                    )
+                else:
+                    reply = await self._ask_keyed(timeout_ms)
+                    future = self.future or future
                 if reply[0] == "decided":  # a remembered decision answered it in the script
                     outcome = reply[1]
+                elif reply[0] == "settled":
+                    outcome = await self._kept_outcome(reply[1])
                 else:
-                    if reply[0] != "ok":
+                    if reply[0] not in ("ok", "attached"):
                         raise UserQuestionError(reply[2], reply[1])
                     inbox.enqueued(self.request_id)
                     # Shielded: cancelling this task must not cancel the future the inbox resolves.
@@ -639,7 +706,8 @@ class _Ask:
         except Exception as error:
             coded = error if isinstance(error, UserQuestionError) else unavailable(error, "asking")
             if coded.code == BROKER_UNAVAILABLE and not self.ended_on_close:
-                # Redis failed us; once it is back, a human must not answer into the void.
+                # Redis failed us; once it is back, a human must not answer into the void (a keyed
+                # question is only detached: its asker may come back for it).
                 broker._track(self._withdraw_quietly(future))
             if coded is error:
                 raise
@@ -651,6 +719,75 @@ class _Ask:
         # never land after them and enqueue the question again.
         broker._forget_settled(self.request_id)
         return _settled(outcome)
+
+    async def _ask_keyed(self, timeout_ms: str) -> Any:
+        """ask.lua for a keyed ask: a new request, or the key's own one re-attached.
+
+        The durable key is read first (a script may touch only the keys it is given); the
+        script refuses with 'retry' when it changed meanwhile. Both possible request ids are
+        awaited before the script runs, so a notice arriving just after it is never missed.
+        """
+        broker = self.broker
+        inbox = broker._inbox
+        assert inbox is not None and self.durable is not None
+        durable_key = broker.keys.durable(self.request.agent, self.durable.key)
+        for _ in range(_ATTACH_TRIES):
+            named: str | None = await broker.commands.call("GET", durable_key)
+            if named is not None and named in broker._asks:
+                raise UserQuestionError(f"key {self.durable.key!r} is being asked already by this process", BAD_REQUEST)
+            attach = None if named is None else inbox.expect(named)
+            try:
+                reply = await broker._script(
+                    "ask",
+                    self.request,
+                    self.agent,
+                    self.request_id,
+                    timeout_ms=timeout_ms,
+                    durable=self.durable,
+                    named=named,
+                    remember=self.remember,
+                )
+            except BaseException:
+                if named is not None:
+                    inbox.forget(named)
+                raise
+            if reply[0] == "retry":
+                if named is not None:
+                    inbox.forget(named)
+                continue
+            if reply[0] in ("attached", "settled") and named is not None and attach is not None:
+                inbox.forget(self.request_id)
+                del broker._asks[self.request_id]
+                self.request_id, self.future = named, attach
+                broker._asks[named] = self
+                if reply[0] == "attached" and reply[1] and reply[1] != broker.client_id:
+                    self._tell_replaced(reply[1])
+            elif named is not None:
+                inbox.forget(named)
+            return reply
+        raise UserQuestionError(
+            f"key {self.durable.key!r} changed hands {_ATTACH_TRIES} times while asking", BROKER_UNAVAILABLE
+        )
+
+    def _tell_replaced(self, client_id: str) -> None:
+        """End the wait of the process this ask re-attached from, should it still wait (a paused one)."""
+        keys = self.broker.keys
+        error = UserQuestionError("another process re-attached to this keyed question", CALLER_NOT_LIVE).to_payload()
+        # '~': an ending for a waiter only; the receiver never cleans the request up on it.
+        notice = f"{self.request_id} ~{encode(Outcome(error=error)).decode()}"
+        inbox = keys.inbox(client_id)
+        self.broker._fire("RPUSH", inbox, notice)
+        self.broker._fire("PEXPIRE", inbox, int(self.broker._provider_settings.result_ttl * 1000))
+
+    async def _kept_outcome(self, state: str) -> str:
+        """The outcome of a keyed request settled while its asker was away."""
+        outcome: str | None = await self.broker.commands.call("GET", self.broker.keys.outcome(self.request_id))
+        if outcome is None:
+            raise UserQuestionError(
+                f"request {self.request_id} was {state} while its asker was away, and the outcome has expired",
+                ASK_TIMED_OUT,
+            )
+        return outcome
 
     async def end_on_close(self) -> None:
         """The broker closes: withdraw, and end the wait with the outcome if one came first."""
@@ -684,6 +821,18 @@ class _Ask:
             return settled
         broker = self.broker
         keys = broker.keys
+        if self.durable is not None and self.withdrawal == "withdrawn":
+            # A keyed ask is given up only by an abort or a timeout; otherwise it is detached.
+            reply = await broker.commands.script(
+                SCRIPTS["detach"],
+                [keys.request(self.request_id), keys.requests, keys.away, keys.audit],
+                [self.request_id, broker.client_id, broker._provider_settings.audit_maxlen],
+            )
+            if reply[0] != "settled":
+                return _outcome_of(future)
+            outcome_key = keys.outcome(self.request_id)
+            outcome: str | None = await broker.commands.call("GET", outcome_key)
+            return outcome if outcome is not None else _outcome_of(future)
         reply = await broker.commands.script(
             SCRIPTS["withdraw"],
             [keys.request(self.request_id), keys.requests, keys.audit],
@@ -698,11 +847,12 @@ class _Ask:
         if reply[0] != "settled":
             return _outcome_of(future)
         outcome_key = keys.outcome(self.request_id)
-        outcome: str | None = await broker.commands.call("GET", outcome_key)
+        outcome = await broker.commands.call("GET", outcome_key)
         if outcome is None:
             return _outcome_of(future)  # the inbox waiter took the outcome meanwhile
-        for command in keys.settled_cleanup(self.request_id):
-            broker._fire(*command)
+        if broker._commands is not None and broker._open:
+            cleanup = [keys.request(self.request_id), outcome_key]
+            broker._commands.fire_script(SCRIPTS["settled_cleanup"], cleanup, [TOMBSTONE_MS, broker.client_id])
         return outcome
 
 

@@ -54,6 +54,7 @@ _REAP = Script("reap")
 _EXPIRE = Script("expire")
 _PRUNE = Script("standbys_prune")
 _CURSOR = Script("audit_cursor")
+_AWAY_END = Script("away_end")
 
 # Audit events that end a request, and the outcome each one counts as.
 _TERMINAL = {
@@ -88,6 +89,10 @@ class HousekeepingReport:
 
     withdrawn: list[str] = field(default_factory=list)
     expired: list[str] = field(default_factory=list)
+    away: list[str] = field(default_factory=list)
+    """keyed requests whose asker was found away (kept for their detach grace)"""
+    away_ended: list[str] = field(default_factory=list)
+    """keyed requests ended because their asker did not come back within the grace"""
     stale_entries: int = 0
     audit_trimmed: int = 0
     standbys_dropped: int = 0
@@ -99,6 +104,8 @@ class HousekeepingReport:
         return {
             "withdrawn": str(len(self.withdrawn)),
             "expired": str(len(self.expired)),
+            "away": str(len(self.away)),
+            "away_ended": str(len(self.away_ended)),
             "stale": str(self.stale_entries),
             "trimmed": str(self.audit_trimmed),
             "standbys": str(self.standbys_dropped),
@@ -126,12 +133,13 @@ async def _ask_entries(broker: Broker) -> AsyncIterator[list[tuple[str, dict[str
         start = "(" + page[-1][0]
 
 
-async def reap_abandoned(broker: Broker) -> tuple[list[str], int]:
+async def reap_abandoned(broker: Broker, away: list[str] | None = None) -> tuple[list[str], int]:
     """Withdraw requests whose asker is gone; returns (withdrawn request ids, stale entries removed).
 
     The asker is gone when its agent record expired (or another instance took the id) or its
     process stopped heart-beating its liveness key. A waiting process gets ``CALLER_NOT_LIVE``;
     a provider that showed the request is told to take it down; the audit stream says why.
+    A keyed request is kept instead, its asker marked away (its id goes into ``away``).
     """
     keys = broker.keys
     settings = broker._provider_settings
@@ -153,6 +161,7 @@ async def reap_abandoned(broker: Broker) -> tuple[list[str], int]:
                         keys.inbox(client),
                         keys.outcome(rid),
                         keys.audit,
+                        keys.away,
                     ],
                     [rid, entry_id, GROUP, int(settings.result_ttl * 1000), settings.audit_maxlen],
                 )
@@ -169,7 +178,36 @@ async def reap_abandoned(broker: Broker) -> tuple[list[str], int]:
                 )
             elif reply[0] == "stale":
                 stale += 1
+            elif reply[0] == "away" and away is not None:
+                away.append(fields["rid"])
     return withdrawn, stale
+
+
+async def end_away(broker: Broker) -> list[str]:
+    """End keyed requests whose asker stayed away past its detach grace; returns their ids."""
+    keys = broker.keys
+    now_ms = await redis_time_ms(broker)
+    ended: list[str] = []
+    while True:
+        due = await broker.commands.call("ZRANGE", keys.away, "-inf", now_ms, "BYSCORE", "LIMIT", 0, _PAGE)
+        if not due:
+            return ended
+        replies = await asyncio.gather(
+            *(
+                broker.commands.script(
+                    _AWAY_END,
+                    [keys.request(rid), keys.requests, keys.outcome(rid), keys.away, keys.audit],
+                    [rid, GROUP, broker._provider_settings.audit_maxlen],
+                )
+                for rid in due
+            )
+        )
+        for rid, reply in zip(due, replies, strict=True):
+            if reply[0] == "expired":
+                ended.append(rid)
+                log.info("request %s in %s ended: its asker stayed away past the grace", rid, keys.namespace)
+        if len(due) < _PAGE or all(reply[0] == "waiting" for reply in replies):
+            return ended
 
 
 async def expire_overdue(broker: Broker) -> list[str]:
@@ -384,8 +422,9 @@ async def digest_audit(broker: Broker, *, batch: int = 1000, pages: int = 10) ->
 async def run_housekeeping(broker: Broker, *, audit_maxlen: int | None = None) -> HousekeepingReport:
     """Every housekeeping step once, in order; returns what was done."""
     report = HousekeepingReport()
-    report.withdrawn, report.stale_entries = await reap_abandoned(broker)
+    report.withdrawn, report.stale_entries = await reap_abandoned(broker, report.away)
     report.expired = await expire_overdue(broker)
+    report.away_ended = await end_away(broker)
     report.audit_trimmed = await trim_audit(broker, audit_maxlen)
     report.standbys_dropped = await drop_stale_standbys(broker)
     report.dead_letters = await dead_letter_count(broker)

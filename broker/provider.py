@@ -45,6 +45,8 @@ _SETTLE_BATCH = 256
 _REPLY_MARGIN_S = 3.0
 """how long past its block a blocking read's reply may be late before the connection counts as silent"""
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_NOTICES = ("withdraw", "away", "back")
+"""stream entries that are notices about a request, not asks"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +82,7 @@ class PendingRequest:
         client_id: str,
         created_ms: int,
         entry_id: str = "",
+        asker_away: bool = False,
         opted_out: bool = False,
     ) -> None:
         self._provider = provider
@@ -94,6 +97,10 @@ class PendingRequest:
         """the asker asked for a human every time (``ask(..., remember=False)``): nothing is remembered"""
         self.withdrawn = asyncio.Event()
         """set when the asker withdrew the request (the UI takes it down)"""
+        self.asker_away = asker_away
+        """a keyed request whose asker stopped: it can still be answered, and is kept for its return"""
+        self.changed = asyncio.Event()
+        """set when ``asker_away`` changes (a UI clears it, then shows the request again)"""
 
     def __repr__(self) -> str:
         return f"PendingRequest(request_id={self.request_id!r}, agent_id={self.agent_id!r})"
@@ -394,11 +401,11 @@ class Provider:
     async def _take(self, entries: list[tuple[str, dict[str, str]]]) -> None:
         """Present the entries of one read: all its asks through one deliver call, then its notices."""
         asks: list[tuple[str, dict[str, str], str, str]] = []
-        notices: list[tuple[str, str]] = []
+        notices: list[tuple[str, str, str, str]] = []
         for entry_id, fields in entries:
             kind, request_id, client_id = fields.get("kind"), fields.get("rid", ""), fields.get("client", "")
-            if kind == "withdraw" and request_id:
-                notices.append((entry_id, request_id))
+            if kind in _NOTICES and request_id:
+                notices.append((entry_id, kind, request_id, client_id))
             elif kind != "ask" or not _ID.match(request_id) or not _ID.match(client_id):
                 await self._dead_letter(entry_id, fields, "malformed stream entry")
             elif request_id not in self._shown and request_id not in self._delivering:
@@ -412,28 +419,38 @@ class Provider:
             self._delivering.difference_update(request_id for _, _, request_id, _ in asks)
         for pending in shown:
             self._shown[pending.request_id] = pending
-        for entry_id, request_id in notices:
-            if not await self._take_notice(entry_id, request_id):
+        for entry_id, kind, request_id, client_id in notices:
+            if not await self._take_notice(entry_id, kind, request_id, client_id):
                 break
         for pending in shown:
             self._queue.put_nowait(pending)
 
-    async def _take_notice(self, entry_id: str, request_id: str) -> bool:
-        """A withdraw notice: take the card down; False when fenced (the notice stays for the holder)."""
+    async def _take_notice(self, entry_id: str, kind: str, request_id: str, client_id: str) -> bool:
+        """A notice: take the card down (withdraw), or mark its asker away or back; False when fenced.
+
+        A ``back`` notice may name the request's new asking process: settlements go to it.
+        """
         acked = await self.commands.script(
             SCRIPTS["notice_ack"], [self.keys.provider, self.keys.requests], [self.fence, entry_id, GROUP]
         )
         if acked[0] != "ok":
             self.fenced()
             return False
-        shown = self._shown.pop(request_id, None)
-        if shown is not None:
-            shown.withdrawn.set()
+        if kind == "withdraw":
+            shown = self._shown.pop(request_id, None)
+            if shown is not None:
+                shown.withdrawn.set()
+        elif (shown := self._shown.get(request_id)) is not None:
+            if kind == "back" and _ID.match(client_id):
+                shown._client_id = client_id
+            if shown.asker_away != (kind == "away"):
+                shown.asker_away = kind == "away"
+                shown.changed.set()
         return True
 
     async def _deliver(self, asks: list[tuple[str, dict[str, str], str, str]]) -> list[PendingRequest]:
         keys = self.keys
-        script_keys = [keys.provider, keys.requests, keys.audit]
+        script_keys = [keys.provider, keys.requests, keys.audit, keys.away]
         args: list[Any] = [
             self.fence,
             GROUP,
@@ -475,6 +492,7 @@ class Provider:
                     client_id=client_id,
                     created_ms=int(one[3]),
                     entry_id=entry_id,
+                    asker_away=len(one) > 5 and one[5] == "1",
                     opted_out=fields.get("remember") == "0",
                 )
             )

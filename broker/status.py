@@ -27,6 +27,12 @@ class PendingInfo(msgspec.Struct, frozen=True, kw_only=True):
     questions: int
     delivered_epoch: int | None = None
     """the lease epoch under which a provider took it, if one did"""
+    key: str | None = None
+    """the key of a keyed ask (``ask(..., key=)``)"""
+    away_s: float | None = None
+    """for a keyed ask whose asker stopped: seconds since; it can still be answered"""
+    grace_left_s: float | None = None
+    """for an away asker: seconds left to re-attach before the request ends as expired"""
 
 
 class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,9 +102,15 @@ async def _pending(call: Any, keys: Keys, now_ms: int) -> tuple[PendingInfo, ...
         stream_fields = [_pairs(flat) for _id, flat in entries]
         asks = [fields["rid"] for fields in stream_fields if fields.get("kind") == "ask" and fields.get("rid")]
         records = await asyncio.gather(
-            *(call("HMGET", keys.request(rid), "state", "agent", "created", "delivered", "request") for rid in asks)
+            *(
+                call("HMGET", keys.request(rid), "state", "agent", "created", "delivered", "request", "key", "away")
+                for rid in asks
+            ),
+            *(call("ZSCORE", keys.away, rid) for rid in asks),
         )  # issued together: one round trip
-        for request_id, (state, agent, created, delivered, request) in zip(asks, records, strict=True):
+        records, graces = records[: len(asks)], records[len(asks) :]
+        for request_id, record, grace_ends in zip(asks, records, graces, strict=True):
+            state, agent, created, delivered, request, key, away = record
             if state != "pending":
                 continue
             try:
@@ -112,6 +124,9 @@ async def _pending(call: Any, keys: Keys, now_ms: int) -> tuple[PendingInfo, ...
                     age_s=max(0, now_ms - int(created or now_ms)) / 1000,
                     questions=questions,
                     delivered_epoch=int(delivered) if delivered else None,
+                    key=key or None,
+                    away_s=max(0, now_ms - int(away)) / 1000 if away else None,
+                    grace_left_s=max(0, float(grace_ends) - now_ms) / 1000 if away and grace_ends else None,
                 )
             )
         if len(entries) < _PAGE:

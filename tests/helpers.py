@@ -55,7 +55,7 @@ def pick(label: str, qid: str = "q1") -> AskUserQuestionAnswer:
 
 async def request_residue(redis: Any, namespace: str, *, within: float = 2.0) -> list[str]:
     """Per-request keys left beyond the asker's clean-up: outcome keys, and request hashes that
-    still hold their request or outlive the slim tombstone (``Keys.settled_cleanup``).
+    still hold their request or outlive the slim tombstone (settled_cleanup.lua).
 
     Clean-up commands are fired, not awaited, so this waits up to ``within`` seconds for them.
     """

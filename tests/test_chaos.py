@@ -46,6 +46,35 @@ async def test_pending_questions_survive_a_redis_restart_with_aof(redis_factory,
         await answering.aclose()
 
 
+async def test_a_keyed_question_whose_asker_is_away_survives_a_redis_kill_with_aof(redis_factory):
+    server = redis_factory("--appendonly", "yes", "--appendfsync", "everysec")
+    first, answering = await open_broker(server.url), await open_broker(server.url)
+    try:
+        async with answering.provider("ui", standby=True) as provider:
+            asking = asyncio.create_task(first.ask(one_question("yes", "no"), key="release"))
+            pending = await next_pending(provider)
+            await first.aclose()  # detached: its asker is away
+            with pytest.raises(UserQuestionError):
+                await asking
+            await asyncio.sleep(1.5)  # appendfsync everysec: what is a second old is on disk
+            server.kill()
+            server.start()
+            restarted = await open_broker(server.url)
+            try:
+                again = asyncio.create_task(restarted.ask(one_question("yes", "no"), key="release"))
+                async with asyncio.timeout(20):  # re-attached to the same request: no second card
+                    while pending.asker_away or not provider.pending:
+                        await asyncio.sleep(0.05)
+                assert [p.request_id for p in provider.pending] == [pending.request_id]
+                await provider.pending[0].answer(pick("no"))
+                assert await asyncio.wait_for(again, 20) == pick("no")
+            finally:
+                await restarted.aclose()
+    finally:
+        await first.aclose()
+        await answering.aclose()
+
+
 async def test_asks_fail_with_a_clear_code_when_redis_is_gone_for_good(redis_factory):
     server = redis_factory()
     asking = await open_broker(server.url, unavailable_after=1.0)

@@ -1,6 +1,6 @@
 """The broker end to end on a real 3-master Redis Cluster.
 
-The core's integration tests (test_ask, test_provider, test_waterfall) run here again with
+The core's integration tests (test_ask, test_provider, test_waterfall, test_durable) run here again with
 ``make_broker`` and ``redis`` pointing at the cluster: ask/answer, every way out of a wait,
 standby takeover, fencing, withdraw, the waterfall and poison entries. Redis Cluster refuses
 a script whose keys span slots (CROSSSLOT), so every one of them passing proves that every
@@ -19,15 +19,16 @@ from redis.asyncio import RedisCluster
 
 from broker import Broker
 from broker.connection import redis_from_url
-from tests import test_ask, test_provider, test_waterfall
+from tests import test_ask, test_durable, test_provider, test_waterfall
 from tests.cluster import RedisClusterFixture
 from tests.helpers import one_question, pick
 from tests.test_ask import answering, next_pending
+from tests.test_durable import provider
 
-__all__ = ["answering"]  # the fixture the imported tests use
+__all__ = ["answering", "provider"]  # the fixtures the imported tests use
 
 # The core's scenarios, collected here a second time and run against the cluster.
-for _module in (test_ask, test_provider, test_waterfall):
+for _module in (test_ask, test_provider, test_waterfall, test_durable):
     for _name, _test in vars(_module).items():
         if _name.startswith("test_") and callable(_test):
             globals()[_name] = _test

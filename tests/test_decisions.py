@@ -379,3 +379,12 @@ def test_a_plan_review_is_never_remembered() -> None:
     why = why_not_rememberable(request, pick("Approve", "plan"), Remember(), opted_out=False)
     assert why is not None and "plan" in why
     assert why_not_rememberable(deploy(), pick("yes"), Remember(), opted_out=False) is None
+
+
+async def test_a_keyed_ask_is_answered_by_a_decision_too(make_broker: Callable[..., Any]) -> None:
+    broker: Broker = await make_broker()
+    async with broker.provider("ui") as provider:
+        asking = asyncio.ensure_future(broker.ask(deploy(), timeout=10))
+        await (await anext(aiter(provider))).answer(pick("yes"), remember=Remember())
+        await asking
+    assert await broker.ask(deploy("k1"), key="release", timeout=5) == pick("yes", "k1")  # no provider up

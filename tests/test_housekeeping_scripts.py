@@ -31,7 +31,16 @@ async def run(redis: Redis, name: str, keys: list[str], args: list[Any]) -> Any:
 
 async def reap(ns: Namespace, rid: str, entry: str, client: str = "c1") -> list[str]:
     k = ns.keys
-    keys = [k.request(rid), k.requests, k.request(rid), k.client(client), k.inbox(client), k.outcome(rid), k.audit]
+    keys = [
+        k.request(rid),
+        k.requests,
+        k.request(rid),
+        k.client(client),
+        k.inbox(client),
+        k.outcome(rid),
+        k.audit,
+        k.away,
+    ]
     return list(await run(ns.redis, "reap", keys, [rid, entry, GROUP, RESULT_MS, AUDIT_MAX]))
 
 

@@ -33,6 +33,23 @@ def test_a_small_soak_loses_nothing_and_answers_nothing_twice() -> None:
     assert result.returncode == 0 and figures["ok"] is True
 
 
+@pytest.mark.slow
+def test_soak_with_keyed_askers_killed_and_restarted() -> None:
+    """Issue 14: `qbroker ask --key` processes SIGKILLed mid-question and run again: each key gets its one answer."""
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.soak", "--asks", "100", "--kills", "1", "--seed", "2",
+         "--keyed", "12", "--keyed-kills", "6", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=80,
+    )  # fmt: skip
+    assert result.stdout, result.stderr[-3000:]
+    figures = json.loads(result.stdout)
+    assert figures["keyed_kills"] >= 3, figures  # most kills land while the question is out (think time 0.4 s)
+    assert figures["keyed_answers"] == 12 and figures["keyed_wrong"] == 0, figures
+    assert figures["keyed_asked_twice"] == 0 and figures["keyed_failed"] == {}, figures
+    assert figures["duplicates"] == 0 and figures["lost"] == 0 and figures["audit_other"] == {}, figures
+    assert result.returncode == 0 and figures["ok"] is True
+
+
 def events(*pairs: tuple[str, str]) -> list[tuple[str, str, str]]:
     return [(event, rid, "1") for event, rid in pairs]
 

@@ -7,13 +7,15 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from redis.exceptions import RedisError
 
 from broker import (
+    AskUserQuestionAnswer,
     AskUserQuestionItem,
     AskUserQuestionOption,
     AskUserQuestionRequest,
@@ -24,7 +26,7 @@ from broker import (
 from broker.errors import BAD_REQUEST, BROKER_UNAVAILABLE
 from broker.types import decode_request, encode
 
-from .commands.ask import EXIT_INTERNAL, EXIT_OK, EXIT_STATUS
+from .commands.ask import EXIT_DETACHED, EXIT_INTERNAL, EXIT_OK, EXIT_STATUS
 from .settings import Settings
 
 __all__ = ["ask", "build_request"]
@@ -86,6 +88,27 @@ def _abort_on_signals(abort: asyncio.Event) -> Iterator[None]:
             loop.remove_signal_handler(sig)
 
 
+class _Detached(Exception):
+    """A keyed ask was interrupted: it stays pending for its detach grace."""
+
+
+async def _until_detached(asking: Coroutine[Any, Any, AskUserQuestionAnswer], detach: asyncio.Event) -> Any:
+    """Await the keyed ask; a signal cancels it, which detaches it (the broker's rule)."""
+    task = asyncio.ensure_future(asking)
+    signalled = asyncio.ensure_future(detach.wait())
+    try:
+        await asyncio.wait({task, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signalled.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    try:
+        return await task  # an answer that won the race is still given
+    except asyncio.CancelledError:
+        raise _Detached from None
+
+
 @contextlib.asynccontextmanager
 async def _as_agent(broker: Broker, agent_id: str | None, owner: str | None) -> AsyncIterator[None]:
     if agent_id is None:
@@ -99,15 +122,31 @@ async def ask(args: argparse.Namespace) -> int:
     settings: Settings = args.settings
     if args.owner is not None and args.agent is None:
         return _fail(UserQuestionError("--owner needs --agent", BAD_REQUEST))
+    key = getattr(args, "key", None)
+    grace = getattr(args, "detach_grace", None)
     abort = asyncio.Event()
-    with _abort_on_signals(abort):
+    detach = asyncio.Event()
+    # A keyed question outlives this command: a signal detaches from it instead of withdrawing it.
+    with _abort_on_signals(detach if key is not None else abort):
         try:
             request = build_request(args)
             async with settings.broker() as broker, _as_agent(broker, args.agent, args.owner):
-                # Caught inside the block: `broker.agent()` wraps what its body raises in an
-                # ExceptionGroup (its TaskGroup).
                 try:
-                    answer = await broker.ask(request, abort=abort, timeout=args.timeout, remember=not args.no_remember)
+                    if key is None:
+                        answer = await broker.ask(
+                            request, abort=abort, timeout=args.timeout, remember=not args.no_remember
+                        )
+                    else:
+                        asking = broker.ask(
+                            request, timeout=args.timeout, key=key, detach_grace=grace, remember=not args.no_remember
+                        )
+                        answer = await _until_detached(asking, detach)
+                except _Detached:
+                    sys.stderr.write(
+                        f"detached: the question stays pending; run this command again with --key {key}"
+                        " to get its answer\n"
+                    )
+                    return EXIT_DETACHED
                 except UserQuestionError as error:
                     return _fail(error)
         except UserQuestionError as error:

@@ -100,6 +100,13 @@ INPUT_SCHEMA: dict[str, Any] = {
             "exclusiveMinimum": 0,
             "description": "give up (ASK_TIMED_OUT) when nobody answered within this many seconds",
         },
+        "key": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 200,
+            "description": "name the question durably: if this session stops before the answer, asking the "
+            "same questions with the same key later gets the answer (or waits on the same question)",
+        },
         "remember": {
             "type": "boolean",
             "default": True,
@@ -132,6 +139,7 @@ class _InItem(msgspec.Struct, kw_only=True):
 class _InRequest(msgspec.Struct, kw_only=True):
     questions: list[_InItem]
     timeout_seconds: float | None = msgspec.field(default=None, name="timeoutSeconds")
+    key: str | None = None
     remember: bool = True
 
 
@@ -139,6 +147,7 @@ class _InRequest(msgspec.Struct, kw_only=True):
 class ParsedCall:
     request: AskUserQuestionRequest
     timeout: float | None
+    key: str | None
     generated: dict[str, str]
     """question text by generated id, for the questions that came without an id"""
     remember: bool = True
@@ -183,7 +192,9 @@ def parse_arguments(arguments: dict[str, Any] | None) -> ParsedCall:
         request = convert_request({"questions": questions})
     except msgspec.ValidationError as error:
         raise UserQuestionError(f"the questions do not fit the request schema: {error}", BAD_REQUEST) from error
-    return ParsedCall(request=request, timeout=raw.timeout_seconds, generated=generated, remember=raw.remember)
+    return ParsedCall(
+        request=request, timeout=raw.timeout_seconds, key=raw.key, generated=generated, remember=raw.remember
+    )
 
 
 def answer_payload(answer: AskUserQuestionAnswer, generated: dict[str, str]) -> dict[str, Any]:
@@ -293,7 +304,7 @@ class AskService:
                 ready.cancel()
 
     async def call(self, arguments: dict[str, Any] | None, client_name: str | None) -> types.CallToolResult:
-        """Run one tool call; cancelling it withdraws the question."""
+        """Run one tool call; cancelling it withdraws the question (detaches it, when keyed)."""
         try:
             parsed = parse_arguments(arguments)
             agent = await self.agent_for(client_name)
@@ -303,7 +314,7 @@ class AskService:
             return error_result(UserQuestionError(f"Redis is unreachable: {error}", BROKER_UNAVAILABLE))
         timeout = parsed.timeout if parsed.timeout is not None else self.default_timeout
         task = self.tasks.create_task(
-            self._ask(agent, parsed.request, timeout, remember=parsed.remember), name="qb-mcp-ask"
+            self._ask(agent, parsed.request, timeout, parsed.key, remember=parsed.remember), name="qb-mcp-ask"
         )
         try:
             outcome = await asyncio.shield(task)
@@ -319,10 +330,16 @@ class AskService:
         return _result(answer_payload(outcome, parsed.generated))
 
     async def _ask(
-        self, agent: Agent, request: AskUserQuestionRequest, limit_s: float | None, *, remember: bool = True
+        self,
+        agent: Agent,
+        request: AskUserQuestionRequest,
+        limit_s: float | None,
+        key: str | None = None,
+        *,
+        remember: bool = True,
     ) -> AskUserQuestionAnswer | UserQuestionError:
         try:
-            return await agent.ask(request, timeout=limit_s, remember=remember)
+            return await agent.ask(request, timeout=limit_s, key=key, remember=remember)
         except UserQuestionError as error:
             return error
         except _REDIS_DOWN as error:

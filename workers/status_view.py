@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 
 from broker import NamespaceStatus, UserQuestionError, namespace_status
 from broker.errors import BROKER_UNAVAILABLE
+from broker.status import PendingInfo
 
 from .commands.ask import EXIT_STATUS
 from .settings import Settings
@@ -52,13 +53,16 @@ def format_status(status: NamespaceStatus) -> str:
         "",
         f"pending requests: {len(status.pending)}",
     ]
+    away = [p for p in status.pending if p.away_s is not None]
+    if away:
+        out.insert(-1, f"away askers   {len(away)} (keyed asks kept for their asker to re-attach)")
     if status.pending:
         rows = [
             (p.request_id, p.agent or "-", _age(p.age_s), str(p.questions),
-             f"epoch {p.delivered_epoch}" if p.delivered_epoch else "not yet")
+             f"epoch {p.delivered_epoch}" if p.delivered_epoch else "not yet", _asker(p))
             for p in sorted(status.pending, key=lambda p: -p.age_s)
         ]  # fmt: skip
-        out += _table(("REQUEST", "AGENT", "WAITING", "QUESTIONS", "DELIVERED"), rows)
+        out += _table(("REQUEST", "AGENT", "WAITING", "QUESTIONS", "DELIVERED", "ASKER"), rows)
     out += ["", f"live agents: {len(status.agents)}"]
     if status.agents:
         agent_rows = [
@@ -67,6 +71,14 @@ def format_status(status: NamespaceStatus) -> str:
         ]
         out += _table(("AGENT", "OWNER", "SINCE (UTC)"), agent_rows)
     return "\n".join(out)
+
+
+def _asker(pending: PendingInfo) -> str:
+    key = f" (key {pending.key})" if pending.key else ""
+    if pending.away_s is None:
+        return "waiting" + key
+    left = f", {_age(pending.grace_left_s)} left" if pending.grace_left_s is not None else ""
+    return f"away {_age(pending.away_s)}{left}{key}"
 
 
 async def show(args: argparse.Namespace) -> int:

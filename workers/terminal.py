@@ -125,8 +125,11 @@ class Terminal:
         waited = max(0.0, time.time() - pending.created_ms / 1000)
         who = f"agent {pending.agent_id}" if pending.agent_id else "an agentless asker"
         more = f" · {queued} more waiting" if queued else ""
+        away = " · asker away" if pending.asker_away else ""
         self.console.print()
-        self.console.print(Rule(escape(f"Request from {who} · waiting {waited:.0f}s{more}"), style="cyan"))
+        self.console.print(Rule(escape(f"Request from {who} · waiting {waited:.0f}s{more}{away}"), style="cyan"))
+        if pending.asker_away:
+            self.console.print("The asking process stopped; your answer is kept until it comes back.", style="yellow")
 
     def _heading(self, item: AskUserQuestionItem, index: int, total: int) -> None:
         counter = f"[{index}/{total}] " if total > 1 else ""

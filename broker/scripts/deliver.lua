@@ -1,18 +1,21 @@
 #!lua
 -- deliver: the lease holder takes the ask entries of one read (XREADGROUP, XAUTOCLAIM, XCLAIM) for presentation.
--- KEYS[1] provider lease   KEYS[2] requests stream   KEYS[3] audit stream
--- then five keys per entry i = 0, 1, ..., starting at KEYS[4 + 5i]: request hash, agent record (the request hash
+-- KEYS[1] provider lease   KEYS[2] requests stream   KEYS[3] audit stream   KEYS[4] away zset
+-- then five keys per entry i = 0, 1, ..., starting at KEYS[5 + 5i]: request hash, agent record (the request hash
 -- when none), asker's client liveness key, asker's inbox, outcome key
 -- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] group   ARGV[3] epoch   ARGV[4] result TTL ms   ARGV[5] audit max length
 -- then three arguments per entry, starting at ARGV[6 + 3i]: entry id, request id, '1' to get the request JSON
 -- back (an entry written without its request body) or '0'
 -- returns {'err', 'LEASE_LOST', message} for the whole read, or {'ok', {one reply per entry}}, each
---   {'ok', request JSON or '', agent id, created unix ms[, 'again']} | {'gone', why}
+--   {'ok', request JSON or '', agent id, created unix ms, 'again' or '', '1' if its asker is away else '0'}
+--   | {'gone', why}
 -- ('again': this epoch delivered it before, e.g. a re-claim after a broken read)
 -- A request whose asker is gone is withdrawn here rather than shown (the asker, if it still
--- waits, is told CALLER_NOT_LIVE). An entry whose request hash is missing (expired after the
--- request TTL, or lost in a failover) is removed, and its asker, if it still waits, is told
--- BROKER_UNAVAILABLE: no ask waits on a request that no longer exists.
+-- waits, is told CALLER_NOT_LIVE). A keyed request (asked with a key) is not: its asker is marked
+-- away (the hash's 'away' field, and the away zset scored by when its detach grace ends) and it is
+-- shown; its asker may come back and re-attach. An entry whose request hash is missing (expired
+-- after the request TTL, or lost in a failover) is removed, and its asker, if it still waits, is
+-- told BROKER_UNAVAILABLE: no ask waits on a request that no longer exists.
 -- Who was given a request is the hash's 'delivered' field (the epoch); the audit records who
 -- answered, under which epoch, when the request is settled (settle.lua).
 local lease = redis.call('GET', KEYS[1])
@@ -27,10 +30,12 @@ local function tell(k, rid, code, message)
   redis.call('RPUSH', KEYS[k + 3], rid .. ' ' .. outcome)
   redis.call('PEXPIRE', KEYS[k + 3], ARGV[4])
 end
-for i = 0, (#KEYS - 3) / 5 - 1 do
-  local k, a = 4 + 5 * i, 6 + 3 * i
+local now = nil
+for i = 0, (#KEYS - 4) / 5 - 1 do
+  local k, a = 5 + 5 * i, 6 + 3 * i
   local entry, rid = ARGV[a], ARGV[a + 1]
-  local r = redis.call('HMGET', KEYS[k], 'state', 'agent', 'agent_fp', 'created', 'delivered')
+  local r = redis.call('HMGET', KEYS[k], 'state', 'agent', 'agent_fp', 'created', 'delivered', 'key', 'grace',
+    'away')
   local why = nil
   if not r[1] or r[1] ~= 'pending' then
     done[#done + 1] = entry
@@ -45,6 +50,19 @@ for i = 0, (#KEYS - 3) / 5 - 1 do
     elseif redis.call('EXISTS', KEYS[k + 2]) == 0 then
       why = 'the asking process stopped'
     end
+    local away, reason = '0', why
+    if why and r[6] then
+      away, why = '1', nil
+      if not r[8] then
+        if not now then
+          local t = redis.call('TIME')
+          now = t[1] * 1000 + math.floor(t[2] / 1000)
+        end
+        redis.call('HSET', KEYS[k], 'away', now)
+        redis.call('ZADD', KEYS[4], now + tonumber(r[7]), rid)
+        redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', 'away', 'rid', rid, 'reason', reason)
+      end
+    end
     if why then
       redis.call('HSET', KEYS[k], 'state', 'withdrawn')
       redis.call('PEXPIRE', KEYS[k], ARGV[4])
@@ -56,10 +74,10 @@ for i = 0, (#KEYS - 3) / 5 - 1 do
       local body = ''
       if ARGV[a + 2] == '1' then body = redis.call('HGET', KEYS[k], 'request') end
       if r[5] == ARGV[3] then
-        replies[#replies + 1] = {'ok', body, r[2], r[4], 'again'}
+        replies[#replies + 1] = {'ok', body, r[2], r[4], 'again', away}
       else
         redis.call('HSET', KEYS[k], 'delivered', ARGV[3])
-        replies[#replies + 1] = {'ok', body, r[2], r[4]}
+        replies[#replies + 1] = {'ok', body, r[2], r[4], '', away}
       end
     end
   end

@@ -2,9 +2,10 @@
 -- reap: withdraw a pending request whose asker is gone (housekeeping; the same transition as withdraw.lua).
 -- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] agent record (the request hash when no agent)
 -- KEYS[4] asker's client liveness key   KEYS[5] asker's inbox   KEYS[6] outcome key   KEYS[7] audit stream
+-- KEYS[8] away zset
 -- ARGV[1] request id   ARGV[2] the stream entry id seen   ARGV[3] group   ARGV[4] result TTL ms
 -- ARGV[5] audit max length
--- returns {'withdrawn', reason} | {'live'} | {'stale', state}
+-- returns {'withdrawn', reason} | {'away', reason} | {'live'} | {'stale', state}
 -- The asker is gone when its agent record expired (or another instance holds the id) or when its
 -- process stopped refreshing its liveness key. As in deliver.lua, the outcome (CALLER_NOT_LIVE) is
 -- written and a notice pushed to the asker's inbox even when its process looks dead: a process that
@@ -13,7 +14,10 @@
 -- on the stream. An entry whose request is missing or already settled is stale: it is removed; for
 -- a missing one (expired after the request TTL, or lost in a failover) the asker, if it still waits,
 -- is told BROKER_UNAVAILABLE, as deliver.lua does.
-local r = redis.call('HMGET', KEYS[1], 'state', 'entry', 'delivered', 'agent', 'agent_fp')
+-- A keyed request is not withdrawn: its asker is marked away (as in deliver.lua), and a provider that
+-- showed it gets a kind=away notice; an away asker found live again (a paused process that woke up)
+-- is marked back, with a kind=back notice. Its detach grace is judged by away_end.lua.
+local r = redis.call('HMGET', KEYS[1], 'state', 'entry', 'delivered', 'agent', 'agent_fp', 'key', 'grace', 'away')
 if not r[1] or r[1] ~= 'pending' then
   redis.pcall('XACK', KEYS[2], ARGV[3], ARGV[2])
   redis.call('XDEL', KEYS[2], ARGV[2])
@@ -31,6 +35,29 @@ if r[4] and r[4] ~= '' and redis.call('HGET', KEYS[3], 'fp') ~= r[5] then
   why = 'the asking agent is no longer live'
 elseif redis.call('EXISTS', KEYS[4]) == 0 then
   why = 'the asking process stopped'
+end
+if r[6] then
+  if not why and r[8] then
+    redis.call('HDEL', KEYS[1], 'away')
+    redis.call('ZREM', KEYS[8], ARGV[1])
+    if r[3] then
+      redis.call('XADD', KEYS[2], '*', 'kind', 'back', 'rid', ARGV[1])
+    end
+    redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], '*', 'event', 'back', 'rid', ARGV[1], 'by', 'housekeeping')
+  elseif why and not r[8] then
+    local t = redis.call('TIME')
+    local now = t[1] * 1000 + math.floor(t[2] / 1000)
+    redis.call('HSET', KEYS[1], 'away', now)
+    redis.call('ZADD', KEYS[8], now + tonumber(r[7]), ARGV[1])
+    if r[3] then
+      redis.call('XADD', KEYS[2], '*', 'kind', 'away', 'rid', ARGV[1])
+    end
+    redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], '*', 'event', 'away', 'rid', ARGV[1], 'reason', why,
+      'by', 'housekeeping')
+  end
+  if why then
+    return {'away', why}
+  end
 end
 if not why then
   return {'live'}

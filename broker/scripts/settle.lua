@@ -16,6 +16,9 @@
 --   {'ok'} | {'err', CODE, message}
 -- A retry of the same call after a lost reply finds its own settlement and succeeds again. A decision is
 -- refused (BAD_ANSWER, the request stays pending) for a request whose ask entry says remember '0'.
+-- A keyed request (asked with a key) keeps its outcome for its detach grace if that is longer than the
+-- result TTL; while its asker is away no notice is pushed (nobody reads that inbox, or a process that
+-- detached would clean the outcome up): the asker that re-attaches reads the outcome.
 local lease = redis.call('GET', KEYS[1])
 if not lease or ARGV[1] == '' or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
   return {'err', 'LEASE_LOST', 'this provider no longer holds the lease'}
@@ -39,7 +42,7 @@ while a <= #ARGV do
   local rid, state, outcome, by, call = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local decisions = tonumber(ARGV[a + 5])
   local dk, da = k + 3, a + 6
-  local r = redis.call('HMGET', KEYS[k], 'state', 'entry', 'settle_call', 'by')
+  local r = redis.call('HMGET', KEYS[k], 'state', 'entry', 'settle_call', 'by', 'grace', 'away')
   if not r[1] then
     replies[#replies + 1] = {'err', 'NOT_PENDING', 'request ' .. rid .. ' is no longer pending'}
   elseif r[1] ~= 'pending' then
@@ -55,10 +58,16 @@ while a <= #ARGV do
       ' cannot be remembered: only an answer is, and its asker asked for a human every time (remember=False)'}
   else
     redis.call('HSET', KEYS[k], 'state', state, 'settle_call', call, 'epoch', ARGV[3], 'by', by)
-    redis.call('PEXPIRE', KEYS[k], ARGV[6])
-    redis.call('SET', KEYS[k + 1], outcome, 'PX', ARGV[6])
+    local keep, hash_keep = tonumber(ARGV[6]), tonumber(ARGV[6])
+    if r[5] then
+      -- keyed: the outcome waits the grace out; the hash outlives it, for away_end.lua's audit
+      keep = math.max(keep, tonumber(r[5]))
+      hash_keep = keep + 60000
+    end
+    redis.call('PEXPIRE', KEYS[k], hash_keep)
+    redis.call('SET', KEYS[k + 1], outcome, 'PX', keep)
     done[#done + 1] = r[2]
-    if ARGV[7] ~= '1' then
+    if ARGV[7] ~= '1' and not r[6] then
       redis.call('RPUSH', KEYS[k + 2], rid .. ' ' .. outcome)
       redis.call('PEXPIRE', KEYS[k + 2], ARGV[6])
     end

@@ -301,6 +301,32 @@ async def test_withdrawn_request_vanishes(people: People, asker: Broker) -> None
     await expect(request).to_have_count(0)
 
 
+async def test_a_keyed_question_stays_with_asker_away_and_its_answer_reaches_the_restarted_asker(
+    people: People, web: WebProcess, screenshots: Path
+) -> None:
+    page = await people.page()
+    question = AskUserQuestionItem(id="ship", question="Ship release 2.4.0?", options=options("ship", "hold"))
+    request = AskUserQuestionRequest(questions=(question,))
+    first = Broker(web.redis_url, web.namespace)
+    await first.__aenter__()
+    asking = asyncio.create_task(first.ask(request, key="release-2.4.0"))
+    shown = card(page, "Ship release 2.4.0?")
+    await expect(shown).to_be_visible()
+    await expect(shown.locator(".away")).to_be_hidden()
+    await first.aclose()  # the asking process stops: the question is detached, not withdrawn
+    with pytest.raises(UserQuestionError):
+        await asking
+    await expect(shown.locator(".away")).to_be_visible()
+    await expect(shown.locator(".away")).to_have_text("asker away")
+    await page.screenshot(path=screenshots / "14-asker-away.png", full_page=True)
+    await shown.get_by_text("hold", exact=True).click()
+    await shown.get_by_role("button", name="Send answer").click()
+    await expect(shown).to_have_count(0)
+    async with Broker(web.redis_url, web.namespace) as restarted:
+        answer = await asyncio.wait_for(restarted.ask(request, key="release-2.4.0"), 10)
+    assert answer.answers[0].selected == ("hold",)
+
+
 async def test_two_people_race(people: People, asker: Broker, screenshots: Path) -> None:
     alice, bob = await people.page("alice"), await people.page("bob")
     asked = ask(asker, AskUserQuestionItem(id="q", question="Who is first?", options=options("me", "you")))

@@ -395,3 +395,32 @@ async def test_started_while_redis_is_down_it_serves_and_recovers(redis_factory,
                 assert structured(result)["code"] == "BROKER_UNAVAILABLE"
                 await asyncio.sleep(0.5)
     assert structured(result) == {"answers": [{"id": "deploy", "selected": ["yes"]}]}
+
+
+async def test_a_keyed_call_outlives_the_server_and_a_restarted_one_gets_the_answer(
+    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    broker = await make_broker()
+    keyed = {**YES_NO, "key": "deploy-2.4.0"}
+    async with provider(broker, None) as seen:
+        call: asyncio.Task[types.CallToolResult] | None = None
+        async with mcp_client(redis_server, namespace, "--agent-id", "coder") as session:
+            call = asyncio.create_task(session.call_tool("ask_user_question", keyed))
+            pending = await asyncio.wait_for(seen.get(), 20)
+        with contextlib.suppress(Exception):
+            await call
+        async with asyncio.timeout(10):  # the server went away: the question is kept, its asker away
+            while not pending.asker_away:
+                await asyncio.sleep(0.05)
+        assert not pending.withdrawn.is_set()
+        await pick_first(pending)
+        async with mcp_client(redis_server, namespace, "--agent-id", "coder") as session:
+            again = await session.call_tool("ask_user_question", keyed)
+    assert structured(again) == {"answers": [{"id": "deploy", "selected": ["yes"]}]}
+    assert seen.empty()  # no second card
+
+
+def test_a_key_must_be_a_string() -> None:
+    assert parse_arguments({**YES_NO, "key": "k"}).key == "k"
+    with pytest.raises(UserQuestionError):
+        parse_arguments({**YES_NO, "key": 7})

@@ -221,6 +221,38 @@ async def test_ctrl_d_while_idle_quits_and_hands_the_lease_on(screen, make_broke
         assert await asyncio.wait_for(asking, 10) == answer(("q1", ("a",), None))
 
 
+async def test_a_keyed_question_whose_asker_stopped_says_so_and_its_answer_waits_for_the_restart(
+    screen, make_broker, redis
+):
+    busy = await make_broker()
+    first = asyncio.create_task(busy.ask(one_question("ok")))
+    await screen.expect("Choice:")
+    stopping = await make_broker()
+    keyed = asyncio.create_task(stopping.ask(one_question("ship", "hold"), key="release"))
+    async with asyncio.timeout(10):  # enqueued (and delivered behind the first)
+        while not await redis.xlen(stopping.keys.requests) >= 2:
+            await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    await stopping.aclose()  # the asking process stops: detached, kept for its return
+    with pytest.raises(UserQuestionError):
+        await keyed
+    assert await redis.zcard(stopping.keys.away) == 1
+    await asyncio.sleep(1.0)  # the provider hears of the detach (kind=away) before it presents
+    screen.send("1")
+    await screen.expect("Send:")
+    screen.send("")
+    assert await asyncio.wait_for(first, 10) == answer(("q1", ("ok",), None))
+    await screen.expect("your answer is kept until it comes back")
+    assert "asker away" in screen.text()
+    screen.send("2")
+    await screen.expect("Send:", count=2)
+    screen.send("")
+    await screen.expect("Answer sent.", count=2)
+    restarted = await make_broker()
+    again = await asyncio.wait_for(restarted.ask(one_question("ship", "hold"), key="release"), 10)
+    assert again == answer(("q1", ("hold",), None))
+
+
 @pytest.mark.parametrize(
     ("key", "scope"), [pytest.param("n", "namespace", id="namespace"), pytest.param("a", "agent", id="agent")]
 )

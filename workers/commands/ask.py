@@ -1,7 +1,9 @@
 """``qbroker ask``: ask a human from a shell script; the answer is JSON on stdout.
 
 On failure, ``{name, code, message}`` goes to stderr and the exit status names the code
-(``EXIT_STATUS``). Ctrl-C (or SIGTERM) withdraws the question before exiting. The work is
+(``EXIT_STATUS``). Ctrl-C (or SIGTERM) withdraws the question before exiting; with ``--key``
+it detaches instead (exit status ``EXIT_DETACHED``): the question stays pending for the
+detach grace, and running the same command again picks the answer up. The work is
 in ``workers.asking``, imported only when the command runs (``--help`` stays instant).
 """
 
@@ -11,11 +13,13 @@ import argparse
 from collections.abc import Mapping
 from typing import Final
 
-__all__ = ["EXIT_STATUS", "register", "run"]
+__all__ = ["EXIT_DETACHED", "EXIT_STATUS", "register", "run"]
 
 EXIT_OK: Final = 0
 EXIT_INTERNAL: Final = 1
 EXIT_USAGE: Final = 2
+EXIT_DETACHED: Final = 75
+"""with --key, interrupted: the question stays pending; run the command again to get its answer"""
 # One status per error code; documented in docs/cli.md. Codes an asker cannot meet
 # (they belong to providers) still get one, so the table is total.
 EXIT_STATUS: Final[Mapping[str, int]] = {
@@ -68,6 +72,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--agent", metavar="ID", help="ask as this agent id (registered for the ask's duration)")
     parser.add_argument("--owner", metavar="ID", help="with --agent: the (live) agent that owns it")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="give up after this long (ASK_TIMED_OUT)")
+    parser.add_argument(
+        "--key",
+        metavar="KEY",
+        help="name the question durably: if this command is killed, the question stays pending and "
+        "running it again with the same key and question picks the answer up; Ctrl-C then detaches "
+        "instead of withdrawing",
+    )
+    parser.add_argument(
+        "--detach-grace",
+        type=float,
+        metavar="SECONDS",
+        help="with --key: how long the question waits for this command to come back (default 300)",
+    )
     parser.add_argument(
         "--no-remember",
         action="store_true",

@@ -96,6 +96,7 @@ def request_view(pending: PendingRequest) -> dict[str, Any]:
         "id": pending.request_id,
         "agent": pending.agent_id,
         "createdMs": pending.created_ms,
+        "askerAway": pending.asker_away,
         "questions": [_item_view(item, len(questions)) for item in questions],
         "remember": _remember_scopes(pending),
     }

@@ -346,8 +346,29 @@ class WebProvider:
                     self._remove(request_id, "lost", "")
 
     async def _watch(self, pending: PendingRequest) -> None:
-        await pending.withdrawn.wait()
+        """Take the card down when withdrawn; say when its asker goes away or comes back."""
+        withdrawn = asyncio.ensure_future(pending.withdrawn.wait())
+        try:
+            while not withdrawn.done():
+                changed = asyncio.ensure_future(pending.changed.wait())
+                try:
+                    await asyncio.wait({withdrawn, changed}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    changed.cancel()
+                if pending.changed.is_set() and not withdrawn.done():
+                    pending.changed.clear()
+                    self._asker_changed(pending)
+        finally:
+            withdrawn.cancel()
         self._remove(pending.request_id, "withdrawn", "")
+
+    def _asker_changed(self, pending: PendingRequest) -> None:
+        view = self._views.get(pending.request_id)
+        if view is None or view.get("askerAway") == pending.asker_away:
+            return
+        view["askerAway"] = pending.asker_away
+        event = {"type": "updated", "id": pending.request_id, "askerAway": pending.asker_away}
+        self._publish({**event, "namespace": self.broker.namespace})
 
 
 def _first(error: BaseException) -> BaseException:

@@ -133,6 +133,7 @@
     source.addEventListener("status", (e) => onStatus(JSON.parse(e.data)));
     source.addEventListener("added", (e) => { addCard(JSON.parse(e.data).request); announce(JSON.parse(e.data).request); });
     source.addEventListener("removed", (e) => onRemoved(JSON.parse(e.data)));
+    source.addEventListener("updated", (e) => onUpdated(JSON.parse(e.data)));
     source.addEventListener("error", async () => {
       if (state.source !== source) return;
       setConnected(false);
@@ -298,6 +299,17 @@
 
   // -- settled requests ----------------------------------------------------------------------
 
+  function onUpdated(event) {
+    const card = state.cards.get(event.id);
+    if (!card) return;
+    card.request.askerAway = event.askerAway;
+    renderAway(card);
+  }
+
+  function renderAway(card) {
+    card.away.hidden = !card.request.askerAway;
+  }
+
   function onRemoved(event) {
     if (state.view === "history") loadHistory();
     const card = state.cards.get(event.id);
@@ -425,6 +437,8 @@
     const known = state.cards.get(request.id);
     if (known) {
       if (known.closed && !known.submitting) reopen(known);
+      known.request.askerAway = request.askerAway;
+      renderAway(known);
       renderEmpty();
       return;
     }
@@ -436,9 +450,12 @@
       el("span", { class: "agent", text: request.agent || "anonymous agent" }),
       request.owner ? el("span", { class: "owner", text: " · for " + request.owner }) : null);
     const where = state.namespaces.length > 1 ? el("span", { class: "namespace-chip", text: request.namespace }) : null;
-    root.append(el("div", { class: "meta" }, where, who, ageNode, leftNode,
+    const awayNode = el("span", { class: "away", text: "asker away",
+      title: "The asking process stopped. You can still answer: the agent gets the answer when it comes back." });
+    root.append(el("div", { class: "meta" }, where, who, ageNode, leftNode, awayNode,
       count > 1 ? el("span", { text: count + " questions" }) : null));
-    const card = { id: request.id, request, root, age: ageNode, left: leftNode, dirty: false, closed: false, submitting: false };
+    const card = { id: request.id, request, root, age: ageNode, left: leftNode, away: awayNode, dirty: false, closed: false, submitting: false };
+    renderAway(card);
     renderTimes(card);
     root.addEventListener("input", () => {
       card.dirty = true;

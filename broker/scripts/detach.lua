@@ -1,0 +1,30 @@
+#!lua
+-- detach: a keyed ask's caller stops waiting without giving the question up (its task was cancelled, or
+-- its broker closed); the request stays pending, its asker away, for its detach grace.
+-- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] away zset   KEYS[4] audit stream
+-- ARGV[1] request id   ARGV[2] the detaching process's client id   ARGV[3] audit max length
+-- returns {'ok'} | {'settled', state} (read the outcome) | {'gone'} | {'other'} (another process re-attached)
+-- Idempotent: a retry after a lost reply finds the asker already away and changes nothing.
+local r = redis.call('HMGET', KEYS[1], 'state', 'client', 'away', 'delivered', 'grace')
+if not r[1] then
+  return {'gone'}
+end
+if r[1] ~= 'pending' then
+  return {'settled', r[1]}
+end
+if r[2] ~= ARGV[2] then
+  return {'other'}
+end
+if r[3] then
+  return {'ok'}
+end
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('HSET', KEYS[1], 'away', now)
+redis.call('ZADD', KEYS[3], now + tonumber(r[5] or '0'), ARGV[1])
+if r[4] then
+  redis.call('XADD', KEYS[2], '*', 'kind', 'away', 'rid', ARGV[1])
+end
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', 'event', 'away', 'rid', ARGV[1],
+  'reason', 'the asker detached', 'client', ARGV[2])
+return {'ok'}
