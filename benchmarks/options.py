@@ -9,7 +9,7 @@ import argparse
 
 FULL_LEVELS = (1, 16, 256, 1024)
 QUICK_LEVELS = (1, 16, 64)
-SYSTEMS = ("broker", "floor", "arq", "broker-serial", "broker-keyed")
+SYSTEMS = ("broker", "floor", "arq", "broker-serial", "broker-keyed", "broker-no-remember", "broker-decided")
 DEFAULT_SYSTEMS = ("broker", "floor", "arq")
 
 
@@ -48,8 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--systems",
         type=_names,
         default=list(DEFAULT_SYSTEMS),
-        help="which of broker,floor,arq,broker-serial,broker-keyed (default broker,floor,arq; broker-serial awaits "
-        "each answer; broker-keyed asks every question with a key of its own)",
+        help="which of broker,floor,arq,broker-serial,broker-keyed,broker-no-remember,broker-decided (default "
+        "broker,floor,arq; broker-serial awaits each answer; broker-keyed asks every question with a key of its own; "
+        "broker asks look remembered decisions up and miss, broker-no-remember asks with remember=False, "
+        "broker-decided asks are all answered by a remembered decision)",
     )
     parser.add_argument(
         "--waiting",

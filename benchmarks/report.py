@@ -12,7 +12,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-_BROKERS = ("broker", "broker-serial", "broker-keyed")
+_BROKERS = ("broker", "broker-serial", "broker-keyed", "broker-no-remember", "broker-decided")
 """the broker's own variants: not compared with the broker"""
 LABELS = {
     "broker": "question-broker",
@@ -20,6 +20,8 @@ LABELS = {
     "arq": "arq",
     "broker-serial": "broker, serial answers",
     "broker-keyed": "broker, keyed asks",
+    "broker-no-remember": "broker, remember=False",
+    "broker-decided": "broker, answered by a decision",
 }
 
 
@@ -136,6 +138,15 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             f" + Redis {broker256['cpu_redis_ms']:.3f})"
         )
     checks.append(_check("total CPU per ask at c=256 <= 0.25 ms", measured, total is not None and total <= 0.25))
+    off256, decided256 = _level(results, "broker-no-remember", 256), _level(results, "broker-decided", 256)
+    if broker256 and off256:  # remembered decisions: the lookup every ask now makes (a miss)
+        cost = 1 - broker256["rate"] / off256["rate"]
+        measured = f"{broker256['rate']:.0f} vs {off256['rate']:.0f} asks/s with remember=False = {cost:+.1%}"
+        checks.append(_check("remembered decisions cost asks that miss < 10% at c=256", measured, cost < 0.10))
+    if decided256 and off256:
+        measured = f"{decided256['rate']:.0f} asks/s answered by a decision vs {off256['rate']:.0f} asked of a human"
+        checks.append(_check("an ask answered by a decision is no slower at c=256", measured,
+                             decided256["rate"] >= 0.9 * off256["rate"]))  # fmt: skip
     cli = results.get("cli")
     measured = f"median {cli['median']:.2f} s over {len(cli['runs'])} runs" if cli else None
     fast = bool(cli) and cli["median"] <= 0.3

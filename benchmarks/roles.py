@@ -30,6 +30,7 @@ from broker import (
     AskUserQuestionOption,
     AskUserQuestionRequest,
     Broker,
+    Remember,
 )
 from broker.connection import redis_from_url
 from broker.types import encode
@@ -121,11 +122,12 @@ async def broker_provider(args: argparse.Namespace) -> None:
                 asyncio.TaskGroup() as tasks,
             ):
                 emit("holding", epoch=p.epoch, pid=os.getpid())
+                remember = Remember(ttl=3600) if args.remember else None
                 async for pending in p:
                     if args.serial:
-                        await pending.answer(ANSWER, by="bench")
+                        await pending.answer(ANSWER, by="bench", remember=remember)
                     else:
-                        tasks.create_task(pending.answer(ANSWER, by="bench"))
+                        tasks.create_task(pending.answer(ANSWER, by="bench", remember=remember))
 
 
 async def broker_holder(args: argparse.Namespace) -> None:
@@ -148,11 +150,14 @@ async def broker_asker(args: argparse.Namespace) -> None:
     """
     async with Broker(args.url, args.namespace) as broker, broker.agent("bench-root") as agent:
         emit("ready")
+        remember = not args.no_remember
         if args.keyed:
             keys = itertools.count()
-            await run_levels(args, lambda: agent.ask(REQUEST, timeout=ASK_TIMEOUT_S, key=f"k{next(keys)}"))
+            await run_levels(
+                args, lambda: agent.ask(REQUEST, timeout=ASK_TIMEOUT_S, key=f"k{next(keys)}", remember=remember)
+            )
         else:
-            await run_levels(args, lambda: agent.ask(REQUEST, timeout=ASK_TIMEOUT_S))
+            await run_levels(args, lambda: agent.ask(REQUEST, timeout=ASK_TIMEOUT_S, remember=remember))
     emit("done")
 
 
@@ -349,6 +354,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--name", default="bench")
     parser.add_argument("--serial", action="store_true", help="broker-provider: await each answer in the loop")
     parser.add_argument("--keyed", action="store_true", help="broker-asker: every ask keyed (a key of its own)")
+    parser.add_argument("--remember", action="store_true", help="broker-provider: remember each answer (namespace)")
+    parser.add_argument("--no-remember", action="store_true", help="broker-asker: ask with remember=False")
     parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[1])
     parser.add_argument("--asks", type=int, default=1000)
     parser.add_argument("--max-seconds", type=float, default=10.0)

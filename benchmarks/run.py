@@ -32,6 +32,8 @@ PAIRS = {
     "broker": ("broker-provider", "broker-asker"),
     "broker-serial": ("broker-provider", "broker-asker"),
     "broker-keyed": ("broker-provider", "broker-asker"),
+    "broker-no-remember": ("broker-provider", "broker-asker"),
+    "broker-decided": ("broker-provider", "broker-asker"),
     "floor": ("floor-server", "floor-asker"),
     "arq": ("arq-worker", "arq-asker"),
 }
@@ -134,6 +136,7 @@ class Bench:
         namespace = f"bench-{system}-{round_number}"
         common = ["--poll-delay", str(args.arq_poll_delay), "--max-jobs", str(args.arq_max_jobs)]
         serial = ["--serial"] if system == "broker-serial" else []
+        serial += ["--remember"] if system == "broker-decided" else []  # its first answer decides every later ask
         server = await self.start(server_role, namespace, *common, *serial)
         await server.expect("holding")
         levels = ",".join(str(c) for c in args.concurrency)
@@ -146,6 +149,7 @@ class Bench:
             "--max-seconds", str(args.max_seconds),
             "--min-seconds", str(args.min_seconds),
             *(["--keyed"] if system == "broker-keyed" else []),
+            *(["--no-remember"] if system == "broker-no-remember" else []),
         )  # fmt: skip
         profilers: list[asyncio.subprocess.Process] = []
         # CPU per ask counts from the end of the warm-up: start-up and imports are not asks.

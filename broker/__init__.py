@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .agents import Agent
 from .broker import Answerer, Broker, Next
+from .decisions import Decision, Remember, question_fingerprint
 from .errors import ERROR_CODES, HarnessError, UserQuestionError
 from .provider import PendingRequest, Provider
 from .status import NamespaceStatus, namespace_status
@@ -30,6 +31,7 @@ __all__ = [
     "AskUserQuestionOption",
     "AskUserQuestionRequest",
     "Broker",
+    "Decision",
     "HarnessError",
     "Limits",
     "NamespaceStatus",
@@ -37,9 +39,11 @@ __all__ = [
     "PendingRequest",
     "PlanReviewIntent",
     "Provider",
+    "Remember",
     "UnknownIntent",
     "UserQuestionError",
     "check_answer",
     "check_request",
     "namespace_status",
+    "question_fingerprint",
 ]

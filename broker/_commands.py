@@ -69,6 +69,7 @@ SCRIPTS = {
         "agent_heartbeat",
         "notice_ack",
         "settled_cleanup",
+        "decision_revoke",
     )
 }
 

@@ -27,6 +27,8 @@ class Keys:
         "audit",
         "away",
         "dead",
+        "decision_expiry",
+        "decisions",
         "epoch",
         "lease_signal",
         "namespace",
@@ -52,6 +54,10 @@ class Keys:
         """a zset of agent ids scored by when their record expires (unix ms): read without SCAN"""
         self.away = self.prefix + "away"
         """a zset of keyed request ids whose asker is away, scored by when their grace ends (unix ms)"""
+        self.decisions = self.prefix + "decisions"
+        """a hash: remembered decision id -> its decision key (list and revoke without SCAN)"""
+        self.decision_expiry = self.prefix + "decisions:expiry"
+        """a zset: remembered decision id scored by its expiry (unix ms), to prune the index"""
 
     def request(self, request_id: str) -> str:
         return f"{self.prefix}req:{request_id}"
@@ -75,3 +81,9 @@ class Keys:
 
     def client(self, client_id: str) -> str:
         return f"{self.prefix}client:{client_id}"
+
+    def decision(self, fingerprint: str, agent_id: str | None = None) -> str:
+        """A remembered decision for a question fingerprint: the namespace's, or one agent's."""
+        if agent_id is None:
+            return f"{self.prefix}decision:ns:{fingerprint}"
+        return f"{self.prefix}decision:agent:{agent_id}:{fingerprint}"

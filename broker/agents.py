@@ -59,13 +59,15 @@ class Agent:
         timeout: float | None = None,
         key: str | None = None,
         detach_grace: float | None = None,
+        remember: bool = True,
     ) -> AskUserQuestionAnswer:
         """Ask as this exact instance (``request.agent`` is set to this agent's id).
 
-        ``key`` and ``detach_grace``: a durable question, as in ``Broker.ask``.
+        ``key`` and ``detach_grace``: a durable question, as in ``Broker.ask``. ``remember=False``:
+        always ask a human, even when a remembered decision matches.
         """
         return await self._broker.ask_as(
-            self, request, abort=abort, timeout=timeout, key=key, detach_grace=detach_grace
+            self, request, abort=abort, timeout=timeout, key=key, detach_grace=detach_grace, remember=remember
         )
 
     async def register(self, commands: Commands, keys: Keys, ttl: float) -> list[str]:

@@ -23,6 +23,7 @@ from ._redis_errors import unavailable
 from ._tasks import Background, running
 from .agents import Agent
 from .connection import redis_from_url
+from .decisions import Decision, decision_keys, list_decisions, revoke_decision
 from .errors import (
     ASK_ABORTED,
     ASK_TIMED_OUT,
@@ -339,22 +340,28 @@ class Broker:
         timeout: float | None = None,
         key: str | None = None,
         detach_grace: float | None = None,
+        remember: bool = True,
     ) -> AskUserQuestionAnswer:
         """Ask a human; ``request.agent`` is an agent registered by this broker (its id or the instance).
 
         ``key`` names the question durably (per namespace and asking agent id): if this process
         stops, the question stays pending for ``detach_grace`` seconds (the broker's by default),
         and a new live instance asking the same request with the same key re-attaches to it.
+        A remembered decision that matches every question answers at once; ``remember=False``
+        always asks a human (and no provider may remember the answer).
         """
         named: object = request.agent
         if isinstance(named, Agent):
-            return await self.ask_as(named, request, abort=abort, timeout=timeout, key=key, detach_grace=detach_grace)
+            return await self.ask_as(
+                named, request, abort=abort, timeout=timeout, key=key, detach_grace=detach_grace, remember=remember
+            )
         if named is not None and not isinstance(named, str):
             raise UserQuestionError(
                 f"request.agent must be an agent id or an Agent, not {type(named).__name__}", BAD_REQUEST
             )
         agent = self._agents.get(named) if named is not None else None
-        return await self._ask(request, agent, abort, timeout, _durable(key, detach_grace, self.detach_grace))
+        durable = _durable(key, detach_grace, self.detach_grace)
+        return await self._ask(request, agent, abort, timeout, durable, remember=remember)
 
     async def ask_as(
         self,
@@ -365,10 +372,12 @@ class Broker:
         timeout: float | None = None,
         key: str | None = None,
         detach_grace: float | None = None,
+        remember: bool = True,
     ) -> AskUserQuestionAnswer:
         if request.agent != agent.id:
             request = msgspec.structs.replace(request, agent=agent.id)
-        return await self._ask(request, agent, abort, timeout, _durable(key, detach_grace, self.detach_grace))
+        durable = _durable(key, detach_grace, self.detach_grace)
+        return await self._ask(request, agent, abort, timeout, durable, remember=remember)
 
     async def _ask(
         self,
@@ -377,9 +386,11 @@ class Broker:
         abort: asyncio.Event | None,
         timeout: float | None,
         durable: _Durable | None = None,
+        *,
+        remember: bool = True,
     ) -> AskUserQuestionAnswer:
         try:
-            return await self._checked_ask(request, agent, abort, timeout, durable)
+            return await self._checked_ask(request, agent, abort, timeout, durable, remember=remember)
         except (RedisError, OSError) as error:  # a refusal no retry can mend (NOPERM, say)
             raise unavailable(error, "asking") from error
 
@@ -390,6 +401,8 @@ class Broker:
         abort: asyncio.Event | None,
         timeout: float | None,
         durable: _Durable | None,
+        *,
+        remember: bool = True,
     ) -> AskUserQuestionAnswer:
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         if abort is not None and abort.is_set():
@@ -409,7 +422,7 @@ class Broker:
         if problem is not None:
             raise problem
 
-        ask = _Ask(self, request, agent, deadline, durable)
+        ask = _Ask(self, request, agent, deadline, durable, remember=remember)
         if not answerers and abort is None:
             return await (ask.remote() if deadline is None else ask.remote_until(deadline))
         return await ask.run(answerers, abort, deadline)
@@ -430,22 +443,31 @@ class Broker:
         timeout_ms: str = "",
         durable: _Durable | None = None,
         named: str | None = None,
+        remember: bool = True,
     ) -> Any:
         """Run ask.lua; a keyed ask names the durable key's request as it read it (``named``)."""
         keys = self.keys
         request_key = keys.request(request_id)
+        script_keys = [
+            keys.requests,
+            request_key,
+            keys.agent(agent.id) if agent is not None else request_key,
+            keys.provider,
+            keys.standbys,
+            keys.audit,
+            keys.durable(request.agent, durable.key) if durable is not None else request_key,
+            keys.request(named) if named else request_key,
+        ]
+        remembered: list[Any] = []
+        if not gate_only:  # remembered decisions: ask.lua's KEYS[9..] and ARGV[15..] (ARGV[14] reserved)
+            script_keys.append(keys.outcome(request_id))
+            if remember:
+                script_keys += decision_keys(keys, request)
+            remembered = ["", "1" if remember else "0", int(self._provider_settings.result_ttl * 1000)]
+            remembered += [item.id for item in request.questions] if remember else []
         return await self.commands.script(
             SCRIPTS[name],
-            [
-                keys.requests,
-                request_key,
-                keys.agent(agent.id) if agent is not None else request_key,
-                keys.provider,
-                keys.standbys,
-                keys.audit,
-                keys.durable(request.agent, durable.key) if durable is not None else request_key,
-                keys.request(named) if named else request_key,
-            ],
+            script_keys,
             [
                 request_id,
                 b"" if gate_only else encode(request),
@@ -460,7 +482,20 @@ class Broker:
                 durable.key if durable is not None else "",
                 durable.grace_ms if durable is not None else 0,
                 durable.digest(request) if durable is not None else "",
+                *remembered,
             ],
+        )
+
+    # -- remembered decisions ------------------------------------------------------------
+
+    async def decisions(self) -> list[Decision]:
+        """The namespace's live remembered decisions, oldest first."""
+        return await list_decisions(self.commands, self.keys)
+
+    async def revoke_decision(self, decision_id: str, *, by: str = "") -> bool:
+        """Forget a remembered decision (audited with ``by``); False when there is no such live one."""
+        return await revoke_decision(
+            self.commands, self.keys, decision_id, by=by, audit_maxlen=self._provider_settings.audit_maxlen
         )
 
     # -- providing ------------------------------------------------------------------
@@ -523,6 +558,8 @@ class _Ask:
         agent: Agent | None,
         deadline: float | None,
         durable: _Durable | None = None,
+        *,
+        remember: bool = True,
     ) -> None:
         self.broker = broker
         self.request = request
@@ -533,6 +570,7 @@ class _Ask:
         self.withdrawal: _Withdrawal = "withdrawn"
         self.future: asyncio.Future[str] | None = None
         self.ended_on_close = False
+        self.remember = remember
 
     async def run(
         self, answerers: list[Answerer], abort: asyncio.Event | None, deadline: float | None
@@ -643,12 +681,14 @@ class _Ask:
                     timeout_ms = str(max(1, int(remaining * 1000)))
                 if self.durable is None:
                     reply = await broker._script(
-                        "ask", self.request, self.agent, self.request_id, timeout_ms=timeout_ms
+                        "ask", self.request, self.agent, self.request_id, timeout_ms=timeout_ms, remember=self.remember
                     )
                 else:
                     reply = await self._ask_keyed(timeout_ms)
                     future = self.future or future
-                if reply[0] == "settled":
+                if reply[0] == "decided":  # a remembered decision answered it in the script
+                    outcome = reply[1]
+                elif reply[0] == "settled":
                     outcome = await self._kept_outcome(reply[1])
                 else:
                     if reply[0] not in ("ok", "attached"):
@@ -705,6 +745,7 @@ class _Ask:
                     timeout_ms=timeout_ms,
                     durable=self.durable,
                     named=named,
+                    remember=self.remember,
                 )
             except BaseException:
                 if named is not None:

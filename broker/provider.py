@@ -30,6 +30,7 @@ from ._backoff import Backoff
 from ._commands import SCRIPTS, Commands
 from ._keys import GROUP, Keys
 from ._redis_errors import is_transient, unavailable
+from .decisions import Remember, check_remember, settle_extension, why_not_rememberable
 from .errors import ASK_CANCELLED, BROKER_UNAVAILABLE, DUPLICATE_PROVIDER, LEASE_LOST, UserQuestionError
 from .types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_request, encode
 from .validation import Limits, check_answer, check_request
@@ -82,6 +83,7 @@ class PendingRequest:
         created_ms: int,
         entry_id: str = "",
         asker_away: bool = False,
+        opted_out: bool = False,
     ) -> None:
         self._provider = provider
         self.entry_id = entry_id
@@ -91,6 +93,8 @@ class PendingRequest:
         self.created_ms = created_ms
         """when the request was asked, unix milliseconds by the Redis clock"""
         self._client_id = client_id
+        self.opted_out = opted_out
+        """the asker asked for a human every time (``ask(..., remember=False)``): nothing is remembered"""
         self.withdrawn = asyncio.Event()
         """set when the asker withdrew the request (the UI takes it down)"""
         self.asker_away = asker_away
@@ -101,10 +105,30 @@ class PendingRequest:
     def __repr__(self) -> str:
         return f"PendingRequest(request_id={self.request_id!r}, agent_id={self.agent_id!r})"
 
-    async def answer(self, answer: AskUserQuestionAnswer, *, by: str = "") -> AskUserQuestionAnswer:
-        """Settle with ``answer``; ``BAD_ANSWER`` leaves the request pending. Returns it as sent."""
+    @property
+    def rememberable(self) -> bool:
+        """False when the asker opted out of remembered decisions (``ask(..., remember=False)``)."""
+        return not self.opted_out
+
+    def can_remember(self, answer: AskUserQuestionAnswer, scope: str = "namespace") -> bool:
+        """Whether ``answer`` (checked) could be remembered in ``scope`` (a UI offers it only then)."""
+        remember = Remember(scope="agent" if scope == "agent" else "namespace")
+        return why_not_rememberable(self.request, answer, remember, opted_out=self.opted_out) is None
+
+    async def answer(
+        self, answer: AskUserQuestionAnswer, *, by: str = "", remember: Remember | None = None
+    ) -> AskUserQuestionAnswer:
+        """Settle with ``answer``; ``BAD_ANSWER`` leaves the request pending. Returns it as sent.
+
+        ``remember`` also stores the answer as a decision for later identical questions (this
+        agent's or the whole namespace's), atomically with the settlement; an answer that cannot
+        be remembered (free text, a skip, an asker that opted out) is refused with ``BAD_ANSWER``.
+        """
         accepted = check_answer(self.request, answer, self._provider.settings.limits)
-        await self._settle("answered", Outcome(answer=accepted), by)
+        if remember is not None:
+            check_remember(self.request, accepted, remember, opted_out=self.opted_out)
+        extra_keys, extra_args = settle_extension(self._provider.keys, self.request, accepted, remember)
+        await self._settle("answered", Outcome(answer=accepted), by, extra_keys, extra_args)
         return accepted
 
     async def cancel(self, message: str = "the human dismissed the question", *, by: str = "") -> None:
@@ -112,19 +136,23 @@ class PendingRequest:
         error = UserQuestionError(message, ASK_CANCELLED)
         await self._settle("cancelled", Outcome(error=error.to_payload()), by)
 
-    async def _settle(self, state: str, outcome: Outcome, by: str) -> None:
+    async def _settle(
+        self, state: str, outcome: Outcome, by: str, extra_keys: list[str] | None = None, extra_args: Any = None
+    ) -> None:
         try:
-            await self._settle_once(state, encode(outcome).decode(), by)
+            await self._settle_once(state, encode(outcome).decode(), by, extra_keys or [], extra_args or [0])
         except (RedisError, OSError) as error:
             raise unavailable(error, "settling the request") from error
 
-    async def _settle_once(self, state: str, outcome: str, by: str) -> None:
+    async def _settle_once(
+        self, state: str, outcome: str, by: str, extra_keys: list[str], extra_args: list[Any]
+    ) -> None:
         provider = self._provider
         keys = provider.keys
         settings = provider.settings
         reply = await provider.settle(
-            [keys.request(self.request_id), keys.outcome(self.request_id), keys.inbox(self._client_id)],
-            [self.request_id, state, outcome, by, secrets.token_hex(8)],
+            [keys.request(self.request_id), keys.outcome(self.request_id), keys.inbox(self._client_id), *extra_keys],
+            [self.request_id, state, outcome, by, secrets.token_hex(8), *extra_args],
         )
         if reply[0] != "ok":
             if reply[1] == LEASE_LOST:
@@ -225,7 +253,13 @@ class Provider:
         settings = self.settings
         while self._settles:
             batch, self._settles = self._settles[:_SETTLE_BATCH], self._settles[_SETTLE_BATCH:]
-            keys: list[str] = [self.keys.provider, self.keys.requests, self.keys.audit]
+            keys: list[str] = [
+                self.keys.provider,
+                self.keys.requests,
+                self.keys.audit,
+                self.keys.decisions,
+                self.keys.decision_expiry,
+            ]
             args: list[Any] = [
                 self.fence,
                 self.name,
@@ -459,6 +493,7 @@ class Provider:
                     created_ms=int(one[3]),
                     entry_id=entry_id,
                     asker_away=len(one) > 5 and one[5] == "1",
+                    opted_out=fields.get("remember") == "0",
                 )
             )
         return shown

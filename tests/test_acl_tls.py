@@ -14,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError, NoPermissionError
 
-from broker import Broker, UserQuestionError
+from broker import Broker, Remember, UserQuestionError
 from broker._commands import SCRIPTS
 from broker.connection import redis_from_url
 from broker.errors import BROKER_UNAVAILABLE
@@ -53,10 +53,10 @@ async def acl_server(redis_factory) -> RedisServer:
 def forged_settle(client: Redis, keys: Any, request_id: str, client_id: str) -> Any:
     """The settle script run on another namespace's keys with a made-up fence."""
     script_keys = [
-        keys.provider, keys.requests, keys.audit, keys.request(request_id), keys.outcome(request_id),
-        keys.inbox(client_id),
+        keys.provider, keys.requests, keys.audit, keys.decisions, keys.decision_expiry, keys.request(request_id),
+        keys.outcome(request_id), keys.inbox(client_id),
     ]  # fmt: skip
-    args = ["1:x:", "thief", 1, "providers", 10, 1000, "0", request_id, "answered", "{}", "thief", "c1"]
+    args = ["1:x:", "thief", 1, "providers", 10, 1000, "0", request_id, "answered", "{}", "thief", "c1", 0]
     return client.execute_command("EVAL", SCRIPTS["settle"].source, len(script_keys), *script_keys, *args)
 
 
@@ -79,6 +79,23 @@ async def test_an_acl_fenced_broker_works_in_its_own_namespace(acl_server):
         task = asyncio.create_task(agent.ask(one_question()))
         await (await next_pending(provider)).answer(pick("yes"), by="alice")
         assert await asyncio.wait_for(task, 10) == pick("yes")
+
+
+async def test_remembered_decisions_work_under_the_namespace_acl(acl_server):
+    """The documented per-namespace ACL allows setting, using, listing and revoking decisions."""
+    url = url_for(acl_server, "team-a", "pw-a")
+    async with (
+        open_broker(url, "team-a") as asking,
+        open_broker(url, "team-a") as answering,
+        asking.agent("root") as agent,
+    ):
+        async with answering.provider("ui") as provider:
+            task = asyncio.create_task(agent.ask(one_question()))
+            await (await next_pending(provider)).answer(pick("yes"), by="alice", remember=Remember(scope="agent"))
+            assert await asyncio.wait_for(task, 10) == pick("yes")
+        assert await asyncio.wait_for(agent.ask(one_question()), 10) == pick("yes")  # decided, no provider
+        [decision] = await answering.decisions()
+        assert await answering.revoke_decision(decision.id, by="bob")
 
 
 async def test_team_a_cannot_read_answer_or_disturb_team_b(acl_server):

@@ -121,10 +121,11 @@ class Namespace:
 
     async def settle_many(self, fence: str, epoch: int, settles: list[tuple[str, str, str, str, str]]) -> list[Any]:
         k = self.keys
-        keys, args = [k.provider, k.requests, k.audit], [fence, "ui", epoch, GROUP, AUDIT_MAX, RESULT_MS, "0"]
+        keys = [k.provider, k.requests, k.audit, k.decisions, k.decision_expiry]
+        args: list[Any] = [fence, "ui", epoch, GROUP, AUDIT_MAX, RESULT_MS, "0"]
         for rid, outcome, call, state, client in settles:
             keys += [k.request(rid), k.outcome(rid), k.inbox(client)]
-            args += [rid, state, outcome, "", call]
+            args += [rid, state, outcome, "", call, 0]
         reply = await self.script("settle", keys, args)
         return [list(reply)] if reply[0] == "err" else [list(r) for r in reply[1]]
 

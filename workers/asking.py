@@ -133,9 +133,13 @@ async def ask(args: argparse.Namespace) -> int:
             async with settings.broker() as broker, _as_agent(broker, args.agent, args.owner):
                 try:
                     if key is None:
-                        answer = await broker.ask(request, abort=abort, timeout=args.timeout)
+                        answer = await broker.ask(
+                            request, abort=abort, timeout=args.timeout, remember=not args.no_remember
+                        )
                     else:
-                        asking = broker.ask(request, timeout=args.timeout, key=key, detach_grace=grace)
+                        asking = broker.ask(
+                            request, timeout=args.timeout, key=key, detach_grace=grace, remember=not args.no_remember
+                        )
                         answer = await _until_detached(asking, detach)
                 except _Detached:
                     sys.stderr.write(

@@ -80,7 +80,27 @@ def _one_line(text: str, limit: int = _SUMMARY_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def question_for(payload: HookPayload) -> AskUserQuestionRequest:
+def names_the_whole_call(payload: HookPayload) -> bool:
+    """The question's text alone identifies the tool call (a remembered answer to it may answer it again).
+
+    A remembered decision matches on the question's text, not its ``detail``: so only a call whose
+    whole input is its untruncated subject (plus a description) may be answered by one; the
+    directory is named in the question then (``question_for(payload, remember=True)``).
+    """
+    key = _SUBJECT.get(payload.tool_name, "")
+    subject = payload.tool_input.get(key)
+    return (
+        bool(payload.cwd)
+        and isinstance(subject, str)
+        and bool(subject.strip())
+        and len(" ".join(subject.split())) <= _SUMMARY_CHARS
+        and subject == " ".join(subject.split())
+        and "`" not in subject
+        and set(payload.tool_input) <= {key, "description"}
+    )
+
+
+def question_for(payload: HookPayload, *, remember: bool = False) -> AskUserQuestionRequest:
     """ "Allow Bash: `rm -rf build`?" with the whole tool input as the detail."""
     subject = payload.tool_input.get(_SUBJECT.get(payload.tool_name, ""), None)
     if not isinstance(subject, str) or not subject.strip():
@@ -96,7 +116,7 @@ def question_for(payload: HookPayload) -> AskUserQuestionRequest:
         lines += ["", f"in `{payload.cwd}`"]
     item = AskUserQuestionItem(
         id=QUESTION_ID,
-        question=f"Allow {payload.tool_name}: `{summary}`?",
+        question=f"Allow {payload.tool_name}: `{summary}`" + (f" in `{payload.cwd}`?" if remember else "?"),
         header="Claude Code",
         detail="\n".join(lines),
         options=(
@@ -137,14 +157,16 @@ def _agent_id(payload: HookPayload, given: str | None) -> str:
     return f"claude-code-{unique}" if unique else "claude-code"
 
 
-async def _ask(settings: Settings, request: AskUserQuestionRequest, agent_id: str, timeout: float) -> Any:
+async def _ask(
+    settings: Settings, request: AskUserQuestionRequest, agent_id: str, timeout: float, *, remember: bool = True
+) -> Any:
     abort = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):  # Claude Code gives up on us: withdraw the question
         loop.add_signal_handler(sig, abort.set)
     try:
         async with settings.broker() as broker, broker.agent(agent_id) as agent:
-            return await agent.ask(request, abort=abort, timeout=timeout)
+            return await agent.ask(request, abort=abort, timeout=timeout, remember=remember)
     except* UserQuestionError as group:  # `broker.agent()` wraps what its body raises in a group
         raise group.exceptions[0] from None
     except* (OSError, RedisError) as group:
@@ -168,7 +190,14 @@ async def hook(args: argparse.Namespace) -> int:
         _say(f"not a PreToolUse payload: {error}")
         return _print("ask", f"question-broker could not read the hook payload: {error}")
     try:
-        answer = await _ask(settings, question_for(payload), _agent_id(payload, args.agent), args.timeout)
+        remember = bool(getattr(args, "remember", False)) and names_the_whole_call(payload)
+        answer = await _ask(
+            settings,
+            question_for(payload, remember=remember),
+            _agent_id(payload, args.agent),
+            args.timeout,
+            remember=remember,
+        )
     except UserQuestionError as error:
         if error.code == ASK_CANCELLED:
             return _print("deny", f"the user dismissed the question in question-broker: {error.message}")

@@ -107,6 +107,11 @@ INPUT_SCHEMA: dict[str, Any] = {
             "description": "name the question durably: if this session stops before the answer, asking the "
             "same questions with the same key later gets the answer (or waits on the same question)",
         },
+        "remember": {
+            "type": "boolean",
+            "default": True,
+            "description": "false: always ask a human, even when the team remembered an answer to this question",
+        },
     },
     "required": ["questions"],
 }
@@ -135,6 +140,7 @@ class _InRequest(msgspec.Struct, kw_only=True):
     questions: list[_InItem]
     timeout_seconds: float | None = msgspec.field(default=None, name="timeoutSeconds")
     key: str | None = None
+    remember: bool = True
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,8 @@ class ParsedCall:
     key: str | None
     generated: dict[str, str]
     """question text by generated id, for the questions that came without an id"""
+    remember: bool = True
+    """False: a remembered decision may not answer it"""
 
 
 def parse_arguments(arguments: dict[str, Any] | None) -> ParsedCall:
@@ -184,7 +192,9 @@ def parse_arguments(arguments: dict[str, Any] | None) -> ParsedCall:
         request = convert_request({"questions": questions})
     except msgspec.ValidationError as error:
         raise UserQuestionError(f"the questions do not fit the request schema: {error}", BAD_REQUEST) from error
-    return ParsedCall(request=request, timeout=raw.timeout_seconds, key=raw.key, generated=generated)
+    return ParsedCall(
+        request=request, timeout=raw.timeout_seconds, key=raw.key, generated=generated, remember=raw.remember
+    )
 
 
 def answer_payload(answer: AskUserQuestionAnswer, generated: dict[str, str]) -> dict[str, Any]:
@@ -303,7 +313,9 @@ class AskService:
         except _REDIS_DOWN as error:
             return error_result(UserQuestionError(f"Redis is unreachable: {error}", BROKER_UNAVAILABLE))
         timeout = parsed.timeout if parsed.timeout is not None else self.default_timeout
-        task = self.tasks.create_task(self._ask(agent, parsed.request, timeout, parsed.key), name="qb-mcp-ask")
+        task = self.tasks.create_task(
+            self._ask(agent, parsed.request, timeout, parsed.key, remember=parsed.remember), name="qb-mcp-ask"
+        )
         try:
             outcome = await asyncio.shield(task)
         except BaseException:
@@ -318,10 +330,16 @@ class AskService:
         return _result(answer_payload(outcome, parsed.generated))
 
     async def _ask(
-        self, agent: Agent, request: AskUserQuestionRequest, limit_s: float | None, key: str | None = None
+        self,
+        agent: Agent,
+        request: AskUserQuestionRequest,
+        limit_s: float | None,
+        key: str | None = None,
+        *,
+        remember: bool = True,
     ) -> AskUserQuestionAnswer | UserQuestionError:
         try:
-            return await agent.ask(request, timeout=limit_s, key=key)
+            return await agent.ask(request, timeout=limit_s, key=key, remember=remember)
         except UserQuestionError as error:
             return error
         except _REDIS_DOWN as error:

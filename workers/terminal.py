@@ -23,6 +23,7 @@ from broker import (
     AskUserQuestionItem,
     PendingRequest,
     PlanReviewIntent,
+    Remember,
 )
 
 __all__ = ["Decision", "Quit", "Terminal", "is_plan_review"]
@@ -40,6 +41,8 @@ class Decision:
 
     answer: AskUserQuestionAnswer | None = None
     cancelled: bool = False
+    remember: Remember | None = None
+    """also remember the answer (for this agent or the namespace), atomically with sending it"""
 
 
 class _Cancel(Exception):
@@ -60,8 +63,12 @@ def is_plan_review(pending: PendingRequest) -> bool:
 
 
 class Terminal:
-    def __init__(self, console: Console | None = None, prompt: Prompt | None = None) -> None:
+    def __init__(
+        self, console: Console | None = None, prompt: Prompt | None = None, *, remember_ttl: float = 3600.0
+    ) -> None:
         self.console = console or Console(highlight=False)
+        self.remember_ttl = remember_ttl
+        """how long an answer the human says to remember lives; 0: the offer is not made"""
         if prompt is None:
             session: PromptSession[str] = PromptSession()
             prompt = session.prompt_async
@@ -86,9 +93,33 @@ class Terminal:
             total = len(pending.request.questions)
             for index, item in enumerate(pending.request.questions, start=1):
                 items.append(await self._question(item, index, total))
-            return Decision(answer=AskUserQuestionAnswer(answers=tuple(items)))
+            answer = AskUserQuestionAnswer(answers=tuple(items))
+            return Decision(answer=answer, remember=await self._remember(pending, answer))
         except _Cancel:
             return Decision(cancelled=True)
+
+    async def _remember(self, pending: PendingRequest, answer: AskUserQuestionAnswer) -> Remember | None:
+        """Offer "and don't ask again": for the asking agent, or for the whole namespace."""
+        if self.remember_ttl <= 0 or not pending.can_remember(answer):
+            return None
+        ttl = Remember(ttl=self.remember_ttl).ttl
+        span = f"{ttl / 3600:g}h" if ttl >= 3600 else f"{ttl / 60:g}m" if ttl >= 60 else f"{ttl:g}s"
+        agent = pending.agent_id if pending.can_remember(answer, "agent") else None
+        offers = [f"a: remember it for agent {agent}"] if agent else []
+        offers.append("n: remember it for the whole namespace")
+        self.say(f"Enter sends it; {'; '.join(offers)} (for {span}; later identical questions are answered at once).",
+                 "dim")  # fmt: skip
+        while True:
+            text = (await self.ask("Send: ")).lower()
+            if not text:
+                return None
+            if text == "a" and agent:
+                return Remember(scope="agent", ttl=ttl)
+            if text == "n":
+                return Remember(scope="namespace", ttl=ttl)
+            if text in _CANCEL:
+                raise _Cancel
+            self.say(f"Press Enter to send{', a' if agent else ''} or n to send and remember, c to cancel instead.")
 
     def _banner(self, pending: PendingRequest, queued: int) -> None:
         waited = max(0.0, time.time() - pending.created_ms / 1000)

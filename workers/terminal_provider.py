@@ -10,7 +10,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Literal
 
-from broker import Broker, PendingRequest, Provider, UserQuestionError
+from broker import Broker, PendingRequest, Provider, Remember, UserQuestionError
 from broker.errors import BAD_ANSWER, DUPLICATE_PROVIDER, LEASE_LOST, NOT_PENDING
 
 from ._redis import Backoff, describe, redis_trouble
@@ -33,7 +33,15 @@ async def serve(args: argparse.Namespace) -> int:
         return 2
     from .terminal import Quit, Terminal  # prompt_toolkit and rich load only for this command
 
-    terminal = Terminal()
+    remember_ttl = float(getattr(args, "remember_ttl", 3600.0))
+    if remember_ttl:
+        try:
+            Remember(ttl=remember_ttl)
+        except UserQuestionError as error:
+            print(f"qbroker provide: --remember-ttl: {error}", file=sys.stderr)
+            return 2
+
+    terminal = Terminal(remember_ttl=remember_ttl)
     backoff = Backoff()
     while True:
         try:
@@ -57,6 +65,7 @@ async def _serve_forever(broker: Broker, terminal: Terminal, name: str, *, stand
 
     backoff = Backoff()
     while True:
+        quit_ = False
         try:
             async with broker.provider(name, standby=standby, on_standby=on_standby) as provider:
                 backoff.reset()
@@ -66,9 +75,10 @@ async def _serve_forever(broker: Broker, terminal: Terminal, name: str, *, stand
                 terminal.say("Waiting for questions…", "green")
                 # Returns rather than raises: `broker.provider()` wraps what its body raises
                 # in an ExceptionGroup (its TaskGroup).
-                if await _serve(provider, terminal) == "quit":
-                    terminal.say("Stopped; the lease is handed on.")
-                    return 0
+                quit_ = await _serve(provider, terminal) == "quit"
+            if quit_:  # said once the block has released the lease
+                terminal.say("Stopped; the lease is handed on.")
+                return 0
         except Exception as error:  # Redis away (a restart, a network blip): stand by again once it is back
             if isinstance(error, UserQuestionError) and error.code == DUPLICATE_PROVIDER:
                 terminal.say(str(error))
@@ -174,8 +184,12 @@ async def _settle(provider: Provider, terminal: Terminal, pending: PendingReques
             terminal.say("Cancelled: the asker is told ASK_CANCELLED.", "green")
         else:
             assert decision.answer is not None
-            await pending.answer(decision.answer, by=provider.name)
-            terminal.say("Answer sent.", "green")
+            await pending.answer(decision.answer, by=provider.name, remember=decision.remember)
+            if decision.remember is None:
+                terminal.say("Answer sent.", "green")
+            else:
+                whom = f"agent {pending.agent_id}" if decision.remember.scope == "agent" else "the namespace"
+                terminal.say(f"Answer sent, and remembered for {whom} (qbroker decisions list / revoke).", "green")
     except UserQuestionError as error:
         if error.code == LEASE_LOST:
             terminal.say(f"Not sent: {error}", "bold red")

@@ -9,7 +9,8 @@
 -- ARGV[9] '1' to check the gate only, enqueueing nothing
 -- ARGV[10] the token's SHA-1, used only where the Lua runtime lacks redis.sha1hex (fakeredis)
 -- ARGV[11] the ask's key ('' for an unkeyed ask)   ARGV[12] its detach grace ms   ARGV[13] the request's digest
--- returns {'ok', entry id} | {'err', CODE, message}, and for a keyed ask also
+-- (KEYS[9..] and ARGV[14..]: see the remembered decisions block below)
+-- returns {'ok', entry id} | {'decided', outcome JSON} | {'err', CODE, message}, and for a keyed ask also
 --   {'attached', previous client id} the key's pending request (KEYS[8]) is this asker's now
 --   {'settled', state}                 it was answered or cancelled while the asker was away: read its outcome
 --   {'retry'}                          the durable key changed since the asker read it: read it and call again
@@ -73,11 +74,50 @@ if key ~= '' then
     end
   end
 end
+-- ---- remembered decisions (issue 15) -------------------------------------------------------------------------
+-- KEYS[9] outcome key
+-- then two keys per question i = 0, 1, ..., starting at KEYS[10 + 2i]: the agent's decision key for the question's
+-- fingerprint (the namespace's key again when no agent), then the namespace's decision key
+-- ARGV[14] reserved (pass '')   ARGV[15] '1' to look decisions up, '0' opted out (remember=False; the ask entry
+-- says so, and no provider may remember its answer), absent: no lookup   ARGV[16] result TTL ms
+-- ARGV[17 + i] question i's id
+-- When every question has a live decision (the agent's first, then the namespace's), the request is settled here
+-- as answered (after a keyed ask's re-attach: its own request answers it), before the NO_PROVIDER check (a
+-- remembered decision answers with no provider up): request hash, outcome key, audit 'answered' by
+-- 'decision:<id>[,<id>...]'; nothing is enqueued and the reply is {'decided', outcome JSON}. The answer echoes this request's question ids.
+if ARGV[15] == '1' and #KEYS > 9 then
+  local items, ids, setters = {}, {}, {}
+  for i = 0, (#KEYS - 9) / 2 - 1 do
+    local d = redis.call('HMGET', KEYS[10 + 2 * i], 'id', 'selected', 'by', 'provider')
+    if not d[1] and KEYS[11 + 2 * i] ~= KEYS[10 + 2 * i] then
+      d = redis.call('HMGET', KEYS[11 + 2 * i], 'id', 'selected', 'by', 'provider')
+    end
+    if not d[1] then
+      items = nil
+      break
+    end
+    items[#items + 1] = '{"id":' .. cjson.encode(ARGV[17 + i]) .. ',"selected":' .. d[2] .. '}'
+    ids[#ids + 1] = d[1]
+    setters[#setters + 1] = (d[3] or '') .. ' via ' .. (d[4] or '')
+  end
+  if items then
+    local decided = '{"answer":{"answers":[' .. table.concat(items, ',') .. ']}}'
+    local by = 'decision:' .. table.concat(ids, ',')
+    redis.call('HSET', KEYS[2], 'state', 'answered', 'request', ARGV[2], 'agent', ARGV[3], 'agent_fp', agent_fp,
+      'client', ARGV[5], 'created', now, 'deadline', '', 'by', by, 'settle_call', by)
+    redis.call('PEXPIRE', KEYS[2], ARGV[16])
+    redis.call('SET', KEYS[9], decided, 'PX', ARGV[16])
+    redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[7], '*', 'event', 'answered', 'rid', ARGV[1], 'agent', ARGV[3],
+      'client', ARGV[5], 'by', by, 'decided_by', table.concat(setters, ', '), 'outcome', decided)
+    return {'decided', decided}
+  end
+end
+-- ---- end of remembered decisions ------------------------------------------------------------------------------
 if redis.call('EXISTS', KEYS[4]) == 0 and redis.call('ZCOUNT', KEYS[5], now, '+inf') == 0 then
   return {'err', 'NO_PROVIDER', 'no provider holds or stands by for this namespace'}
 end
 local entry = redis.call('XADD', KEYS[1], '*', 'kind', 'ask', 'rid', ARGV[1], 'client', ARGV[5], 'agent', ARGV[3],
-  'request', ARGV[2])
+  'request', ARGV[2], 'remember', ARGV[15] == '0' and '0' or '1')
 redis.call('HSET', KEYS[2], 'state', 'pending', 'request', ARGV[2], 'agent', ARGV[3], 'agent_fp', agent_fp,
   'client', ARGV[5], 'entry', entry, 'created', now, 'deadline', deadline)
 redis.call('PEXPIRE', KEYS[2], ARGV[6])

@@ -1,16 +1,21 @@
 #!lua
 -- settle: the lease holder answers or cancels pending requests (one call for every settlement a
--- provider has queued); for each request the first terminal transition wins.
+-- provider has queued); for each request the first terminal transition wins. An answer may also be
+-- remembered (decisions), atomically with its settlement and under the same fence.
 -- KEYS[1] provider lease   KEYS[2] requests stream   KEYS[3] audit stream
--- then three keys per settlement i = 0, 1, ..., starting at KEYS[4 + 3i]: request hash, outcome key, asker's inbox
+-- KEYS[4] decisions index (hash: decision id -> decision key)   KEYS[5] decisions expiry (zset: id -> unix ms)
+-- then per settlement, in order: request hash, outcome key, asker's inbox, then one decision key per decision (D)
 -- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] provider name   ARGV[3] epoch   ARGV[4] group
 -- ARGV[5] audit max length   ARGV[6] result TTL ms
 -- ARGV[7] '1' to hold the askers' notices back (the caller pushes them once replicas confirm; min_replicas)
--- then five arguments per settlement, starting at ARGV[8 + 5i]: request id, new state ('answered' | 'cancelled'),
--- outcome JSON, who, for the audit ('' when unknown), this call's unique id
+-- then per settlement, in order, after ARGV[7]: request id, new state ('answered' | 'cancelled'),
+-- outcome JSON, who, for the audit ('' when unknown), this call's unique id, D (the number of decisions to
+-- remember with it, usually '0'), then four per decision: decision id, TTL ms, the selected labels (a JSON
+-- array), a summary (JSON: scope, agent, fingerprint, question, header)
 -- returns {'err', 'LEASE_LOST', message} for the whole call, or {'ok', {one reply per settlement}}, each
 --   {'ok'} | {'err', CODE, message}
--- A retry of the same call after a lost reply finds its own settlement and succeeds again.
+-- A retry of the same call after a lost reply finds its own settlement and succeeds again. A decision is
+-- refused (BAD_ANSWER, the request stays pending) for a request whose ask entry says remember '0'.
 -- A keyed request (asked with a key) keeps its outcome for its detach grace if that is longer than the
 -- result TTL; while its asker is away no notice is pushed (nobody reads that inbox, or a process that
 -- detached would clean the outcome up): the asker that re-attaches reads the outcome.
@@ -20,9 +25,23 @@ if not lease or ARGV[1] == '' or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
 end
 local replies = {}
 local done = {}
-for i = 0, (#KEYS - 3) / 3 - 1 do
-  local k, a = 4 + 3 * i, 8 + 5 * i
+local remembered = false
+local now = nil
+local function opted_out(entry)
+  if not entry or entry == '' then return false end
+  local found = redis.call('XRANGE', KEYS[2], entry, entry)
+  if not found[1] then return false end
+  local fields = found[1][2]
+  for f = 1, #fields, 2 do
+    if fields[f] == 'remember' then return fields[f + 1] == '0' end
+  end
+  return false
+end
+local k, a = 6, 8
+while a <= #ARGV do
   local rid, state, outcome, by, call = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  local decisions = tonumber(ARGV[a + 5])
+  local dk, da = k + 3, a + 6
   local r = redis.call('HMGET', KEYS[k], 'state', 'entry', 'settle_call', 'by', 'grace', 'away')
   if not r[1] then
     replies[#replies + 1] = {'err', 'NOT_PENDING', 'request ' .. rid .. ' is no longer pending'}
@@ -34,6 +53,9 @@ for i = 0, (#KEYS - 3) / 3 - 1 do
       if r[4] and r[4] ~= '' then who = ' by ' .. r[4] end
       replies[#replies + 1] = {'err', 'NOT_PENDING', 'request ' .. rid .. ' is already ' .. r[1] .. who}
     end
+  elseif decisions > 0 and (state ~= 'answered' or opted_out(r[2])) then
+    replies[#replies + 1] = {'err', 'BAD_ANSWER', 'request ' .. rid ..
+      ' cannot be remembered: only an answer is, and its asker asked for a human every time (remember=False)'}
   else
     redis.call('HSET', KEYS[k], 'state', state, 'settle_call', call, 'epoch', ARGV[3], 'by', by)
     local keep, hash_keep = tonumber(ARGV[6]), tonumber(ARGV[6])
@@ -51,7 +73,44 @@ for i = 0, (#KEYS - 3) / 3 - 1 do
     end
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', state, 'rid', rid,
       'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'outcome', outcome)
+    for j = 0, decisions - 1 do
+      local key, d = KEYS[dk + j], da + 4 * j
+      local id, ttl = ARGV[d], tonumber(ARGV[d + 1])
+      if not now then
+        local t = redis.call('TIME')
+        now = t[1] * 1000 + math.floor(t[2] / 1000)
+      end
+      local previous = redis.call('HGET', key, 'id')
+      if previous then
+        redis.call('HDEL', KEYS[4], previous)
+        redis.call('ZREM', KEYS[5], previous)
+        redis.call('DEL', key)
+      end
+      redis.call('HSET', key, 'id', id, 'selected', ARGV[d + 2], 'summary', ARGV[d + 3], 'by', by,
+        'provider', ARGV[2], 'rid', rid, 'at', now, 'expires', now + ttl)
+      redis.call('PEXPIRE', key, ttl)
+      redis.call('HSET', KEYS[4], id, key)
+      redis.call('ZADD', KEYS[5], now + ttl, id)
+      redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', 'remembered', 'decision', id, 'rid', rid,
+        'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'ttl', ttl, 'summary', ARGV[d + 3])
+      remembered = true
+    end
     replies[#replies + 1] = {'ok'}
+  end
+  k, a = dk + decisions, da + 4 * decisions
+end
+if remembered then
+  -- the index never outgrows the live decisions: drop the expired, and let it expire with the last one
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 500)
+  if #expired > 0 then
+    redis.call('HDEL', KEYS[4], unpack(expired))
+    redis.call('ZREM', KEYS[5], unpack(expired))
+  end
+  local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
+  if last[2] then
+    local left = math.max(1, tonumber(last[2]) - now)
+    redis.call('PEXPIRE', KEYS[4], left)
+    redis.call('PEXPIRE', KEYS[5], left)
   end
 end
 if #done > 0 then

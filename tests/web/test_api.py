@@ -442,3 +442,41 @@ async def test_a_late_answer_on_another_server_learns_the_winner(
         "by": "alice",
         "answer": {"answers": [{"id": "q1", "selected": [], "custom": "alice's words"}]},
     }
+
+
+async def test_remembered_decisions_over_the_api(
+    start_web: Callable[..., WebProcess], make_broker: Callable[..., Any], redis: Redis, namespace: str
+) -> None:
+    web = start_web()
+    asker = await make_broker()
+    async with signed_in(web) as client:
+        for method, path in [("GET", "/api/decisions"), ("POST", "/api/decisions/x/revoke")]:
+            async with httpx.AsyncClient(base_url=web.url) as anonymous:
+                assert (await anonymous.request(method, path, json={})).status_code == 401, path
+        asked = asking(asker, one_question("yes", "no"))
+        request = await wait_request(client)
+        assert request["remember"] == ["namespace"]  # agentless: no agent scope
+        url = f"/api/requests/{request['id']}/answer"
+        body: dict[str, Any] = {"answers": [{"id": "q1", "selected": ["yes"]}]}
+        for bad in [{"scope": "fleet"}, {"scope": "agent"}, {"scope": "namespace", "ttl": "long"}, "yes"]:
+            refused = await client.post(url, json={**body, "remember": bad})
+            assert refused.status_code in (400, 422), (bad, refused.text)
+            assert refused.json()["code"] in ("BAD_REQUEST", "BAD_ANSWER"), refused.text
+        answered = await client.post(url, json={**body, "remember": {"scope": "namespace", "ttl": 120}})
+        assert answered.status_code == 200 and answered.json()["remembered"] is True, answered.text
+        assert (await asked).answers[0].selected == ("yes",)
+
+        listed = (await client.get("/api/decisions")).json()
+        [decision] = listed["decisions"]
+        assert (decision["by"], decision["provider"], decision["namespace"]) == ("alice", "web-1", namespace)
+        assert decision["expiresMs"] - decision["atMs"] == 120_000 and listed["nowMs"] >= decision["atMs"]
+
+        revoke = f"/api/decisions/{decision['id']}/revoke"
+        assert (await client.post(revoke, json={}, headers={"X-CSRF-Token": "guess"})).status_code == 403
+        assert (await asker.decisions()) != []
+        assert (await client.post(revoke, json={})).status_code == 200
+        again = await client.post(revoke, json={})
+        assert again.status_code == 404 and again.json()["code"] == "NOT_FOUND"
+        assert (await client.get("/api/decisions")).json()["decisions"] == []
+    [forgotten] = [f for _, f in await redis.xrange(Keys(namespace).audit) if f["event"] == "forgotten"]
+    assert forgotten["by"] == "alice"

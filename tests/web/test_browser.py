@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from msgspec.structs import replace as msgspec_replace
 from playwright.async_api import Browser, BrowserContext, Locator, Page, async_playwright, expect
 
 from broker import (
@@ -734,3 +735,50 @@ async def test_one_page_for_several_namespaces(
         await people.close()
         both.stop()
         holder.stop()
+
+
+async def test_answer_and_remember_then_list_and_revoke(people: People, asker: Broker, screenshots: Path) -> None:
+    page = await people.page()
+    rotate = AskUserQuestionItem(id="rotate", question="Rotate the staging keys?", header="Ops",
+                                 options=options("yes", "no"))  # fmt: skip
+    async with asker.agent("rotator-1") as rotator:
+        asked = ask(asker, rotate, agent="rotator-1")
+        request = card(page, "Rotate the staging keys?")
+        await expect(request).to_be_visible()
+        scope = request.locator("select.remember-scope")
+        await expect(scope.locator("option")).to_have_text(
+            ["Just this once", "Remember for agent rotator-1", f"Remember for everyone in {asker.namespace}"]
+        )
+        await expect(request.locator("select.remember-ttl")).to_be_hidden()
+        await request.get_by_text("yes", exact=True).click()
+        await scope.select_option("namespace")
+        await request.locator("select.remember-ttl").select_option("86400")
+        await page.screenshot(path=screenshots / "20-remember-on-a-card.png", full_page=True)
+        await request.get_by_role("button", name="Send answer").click()
+        assert (await asked).answers[0].selected == ("yes",)
+        # asked again, with another id: answered at once, no card
+        again = await rotator.ask(AskUserQuestionRequest(questions=(msgspec_replace(rotate, id="again"),)), timeout=5)
+        assert again.answers[0].id == "again" and again.answers[0].selected == ("yes",)
+
+    await page.get_by_role("button", name="Remembered").click()
+    item = page.locator("#remembered li.remembered-item")
+    await expect(item).to_have_count(1)
+    await expect(item).to_contain_text("Ops · Rotate the staging keys? → yes")
+    await expect(item).to_contain_text(f"for everyone in {asker.namespace}")
+    await expect(item).to_contain_text("set by alice via web-1")
+    await expect(item.locator(".expires")).to_have_text(re.compile(r"^expires in (1 d|23 h 59 min)$"))
+    await page.screenshot(path=screenshots / "21-remembered.png", full_page=True)
+    await item.get_by_role("button", name="Revoke").click()
+    await expect(item).to_have_count(0)
+    await expect(page.locator("#remembered-empty")).to_be_visible()
+    assert await asker.decisions() == []
+
+    # an asker that opted out gets no offer
+    await page.get_by_role("button", name="Pending").click()
+    opted = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(rotate,)), remember=False, timeout=50))
+    request = card(page, "Rotate the staging keys?")
+    await expect(request).to_be_visible()
+    await expect(request.locator("select.remember-scope")).to_have_count(0)
+    await request.get_by_text("no", exact=True).click()
+    await request.get_by_role("button", name="Send answer").click()
+    assert (await opted).answers[0].selected == ("no",)

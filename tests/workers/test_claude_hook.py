@@ -6,9 +6,10 @@ import asyncio
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
-from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem
+from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, Remember
 from tests.workers.procs import run_qbroker
 from workers.redis_server import free_port
 
@@ -150,3 +151,53 @@ async def test_a_payload_it_cannot_read_falls_back(redis_server, namespace, stdi
     status, out, err = await run_qbroker("claude-hook", url=redis_server.url, namespace=namespace, stdin=stdin)
     assert status == 0, err
     assert _decision(out)[0] == "ask" and b"not a PreToolUse payload" in err
+
+
+def _remember_allow() -> Any:
+    async def respond(pending: Any) -> None:
+        item = AskUserQuestionAnswerItem(id="permission", selected=("Allow",))
+        remember = Remember() if pending.can_remember(AskUserQuestionAnswer(answers=(item,))) else None
+        await pending.answer(AskUserQuestionAnswer(answers=(item,)), by="alice", remember=remember)
+
+    return respond
+
+
+async def test_with_remember_a_remembered_allow_answers_the_same_call_in_the_same_directory(
+    make_broker, redis_server, namespace
+):
+    request, decision = await _hook_answered_by(
+        make_broker, redis_server, namespace, BASH, _remember_allow(), "--remember"
+    )
+    assert request.questions[0].question == "Allow Bash: `rm -rf build` in `/home/u/project`?"
+    assert decision[0] == "allow"
+
+    async def hook(payload: dict[str, Any], *args: str) -> tuple[str, str]:
+        status, out, err = await run_qbroker(
+            "claude-hook", *args, url=redis_server.url, namespace=namespace, stdin=json.dumps(payload).encode()
+        )
+        assert status == 0, err
+        return _decision(out)
+
+    # no provider now: the remembered decision answers the same call (another tool_use_id) at once...
+    assert (await hook({**BASH, "tool_use_id": "toolu_09"}, "--remember"))[0] == "allow"
+    # ...but not without --remember, nor in another directory, nor another command
+    assert "NO_PROVIDER" in (await hook({**BASH, "tool_use_id": "toolu_10"}))[1]
+    assert "NO_PROVIDER" in (await hook({**BASH, "cwd": "/etc"}, "--remember"))[1]
+    other = {**BASH, "tool_input": {"command": "rm -rf build/../.."}}
+    assert "NO_PROVIDER" in (await hook(other, "--remember"))[1]
+
+
+@pytest.mark.parametrize(
+    ("payload", "whole"),
+    [
+        pytest.param(BASH, True, id="bash"),
+        pytest.param(EDIT, False, id="edit-has-more-input"),
+        pytest.param(MCP, False, id="no-subject"),
+        pytest.param({**BASH, "tool_input": {"command": "echo " + "x" * 300}}, False, id="truncated"),
+        pytest.param({**BASH, "tool_input": {"command": "echo a\n  rm -rf /"}}, False, id="multi-line"),
+    ],
+)
+def test_only_a_call_the_question_names_whole_may_be_remembered(payload, whole):
+    from workers.claude_hook import HookPayload, names_the_whole_call
+
+    assert names_the_whole_call(msgspec.convert(payload, HookPayload)) is whole

@@ -27,8 +27,11 @@ from broker import (
     Broker,
     PendingRequest,
     PlanReviewIntent,
+    Remember,
     UserQuestionError,
 )
+from broker.types import convert_request
+from tests.helpers import pick
 from tests.redis_server import RedisServer
 from workers.mcp_server import parse_arguments
 
@@ -226,6 +229,23 @@ async def test_no_provider(redis_server: RedisServer, namespace: str) -> None:
         result = await session.call_tool("ask_user_question", YES_NO)
     assert result.is_error
     assert structured(result)["code"] == "NO_PROVIDER"
+
+
+async def test_a_remembered_decision_answers_the_tool_unless_it_says_remember_false(
+    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    broker = await make_broker()
+
+    async def remember_yes(pending: PendingRequest) -> None:
+        await pending.answer(pick("yes", "deploy"), by="alice", remember=Remember())
+
+    async with provider(broker, remember_yes):
+        await broker.ask(convert_request(YES_NO), timeout=10)
+    async with mcp_client(redis_server, namespace) as session:  # no provider now
+        decided = await session.call_tool("ask_user_question", YES_NO)
+        opted_out = await session.call_tool("ask_user_question", {**YES_NO, "remember": False})
+    assert structured(decided) == {"answers": [{"id": "deploy", "selected": ["yes"]}]}
+    assert opted_out.is_error and structured(opted_out)["code"] == "NO_PROVIDER"
 
 
 async def test_dismissed_and_timed_out_questions(

@@ -85,7 +85,10 @@ async def test_single_select(screen, make_broker):
     asking = asyncio.create_task(asker.ask(one_question("yes", "no")))
     await screen.expect("Choice:")
     screen.send("2")
+    await screen.expect("Send:")
+    screen.send("")  # Enter: send it without remembering
     assert await asyncio.wait_for(asking, 10) == answer(("q1", ("no",), None))
+    assert await asker.decisions() == []
 
 
 async def test_multi_select_with_other(screen, make_broker):
@@ -164,6 +167,8 @@ async def test_a_withdrawn_request_leaves_the_screen_and_the_next_one_shows(scre
     second = asyncio.create_task(asker.ask(one_question("c", "d")))
     await screen.expect("Choice:", count=2)
     screen.send("1")
+    await screen.expect("Send:")
+    screen.send("")
     assert await asyncio.wait_for(second, 10) == answer(("q1", ("c",), None))
 
 
@@ -178,6 +183,8 @@ async def test_losing_the_lease_stops_presenting_and_says_so(screen, make_broker
     )  # nobody else holds it: it takes the lease back, and the question
     await screen.expect("Choice:", count=2)
     screen.send("2")
+    await screen.expect("Send:")
+    screen.send("")
     assert await asyncio.wait_for(asking, 10) == answer(("q1", ("b",), None))
 
 
@@ -232,11 +239,54 @@ async def test_a_keyed_question_whose_asker_stopped_says_so_and_its_answer_waits
     assert await redis.zcard(stopping.keys.away) == 1
     await asyncio.sleep(1.0)  # the provider hears of the detach (kind=away) before it presents
     screen.send("1")
+    await screen.expect("Send:")
+    screen.send("")
     assert await asyncio.wait_for(first, 10) == answer(("q1", ("ok",), None))
     await screen.expect("your answer is kept until it comes back")
     assert "asker away" in screen.text()
     screen.send("2")
+    await screen.expect("Send:", count=2)
+    screen.send("")
     await screen.expect("Answer sent.", count=2)
     restarted = await make_broker()
     again = await asyncio.wait_for(restarted.ask(one_question("ship", "hold"), key="release"), 10)
     assert again == answer(("q1", ("hold",), None))
+
+
+@pytest.mark.parametrize(
+    ("key", "scope"), [pytest.param("n", "namespace", id="namespace"), pytest.param("a", "agent", id="agent")]
+)
+async def test_after_an_answer_it_offers_to_remember_it_for_the_agent_or_the_namespace(screen, make_broker, key, scope):
+    asker = await make_broker()
+    async with asker.agent("builder") as builder:
+        asking = asyncio.create_task(builder.ask(one_question("yes", "no"), timeout=30))
+        await screen.expect("Choice:")
+        screen.send("1")
+        await screen.expect("Send:")
+        offer = " ".join(screen.text().split())  # rich wraps at the terminal's width
+        assert "a: remember it for agent builder; n: remember it for the whole namespace (for 1h;" in offer
+        screen.send(key)
+        assert await asyncio.wait_for(asking, 10) == answer(("q1", ("yes",), None))
+        await screen.expect("Answer sent, and remembered for")
+        [decision] = await asker.decisions()
+        assert (decision.scope, decision.agent, decision.selected) == (
+            scope, "builder" if scope == "agent" else None, ("yes",),
+        )  # fmt: skip
+        assert decision.provider == "desk" and decision.expires_ms - decision.at_ms == 3_600_000
+        # the same question again: answered at once, never shown
+        assert await asyncio.wait_for(builder.ask(replace(one_question("yes", "no"), agent=None)), 5) == answer(
+            ("q1", ("yes",), None)
+        )
+    await asyncio.sleep(0.2)
+    assert screen.text().count("Choice:") == 1
+
+
+async def test_free_text_answers_are_sent_without_the_offer(screen, make_broker):
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(one_question("yes", "no"), timeout=30))
+    await screen.expect("Choice:")
+    screen.send("o")
+    await screen.expect("Other (empty to go back):")
+    screen.send("only on Fridays")
+    assert await asyncio.wait_for(asking, 10) == answer(("q1", (), "only on Fridays"))
+    assert "Send:" not in screen.text()

@@ -85,6 +85,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help="with --key: how long the question waits for this command to come back (default 300)",
     )
+    parser.add_argument(
+        "--no-remember",
+        action="store_true",
+        help="always ask a human: no remembered decision answers it, and its answer is not remembered",
+    )
     parser.set_defaults(func=run)
 
 

@@ -39,6 +39,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="ID",
         help="ask as this live root agent (default claude-code-<tool_use_id>, registered for the ask)",
     )
+    parser.add_argument(
+        "--remember",
+        action="store_true",
+        help="let a remembered decision answer a tool call the question names completely (its whole input, "
+        "untruncated, and the directory); off by default: every call reaches a human",
+    )
     parser.set_defaults(func=run)
 
 

@@ -26,6 +26,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="fail with DUPLICATE_PROVIDER (exit 16) instead of standing by when another provider holds the lease",
     )
+    parser.add_argument(
+        "--remember-ttl",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="after an answer, offer to remember it (for the agent or the namespace) for this long "
+        "(default 3600; 0: do not offer)",
+    )
     parser.set_defaults(func=run)
 
 

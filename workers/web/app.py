@@ -37,6 +37,7 @@ from .errors import WebError
 from .history import read_history
 from .keys import WebKeys
 from .metrics import SIGN_INS
+from .remembered import list_remembered, parse_remember, revoke_remembered
 from .service import QUEUE_SIZE, Event, WebProvider
 from .sessions import SessionStore
 from .throttle import Throttle
@@ -308,9 +309,12 @@ def create_app(config: WebConfig) -> Starlette:
             parsed = msgspec.convert(body, AskUserQuestionAnswer)
         except msgspec.ValidationError as error:
             raise UserQuestionError(f"malformed answer: {error}", "BAD_ANSWER") from error
+        remember = parse_remember(body)
         service = service_for(request, identity)
-        accepted = await service.answer(request.path_params["id"], parsed, by=identity.user)
-        content = msgspec.json.encode({"ok": True, "by": identity.user, "answer": accepted})
+        accepted = await service.answer(request.path_params["id"], parsed, by=identity.user, remember=remember)
+        content = msgspec.json.encode(
+            {"ok": True, "by": identity.user, "answer": accepted, "remembered": remember is not None}
+        )
         return Response(content, media_type="application/json")
 
     async def cancel(request: Request) -> Response:
@@ -320,6 +324,21 @@ def create_app(config: WebConfig) -> Starlette:
         if not isinstance(message, str) or not message.strip():
             message = f"{identity.user} dismissed the question"
         await service_for(request, identity).cancel(request.path_params["id"], message[:2000], by=identity.user)
+        return JSONResponse({"ok": True, "by": identity.user})
+
+    async def decisions(request: Request) -> Response:
+        identity = await auth_of(request).identify(request)
+        return JSONResponse(await list_remembered(services_of(request, identity)))
+
+    async def revoke_decision(request: Request) -> Response:
+        identity = await auth_of(request).identify_for_change(request)
+        body = await _json_body(request, required=False)
+        namespace = body.get("namespace") if isinstance(body, dict) else None
+        decision_id = request.path_params["id"]
+        if not await revoke_remembered(services_of(request, identity), decision_id, by=identity.user,
+                                       namespace=namespace):  # fmt: skip
+            raise WebError(404, "NOT_FOUND", f"no live remembered decision {decision_id}")
+        log.info("%s revoked remembered decision %s", identity.user, decision_id)
         return JSONResponse({"ok": True, "by": identity.user})
 
     async def events(request: Request) -> Response:
@@ -365,6 +384,8 @@ def create_app(config: WebConfig) -> Starlette:
         Route("/api/history", history, methods=["GET"]),
         Route("/api/requests/{id}/answer", answer, methods=["POST"]),
         Route("/api/requests/{id}/cancel", cancel, methods=["POST"]),
+        Route("/api/decisions", decisions, methods=["GET"]),
+        Route("/api/decisions/{id}/revoke", revoke_decision, methods=["POST"]),
         Route("/api/events", events, methods=["GET"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]

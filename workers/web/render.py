@@ -98,4 +98,12 @@ def request_view(pending: PendingRequest) -> dict[str, Any]:
         "createdMs": pending.created_ms,
         "askerAway": pending.asker_away,
         "questions": [_item_view(item, len(questions)) for item in questions],
+        "remember": _remember_scopes(pending),
     }
+
+
+def _remember_scopes(pending: PendingRequest) -> list[str]:
+    """Where an answer that picks options may be remembered: [] when the asker opted out (or a plan review)."""
+    if not pending.rememberable or any(item.intent is not None for item in pending.request.questions):
+        return []
+    return ["agent", "namespace"] if pending.agent_id else ["namespace"]

@@ -20,7 +20,7 @@ import msgspec
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from broker import AskUserQuestionAnswer, Broker, PendingRequest, Provider, UserQuestionError
+from broker import AskUserQuestionAnswer, Broker, PendingRequest, Provider, Remember, UserQuestionError
 from workers.metrics import lease_acquired, lease_lost
 
 from .history import find_settlement
@@ -155,9 +155,11 @@ class WebProvider:
 
     # -- acting on requests -------------------------------------------------------------
 
-    async def answer(self, request_id: str, answer: AskUserQuestionAnswer, *, by: str) -> AskUserQuestionAnswer:
+    async def answer(
+        self, request_id: str, answer: AskUserQuestionAnswer, *, by: str, remember: Remember | None = None
+    ) -> AskUserQuestionAnswer:
         async with self._settling(request_id) as pending:
-            accepted = await pending.answer(answer, by=by)
+            accepted = await pending.answer(answer, by=by, remember=remember)
             self._settle(request_id, "answered", by, msgspec.to_builtins(accepted))
             return accepted
 

@@ -58,6 +58,7 @@
     $("sign-out").addEventListener("click", signOut);
     $("show-pending").addEventListener("click", () => showView("pending"));
     $("show-history").addEventListener("click", () => showView("history"));
+    $("show-remembered").addEventListener("click", () => showView("remembered"));
     $("notify").addEventListener("click", toggleNotify);
     document.addEventListener("keydown", onKey);
     setInterval(refreshTimes, 10000);
@@ -547,6 +548,8 @@
     const back = fromPlan ? el("button", { type: "button", class: "link back", text: "Back to the plan", onclick: () => renderPlan(card, card.request.questions[0]) }) : null;
     card.actions = el("div", { class: "actions" }, send, cancel, back);
     card.notice = el("p", { class: "notice", role: "alert" });
+    const remember = rememberNode(card);
+    if (remember) form.append(remember);
     form.append(card.actions, card.notice);
     form.addEventListener("submit", (event) => {
       event.preventDefault();
@@ -559,6 +562,24 @@
     });
     card.root.append(form);
     arm(card);
+  }
+
+  const TTLS = [[3600, "for 1 hour"], [86400, "for 1 day"], [604800, "for 7 days"]];
+
+  // "Yes, and don't ask again": remember the answer for the asking agent or the whole namespace.
+  function rememberNode(card) {
+    const scopes = card.request.remember || [];
+    if (!scopes.length) return null;
+    const scope = el("select", { class: "remember-scope" },
+      el("option", { value: "", text: "Just this once" }),
+      scopes.includes("agent") ? el("option", { value: "agent", text: "Remember for agent " + card.request.agent }) : null,
+      el("option", { value: "namespace", text: "Remember for everyone in " + card.request.namespace }));
+    const ttl = el("select", { class: "remember-ttl", "aria-label": "Remember for how long", hidden: true },
+      ...TTLS.map(([seconds, text]) => el("option", { value: String(seconds), text })));
+    scope.addEventListener("change", () => { ttl.hidden = !scope.value; card.dirty = true; });
+    card.remember = { scope, ttl };
+    return el("div", { class: "remember" },
+      el("label", {}, el("span", { class: "small", text: "Don't ask again? " }), scope), ttl);
   }
 
   function confirmCancel(card, button) {
@@ -669,6 +690,13 @@
   function sendForm(card, form) {
     let answer;
     try { answer = collect(card, form); } catch (error) { notice(card, error.message, true); return; }
+    if (card.remember && card.remember.scope.value) {
+      if (answer.answers.some((a) => a.custom !== undefined || !a.selected.length)) {
+        notice(card, "Only an answer that picks options can be remembered: free text and skips are one-offs.", true);
+        return;
+      }
+      answer.remember = { scope: card.remember.scope.value, ttl: Number(card.remember.ttl.value) };
+    }
     settle(card, "/answer", answer);
   }
 
@@ -713,9 +741,12 @@
     state.view = view;
     $("pending-view").hidden = view !== "pending";
     $("history-view").hidden = view !== "history";
+    $("remembered-view").hidden = view !== "remembered";
     $("show-pending").setAttribute("aria-pressed", String(view === "pending"));
     $("show-history").setAttribute("aria-pressed", String(view === "history"));
+    $("show-remembered").setAttribute("aria-pressed", String(view === "remembered"));
     if (view === "history") loadHistory();
+    if (view === "remembered") loadRemembered();
   }
 
   async function loadHistory() {
@@ -748,6 +779,47 @@
     }
     if (entry.event !== "answered" && entry.message) body.append(el("li", { class: "muted message", text: entry.message }));
     return el("li", { class: "history-item card" }, head, body);
+  }
+
+  // -- remembered answers ----------------------------------------------------------------------
+
+  async function loadRemembered() {
+    let data;
+    try { data = await call("GET", "/api/decisions"); }
+    catch (error) { $("remembered").replaceChildren(el("li", { class: "error", text: error.message })); return; }
+    const list = $("remembered");
+    list.replaceChildren();
+    $("remembered-empty").hidden = data.decisions.length > 0;
+    for (const decision of data.decisions) list.append(rememberedItem(decision, data.nowMs));
+  }
+
+  function rememberedItem(decision, nowMs) {
+    const set = new Date(decision.atMs);
+    const expires = new Date(decision.expiresMs);
+    const note = el("span", { class: "notice", role: "status" });
+    const revoke = el("button", { type: "button", class: "danger revoke", text: "Revoke" });
+    revoke.addEventListener("click", async () => {
+      revoke.disabled = true;
+      try {
+        await call("POST", "/api/decisions/" + encodeURIComponent(decision.id) + "/revoke", { namespace: decision.namespace });
+        loadRemembered();
+      } catch (error) {
+        note.textContent = error.message;
+        note.className = "notice bad";
+        revoke.disabled = false;
+      }
+    });
+    const head = el("div", { class: "meta" },
+      state.namespaces.length > 1 ? el("span", { class: "namespace-chip", text: decision.namespace }) : null,
+      el("span", { class: "scope", text: decision.scope === "agent" ? "for agent " + decision.agent : "for everyone in " + decision.namespace }),
+      el("span", { class: "by", text: "set by " + (decision.by || "?") + " via " + decision.provider }),
+      el("time", { datetime: set.toISOString(), text: set.toLocaleString() }),
+      el("time", { class: "expires", datetime: expires.toISOString(), title: expires.toLocaleString(), text: "expires in " + span(decision.expiresMs - nowMs) }));
+    const body = el("p", { class: "remembered-answer" },
+      el("span", { class: "q", text: (decision.header ? decision.header + " · " : "") + decision.question + " " }),
+      el("span", { class: "a", text: "→ " + decision.selected.join(", ") }));
+    return el("li", { class: "remembered-item card", "data-id": decision.id }, head, body,
+      el("div", { class: "actions" }, revoke, note));
   }
 
   document.addEventListener("DOMContentLoaded", boot);
