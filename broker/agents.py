@@ -60,14 +60,23 @@ class Agent:
         key: str | None = None,
         detach_grace: float | None = None,
         remember: bool = True,
+        coalesce: bool = True,
     ) -> AskUserQuestionAnswer:
         """Ask as this exact instance (``request.agent`` is set to this agent's id).
 
         ``key`` and ``detach_grace``: a durable question, as in ``Broker.ask``. ``remember=False``:
-        always ask a human, even when a remembered decision matches.
+        always ask a human, even when a remembered decision matches. ``coalesce=False``: never
+        presented together with identical requests of other askers.
         """
         return await self._broker.ask_as(
-            self, request, abort=abort, timeout=timeout, key=key, detach_grace=detach_grace, remember=remember
+            self,
+            request,
+            abort=abort,
+            timeout=timeout,
+            key=key,
+            detach_grace=detach_grace,
+            remember=remember,
+            coalesce=coalesce,
         )
 
     async def register(self, commands: Commands, keys: Keys, ttl: float) -> list[str]:

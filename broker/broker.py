@@ -72,6 +72,21 @@ class _Durable:
         return hashlib.sha1(encode(request)).hexdigest()
 
 
+@dataclass(frozen=True)
+class _Routing:
+    """What may answer an ask besides a human answering it alone."""
+
+    remember: bool = True
+    """a remembered decision may answer it, and its answer may be remembered"""
+    coalesce: bool = True
+    """it may be presented once with identical pending requests of other askers"""
+
+    def __post_init__(self) -> None:
+        for name in ("remember", "coalesce"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserQuestionError(f"{name} must be True or False", BAD_REQUEST)
+
+
 def _durable(key: object, grace: float | None, default: float) -> _Durable | None:
     if key is None:
         if grace is not None:
@@ -341,6 +356,7 @@ class Broker:
         key: str | None = None,
         detach_grace: float | None = None,
         remember: bool = True,
+        coalesce: bool = True,
     ) -> AskUserQuestionAnswer:
         """Ask a human; ``request.agent`` is an agent registered by this broker (its id or the instance).
 
@@ -348,12 +364,21 @@ class Broker:
         stops, the question stays pending for ``detach_grace`` seconds (the broker's by default),
         and a new live instance asking the same request with the same key re-attaches to it.
         A remembered decision that matches every question answers at once; ``remember=False``
-        always asks a human (and no provider may remember the answer).
+        always asks a human (and no provider may remember the answer). Identical pending requests
+        of several askers are presented once and settled by one answer; ``coalesce=False`` keeps
+        this one apart.
         """
         named: object = request.agent
         if isinstance(named, Agent):
             return await self.ask_as(
-                named, request, abort=abort, timeout=timeout, key=key, detach_grace=detach_grace, remember=remember
+                named,
+                request,
+                abort=abort,
+                timeout=timeout,
+                key=key,
+                detach_grace=detach_grace,
+                remember=remember,
+                coalesce=coalesce,
             )
         if named is not None and not isinstance(named, str):
             raise UserQuestionError(
@@ -361,7 +386,7 @@ class Broker:
             )
         agent = self._agents.get(named) if named is not None else None
         durable = _durable(key, detach_grace, self.detach_grace)
-        return await self._ask(request, agent, abort, timeout, durable, remember=remember)
+        return await self._ask(request, agent, abort, timeout, durable, _Routing(remember, coalesce))
 
     async def ask_as(
         self,
@@ -373,11 +398,12 @@ class Broker:
         key: str | None = None,
         detach_grace: float | None = None,
         remember: bool = True,
+        coalesce: bool = True,
     ) -> AskUserQuestionAnswer:
         if request.agent != agent.id:
             request = msgspec.structs.replace(request, agent=agent.id)
         durable = _durable(key, detach_grace, self.detach_grace)
-        return await self._ask(request, agent, abort, timeout, durable, remember=remember)
+        return await self._ask(request, agent, abort, timeout, durable, _Routing(remember, coalesce))
 
     async def _ask(
         self,
@@ -386,11 +412,10 @@ class Broker:
         abort: asyncio.Event | None,
         timeout: float | None,
         durable: _Durable | None = None,
-        *,
-        remember: bool = True,
+        routing: _Routing = _Routing(),
     ) -> AskUserQuestionAnswer:
         try:
-            return await self._checked_ask(request, agent, abort, timeout, durable, remember=remember)
+            return await self._checked_ask(request, agent, abort, timeout, durable, routing)
         except (RedisError, OSError) as error:  # a refusal no retry can mend (NOPERM, say)
             raise unavailable(error, "asking") from error
 
@@ -401,8 +426,7 @@ class Broker:
         abort: asyncio.Event | None,
         timeout: float | None,
         durable: _Durable | None,
-        *,
-        remember: bool = True,
+        routing: _Routing,
     ) -> AskUserQuestionAnswer:
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         if abort is not None and abort.is_set():
@@ -422,7 +446,7 @@ class Broker:
         if problem is not None:
             raise problem
 
-        ask = _Ask(self, request, agent, deadline, durable, remember=remember)
+        ask = _Ask(self, request, agent, deadline, durable, routing)
         if not answerers and abort is None:
             return await (ask.remote() if deadline is None else ask.remote_until(deadline))
         return await ask.run(answerers, abort, deadline)
@@ -443,7 +467,7 @@ class Broker:
         timeout_ms: str = "",
         durable: _Durable | None = None,
         named: str | None = None,
-        remember: bool = True,
+        routing: _Routing = _Routing(),
     ) -> Any:
         """Run ask.lua; a keyed ask names the durable key's request as it read it (``named``)."""
         keys = self.keys
@@ -459,11 +483,16 @@ class Broker:
             keys.request(named) if named else request_key,
         ]
         remembered: list[Any] = []
-        if not gate_only:  # remembered decisions: ask.lua's KEYS[9..] and ARGV[15..] (ARGV[14] reserved)
+        if not gate_only:  # ask.lua's KEYS[9..] and ARGV[14..]: coalescing, remembered decisions
+            remember = routing.remember
             script_keys.append(keys.outcome(request_id))
             if remember:
                 script_keys += decision_keys(keys, request)
-            remembered = ["", "1" if remember else "0", int(self._provider_settings.result_ttl * 1000)]
+            remembered = [
+                "" if routing.coalesce else "solo",
+                "1" if remember else "0",
+                int(self._provider_settings.result_ttl * 1000),
+            ]
             remembered += [item.id for item in request.questions] if remember else []
         return await self.commands.script(
             SCRIPTS[name],
@@ -558,8 +587,7 @@ class _Ask:
         agent: Agent | None,
         deadline: float | None,
         durable: _Durable | None = None,
-        *,
-        remember: bool = True,
+        routing: _Routing = _Routing(),
     ) -> None:
         self.broker = broker
         self.request = request
@@ -570,7 +598,7 @@ class _Ask:
         self.withdrawal: _Withdrawal = "withdrawn"
         self.future: asyncio.Future[str] | None = None
         self.ended_on_close = False
-        self.remember = remember
+        self.routing = routing
 
     async def run(
         self, answerers: list[Answerer], abort: asyncio.Event | None, deadline: float | None
@@ -681,7 +709,7 @@ class _Ask:
                     timeout_ms = str(max(1, int(remaining * 1000)))
                 if self.durable is None:
                     reply = await broker._script(
-                        "ask", self.request, self.agent, self.request_id, timeout_ms=timeout_ms, remember=self.remember
+                        "ask", self.request, self.agent, self.request_id, timeout_ms=timeout_ms, routing=self.routing
                     )
                 else:
                     reply = await self._ask_keyed(timeout_ms)
@@ -745,7 +773,7 @@ class _Ask:
                     timeout_ms=timeout_ms,
                     durable=self.durable,
                     named=named,
-                    remember=self.remember,
+                    routing=self.routing,
                 )
             except BaseException:
                 if named is not None:

@@ -20,7 +20,7 @@ import re
 import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from redis.asyncio import Redis, RedisCluster
@@ -30,12 +30,20 @@ from ._backoff import Backoff
 from ._commands import SCRIPTS, Commands
 from ._keys import GROUP, Keys
 from ._redis_errors import is_transient, unavailable
+from ._schedule import LEVELS, Schedule, in_schedule_order, request_fingerprint
 from .decisions import Remember, check_remember, settle_extension, why_not_rememberable
-from .errors import ASK_CANCELLED, BROKER_UNAVAILABLE, DUPLICATE_PROVIDER, LEASE_LOST, UserQuestionError
-from .types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_request, encode
+from .errors import (
+    ASK_CANCELLED,
+    BROKER_UNAVAILABLE,
+    DUPLICATE_PROVIDER,
+    LEASE_LOST,
+    NOT_PENDING,
+    UserQuestionError,
+)
+from .types import PRIORITIES, AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_request, encode
 from .validation import Limits, check_answer, check_request
 
-__all__ = ["PendingRequest", "Provider", "ProviderSettings"]
+__all__ = ["Asker", "PendingRequest", "Provider", "ProviderSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +78,33 @@ class ProviderSettings:
         return max(0.2, self.lease_ttl / 2)
 
 
+class Asker(NamedTuple):
+    """One asker of a (possibly coalesced) pending request."""
+
+    agent_id: str | None
+    request_id: str
+
+
+@dataclass(eq=False, kw_only=True)
+class _Member:
+    """One asker's request inside a card."""
+
+    request_id: str
+    request: AskUserQuestionRequest
+    client_id: str
+    created_ms: int
+    entry_id: str
+    away: bool = False
+    opted_out: bool = False
+
+
 class PendingRequest:
-    """A request delivered to this provider, waiting for a human's answer."""
+    """A request delivered to this provider, waiting for a human's answer.
+
+    Identical requests of several askers are one ``PendingRequest`` (a card): ``askers`` lists
+    them, one answer or cancel settles each with its own ids, and an asker that withdraws only
+    leaves the card. ``request_id`` and ``request`` are the first asker's, kept while the card lives.
+    """
 
     def __init__(
         self,
@@ -92,18 +125,50 @@ class PendingRequest:
         self.agent_id = request.agent
         self.created_ms = created_ms
         """when the request was asked, unix milliseconds by the Redis clock"""
-        self._client_id = client_id
-        self.opted_out = opted_out
-        """the asker asked for a human every time (``ask(..., remember=False)``): nothing is remembered"""
+        self._members = [
+            _Member(
+                request_id=request_id,
+                request=request,
+                client_id=client_id,
+                created_ms=created_ms,
+                entry_id=entry_id,
+                away=asker_away,
+                opted_out=opted_out,
+            )
+        ]
         self.withdrawn = asyncio.Event()
-        """set when the asker withdrew the request (the UI takes it down)"""
-        self.asker_away = asker_away
-        """a keyed request whose asker stopped: it can still be answered, and is kept for its return"""
+        """set when every asker withdrew the request (the UI takes it down)"""
         self.changed = asyncio.Event()
-        """set when ``asker_away`` changes (a UI clears it, then shows the request again)"""
+        """set when ``asker_away``, ``askers`` or ``priority`` change (a UI clears it, then shows the request again)"""
+        self._handed_out = False
+        self._settling = False
 
     def __repr__(self) -> str:
         return f"PendingRequest(request_id={self.request_id!r}, agent_id={self.agent_id!r})"
+
+    @property
+    def askers(self) -> tuple[Asker, ...]:
+        """Every asker this card stands for (agent id, request id), the first asker first."""
+        return tuple(Asker(member.request.agent, member.request_id) for member in self._members)
+
+    @property
+    def priority(self) -> str:
+        """The most urgent of its askers' priorities: "urgent", "normal" or "low"."""
+        return PRIORITIES[self.level]
+
+    @property
+    def level(self) -> int:
+        return min(LEVELS.get(member.request.priority, 1) for member in self._members)
+
+    @property
+    def asker_away(self) -> bool:
+        """Every asker stopped (keyed requests): it can still be answered, and is kept for their return."""
+        return all(member.away for member in self._members)
+
+    @property
+    def opted_out(self) -> bool:
+        """An asker asked for a human every time (``ask(..., remember=False)``): nothing is remembered."""
+        return any(member.opted_out for member in self._members)
 
     @property
     def rememberable(self) -> bool:
@@ -123,53 +188,132 @@ class PendingRequest:
         ``remember`` also stores the answer as a decision for later identical questions (this
         agent's or the whole namespace's), atomically with the settlement; an answer that cannot
         be remembered (free text, a skip, an asker that opted out) is refused with ``BAD_ANSWER``.
+        Every asker of a coalesced card gets the answer under its own question ids.
         """
         accepted = check_answer(self.request, answer, self._provider.settings.limits)
         if remember is not None:
             check_remember(self.request, accepted, remember, opted_out=self.opted_out)
-        extra_keys, extra_args = settle_extension(self._provider.keys, self.request, accepted, remember)
-        await self._settle("answered", Outcome(answer=accepted), by, extra_keys, extra_args)
+        await self._settle("answered", by, accepted, remember)
         return accepted
 
     async def cancel(self, message: str = "the human dismissed the question", *, by: str = "") -> None:
-        """Settle as dismissed: the asker gets ``ASK_CANCELLED``."""
+        """Settle as dismissed: every asker gets ``ASK_CANCELLED``."""
         error = UserQuestionError(message, ASK_CANCELLED)
-        await self._settle("cancelled", Outcome(error=error.to_payload()), by)
+        await self._settle("cancelled", by, error=encode(Outcome(error=error.to_payload())).decode())
+
+    def _join(self, member: _Member) -> None:
+        self._members.append(member)
+        self.changed.set()
+
+    def _leave(self, request_id: str) -> bool:
+        """Drop one asker; True when it was the last (kept: settling the card is then NOT_PENDING)."""
+        staying = [member for member in self._members if member.request_id != request_id]
+        if not staying:
+            return True
+        if len(staying) < len(self._members):
+            self._members = staying
+            self.changed.set()
+        return False
+
+    def _member(self, request_id: str) -> _Member | None:
+        return next((member for member in self._members if member.request_id == request_id), None)
 
     async def _settle(
-        self, state: str, outcome: Outcome, by: str, extra_keys: list[str] | None = None, extra_args: Any = None
+        self,
+        state: str,
+        by: str,
+        answer: AskUserQuestionAnswer | None = None,
+        remember: Remember | None = None,
+        error: str = "",
     ) -> None:
+        members = list(self._members)
+        self._settling = True  # an identical request arriving now gets a card of its own
         try:
-            await self._settle_once(state, encode(outcome).decode(), by, extra_keys or [], extra_args or [0])
-        except (RedisError, OSError) as error:
-            raise unavailable(error, "settling the request") from error
+            settlements = []
+            for member in members:
+                outcome = error
+                extra_keys: list[str] = []
+                extra_args: list[Any] = [0]
+                if answer is not None:
+                    own = _with_ids_of(answer, self.request, member.request)
+                    outcome = encode(Outcome(answer=own)).decode()
+                    if remember is not None and (member is members[0] or remember.scope == "agent"):
+                        extra_keys, extra_args = _remembering(self._provider.keys, member.request, own, remember)
+                settlements.append(self._settlement(member, state, outcome, by, extra_keys, extra_args))
+            try:
+                replies = await self._provider.settle_all(settlements)
+            except (RedisError, OSError) as failure:
+                raise unavailable(failure, "settling the request") from failure
+        finally:
+            self._settling = False
+        await self._settled(members, settlements, replies)
 
-    async def _settle_once(
-        self, state: str, outcome: str, by: str, extra_keys: list[str], extra_args: list[Any]
-    ) -> None:
-        provider = self._provider
-        keys = provider.keys
-        settings = provider.settings
-        reply = await provider.settle(
-            [keys.request(self.request_id), keys.outcome(self.request_id), keys.inbox(self._client_id), *extra_keys],
-            [self.request_id, state, outcome, by, secrets.token_hex(8), *extra_args],
+    def _settlement(
+        self, member: _Member, state: str, outcome: str, by: str, extra_keys: list[str], extra_args: list[Any]
+    ) -> tuple[list[str], list[Any]]:
+        keys, request_id = self._provider.keys, member.request_id
+        return (
+            [keys.request(request_id), keys.outcome(request_id), keys.inbox(member.client_id), *extra_keys],
+            [member.request_id, state, outcome, by, secrets.token_hex(8), *extra_args],
         )
-        if reply[0] != "ok":
+
+    async def _settled(
+        self, members: list[_Member], settlements: list[tuple[list[str], list[Any]]], replies: list[Any]
+    ) -> None:
+        """Forget the settled askers (and those already gone); raise when none was settled here."""
+        provider = self._provider
+        refused: UserQuestionError | None = None
+        settled: list[tuple[_Member, str]] = []
+        for member, (_, args), reply in zip(members, settlements, replies, strict=True):
+            if reply[0] == "ok":
+                settled.append((member, args[2]))
+                provider.forget(member.request_id)
+                continue
             if reply[1] == LEASE_LOST:
                 provider.fenced()
-            raise UserQuestionError(reply[2], reply[1])
-        provider.forget(self.request_id)
-        if settings.min_replicas:
-            # settle.lua held the asker's notice back: tell the asker only once replicas have it.
+                raise UserQuestionError(reply[2], reply[1])
+            if reply[1] == NOT_PENDING and len(members) > 1:
+                provider.forget(member.request_id)  # withdrawn or settled meanwhile: it leaves the card
+            refused = refused or UserQuestionError(reply[2], reply[1])
+        if refused is not None and (not settled or refused.code != NOT_PENDING):
+            raise refused
+        settings = provider.settings
+        if settings.min_replicas and settled:
+            # settle.lua held the askers' notices back: tell them only once replicas have it.
             if not await replicated(provider.commands, settings, f"the answer to {self.request_id}"):
                 raise UserQuestionError(
                     f"request {self.request_id} is settled, but fewer than {settings.min_replicas} replicas"
                     " confirmed it; the asker is told once they do",
                     BROKER_UNAVAILABLE,
                 )
-            inbox = keys.inbox(self._client_id)
-            await provider.commands.call("RPUSH", inbox, f"{self.request_id} {outcome}")
-            await provider.commands.call("PEXPIRE", inbox, int(settings.result_ttl * 1000))
+            for member, outcome in settled:
+                inbox = provider.keys.inbox(member.client_id)
+                await provider.commands.call("RPUSH", inbox, f"{member.request_id} {outcome}")
+                await provider.commands.call("PEXPIRE", inbox, int(settings.result_ttl * 1000))
+
+
+def _same_asker(one: _Member, other: _Member) -> bool:
+    return one.request.agent == other.request.agent and one.client_id == other.client_id
+
+
+def _with_ids_of(
+    answer: AskUserQuestionAnswer, shown: AskUserQuestionRequest, asked: AskUserQuestionRequest
+) -> AskUserQuestionAnswer:
+    """The answer to the request shown, under the question ids of an identical request ``asked``."""
+    if asked is shown:
+        return answer
+    ids = {mine.id: theirs.id for mine, theirs in zip(shown.questions, asked.questions, strict=True)}
+    return AskUserQuestionAnswer(
+        answers=tuple(msgspec.structs.replace(item, id=ids[item.id]) for item in answer.answers)
+    )
+
+
+def _remembering(
+    keys: Keys, request: AskUserQuestionRequest, answer: AskUserQuestionAnswer, remember: Remember
+) -> tuple[list[str], list[Any]]:
+    if remember.scope == "agent" and not request.agent:
+        return [], [0]  # an agentless asker of a coalesced card: agent scope has no agent to remember for
+    return settle_extension(keys, request, answer, remember)
 
 
 class Provider:
@@ -195,10 +339,16 @@ class Provider:
         self.settings = settings
         self.consumer = f"{name}:{token[:12]}"
         self._blocking = blocking
-        self._queue: asyncio.Queue[PendingRequest | None] = asyncio.Queue()  # None: the lease is lost
+        self._schedule: Schedule[PendingRequest] = Schedule()
+        self._wake = asyncio.Event()
         self._settles: list[tuple[list[str], list[Any], asyncio.Future[Any]]] = []
         self._settler: asyncio.Future[None] | None = None
+        self._cards: dict[str, PendingRequest] = {}
+        """the live cards, by card id (their first asker's request id)"""
         self._shown: dict[str, PendingRequest] = {}
+        """every asker's request id -> its card"""
+        self._coalescing: dict[str, PendingRequest] = {}
+        """request fingerprint -> the card identical requests join"""
         self._delivering: set[str] = set()
         self._lost = asyncio.Event()
 
@@ -217,37 +367,97 @@ class Provider:
         if not self._lost.is_set():
             log.warning("provider %s lost the lease of %s (epoch %s)", self.name, self.keys.namespace, self.epoch)
             self._lost.set()
-            self._queue.put_nowait(None)
+            self._wake.set()
 
     def forget(self, request_id: str) -> None:
-        self._shown.pop(request_id, None)
+        """An asker's request is settled or gone here; its card goes with the last of them."""
+        card = self._shown.pop(request_id, None)
+        if card is None or any(member.request_id in self._shown for member in card._members):
+            return
+        self._cards.pop(card.request_id, None)
+        for fingerprint, joined in list(self._coalescing.items()):
+            if joined is card:
+                del self._coalescing[fingerprint]
 
     @property
     def pending(self) -> list[PendingRequest]:
-        """Requests delivered here and not yet settled or withdrawn, in arrival order."""
-        return [p for p in self._shown.values() if not p.withdrawn.is_set()]
+        """Requests delivered here and not yet settled or withdrawn, in presentation order.
+
+        Urgent first, then normal, then low; within a level, round-robin across asking agents,
+        each agent's oldest first (identical requests of several askers are one card).
+        """
+        return in_schedule_order(card for card in self._cards.values() if not card.withdrawn.is_set())
 
     def __aiter__(self) -> AsyncIterator[PendingRequest]:
         return self
 
     async def __anext__(self) -> PendingRequest:
+        """The next card to present, in the order ``pending`` describes."""
         while True:
             if self._lost.is_set():
                 raise UserQuestionError("this provider no longer holds the lease", LEASE_LOST)
-            pending = await self._queue.get()
-            if pending is not None and not pending.withdrawn.is_set() and pending.request_id in self._shown:
-                return pending
+            card = self._schedule.pop(self._ready)
+            if card is not None:
+                card._handed_out = True
+                return card
+            self._wake.clear()
+            await self._wake.wait()
+
+    def _ready(self, card: PendingRequest, level: int) -> bool:
+        return (
+            not card._handed_out
+            and level == card.level
+            and not card.withdrawn.is_set()
+            and self._cards.get(card.request_id) is card
+        )
+
+    def _reschedule(self, card: PendingRequest, was_level: int) -> None:
+        """A card not yet handed out whose level changed (an urgent asker joined or left) queues there."""
+        if not card._handed_out and card.level != was_level:
+            self._schedule.push(card, card.level, card.agent_id)
+            self._wake.set()
+
+    def _place(self, pending: PendingRequest, coalesce: bool) -> PendingRequest | None:
+        """A delivered request joins the card of an identical one of another asker, or is a new card (returned).
+
+        An asker is an agent id in one asking process (or an agentless process).
+        """
+        fingerprint = request_fingerprint(pending.request) if coalesce else ""
+        card = self._coalescing.get(fingerprint) if fingerprint else None
+        member = pending._members[0]
+        if card is not None and (card._settling or self._cards.get(card.request_id) is not card):
+            card = None  # its answer is on the way (it would miss this asker), or it is gone
+        if card is not None and any(_same_asker(member, other) for other in card._members):
+            card = None  # one asker asking the same thing twice means it twice
+        if card is not None:
+            level = card.level
+            card._join(member)
+            self._shown[pending.request_id] = card
+            self._reschedule(card, level)
+            return None
+        self._cards[pending.request_id] = pending
+        self._shown[pending.request_id] = pending
+        if fingerprint:
+            self._coalescing[fingerprint] = pending
+        return pending
 
     async def settle(self, keys: list[str], args: list[Any]) -> Any:
         """One settlement through settle.lua; those queued meanwhile go in the same call.
 
         Returns the settlement's own reply, ``{'ok'}`` or ``{'err', CODE, message}``.
         """
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._settles.append((keys, args, future))
+        return (await self.settle_all([(keys, args)]))[0]
+
+    async def settle_all(self, settlements: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Several settlements (a coalesced card's askers) in the same settle.lua call; a reply for each."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[Any]] = []
+        for keys, args in settlements:
+            futures.append(loop.create_future())
+            self._settles.append((keys, args, futures[-1]))
         if self._settler is None or self._settler.done():
             self._settler = asyncio.ensure_future(self._send_settles())
-        return await future
+        return list(await asyncio.gather(*futures))
 
     async def _send_settles(self) -> None:
         settings = self.settings
@@ -362,7 +572,7 @@ class Provider:
                 log.warning("reclaiming idle entries failed: %r", error)
 
     async def _reclaim_idle(self, min_idle_ms: int) -> None:
-        shown = {pending.entry_id for pending in self._shown.values()}
+        shown = {member.entry_id for card in self._cards.values() for member in card._members}
         start = "-"
         while True:
             idle = await self.commands.call(
@@ -402,6 +612,7 @@ class Provider:
         """Present the entries of one read: all its asks through one deliver call, then its notices."""
         asks: list[tuple[str, dict[str, str], str, str]] = []
         notices: list[tuple[str, str, str, str]] = []
+        new_cards: list[PendingRequest] = []
         for entry_id, fields in entries:
             kind, request_id, client_id = fields.get("kind"), fields.get("rid", ""), fields.get("client", "")
             if kind in _NOTICES and request_id:
@@ -411,19 +622,22 @@ class Provider:
             elif request_id not in self._shown and request_id not in self._delivering:
                 asks.append((entry_id, fields, request_id, client_id))
                 self._delivering.add(request_id)
-        shown: list[PendingRequest] = []
+        shown: list[tuple[PendingRequest, bool]] = []
         try:
             if asks:
                 shown = await self._deliver(asks)
         finally:
             self._delivering.difference_update(request_id for _, _, request_id, _ in asks)
-        for pending in shown:
-            self._shown[pending.request_id] = pending
+        for pending, coalesce in shown:
+            if (card := self._place(pending, coalesce)) is not None:
+                new_cards.append(card)
         for entry_id, kind, request_id, client_id in notices:
             if not await self._take_notice(entry_id, kind, request_id, client_id):
                 break
-        for pending in shown:
-            self._queue.put_nowait(pending)
+        for card in new_cards:
+            self._schedule.push(card, card.level, card.agent_id)
+        if new_cards:
+            self._wake.set()
 
     async def _take_notice(self, entry_id: str, kind: str, request_id: str, client_id: str) -> bool:
         """A notice: take the card down (withdraw), or mark its asker away or back; False when fenced.
@@ -436,19 +650,27 @@ class Provider:
         if acked[0] != "ok":
             self.fenced()
             return False
+        card = self._shown.get(request_id)
+        if card is None:
+            return True
         if kind == "withdraw":
-            shown = self._shown.pop(request_id, None)
-            if shown is not None:
-                shown.withdrawn.set()
-        elif (shown := self._shown.get(request_id)) is not None:
+            level = card.level
+            self.forget(request_id)
+            if card._leave(request_id):
+                card.withdrawn.set()
+            else:
+                self._reschedule(card, level)
+        elif (member := card._member(request_id)) is not None:
             if kind == "back" and _ID.match(client_id):
-                shown._client_id = client_id
-            if shown.asker_away != (kind == "away"):
-                shown.asker_away = kind == "away"
-                shown.changed.set()
+                member.client_id = client_id
+            was_away = card.asker_away
+            member.away = kind == "away"
+            if card.asker_away != was_away:
+                card.changed.set()
         return True
 
-    async def _deliver(self, asks: list[tuple[str, dict[str, str], str, str]]) -> list[PendingRequest]:
+    async def _deliver(self, asks: list[tuple[str, dict[str, str], str, str]]) -> list[tuple[PendingRequest, bool]]:
+        """deliver.lua for one read's asks; each presentable one with whether it may be coalesced."""
         keys = self.keys
         script_keys = [keys.provider, keys.requests, keys.audit, keys.away]
         args: list[Any] = [
@@ -473,7 +695,7 @@ class Provider:
         if reply[0] != "ok":
             self.fenced()
             return []
-        shown: list[PendingRequest] = []
+        shown: list[tuple[PendingRequest, bool]] = []
         for (entry_id, fields, request_id, client_id), one in zip(asks, reply[1], strict=True):
             if one[0] == "gone":
                 log.info("request %s not presented: %s", request_id, one[1])
@@ -484,18 +706,17 @@ class Provider:
             except (msgspec.DecodeError, UserQuestionError) as error:
                 await self._dead_letter(entry_id, fields, f"undeliverable request: {error}")
                 continue
-            shown.append(
-                PendingRequest(
-                    self,
-                    request_id=request_id,
-                    request=request,
-                    client_id=client_id,
-                    created_ms=int(one[3]),
-                    entry_id=entry_id,
-                    asker_away=len(one) > 5 and one[5] == "1",
-                    opted_out=fields.get("remember") == "0",
-                )
+            pending = PendingRequest(
+                self,
+                request_id=request_id,
+                request=request,
+                client_id=client_id,
+                created_ms=int(one[3]),
+                entry_id=entry_id,
+                asker_away=len(one) > 5 and one[5] == "1",
+                opted_out=fields.get("remember") == "0",
             )
+            shown.append((pending, fields.get("coalesce") != "0"))
         return shown
 
     async def _dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:

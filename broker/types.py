@@ -23,6 +23,7 @@ __all__ = [
     "AskUserQuestionItem",
     "AskUserQuestionOption",
     "AskUserQuestionRequest",
+    "PRIORITIES",
     "PlanReviewIntent",
     "Outcome",
     "UnknownIntent",
@@ -170,11 +171,27 @@ class AskUserQuestionItem(_Wire, frozen=True, kw_only=True, rename="camel", omit
         return tuple(option.label for option in self.options or ())
 
 
+PRIORITIES = ("urgent", "normal", "low")
+"""a request's priority levels, most urgent first: providers present urgent questions first"""
+
+if TYPE_CHECKING:
+    _PriorityField = str
+else:
+    # A plain string on the wire, so an unknown level is refused by check_request with BAD_REQUEST
+    # (a coded error) rather than failing to decode.
+    _PriorityField = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(PRIORITIES)})]
+
+
 class AskUserQuestionRequest(_Wire, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
-    """A batch of questions, optionally from a named agent (its id)."""
+    """A batch of questions, optionally from a named agent (its id).
+
+    ``priority`` ("urgent", "normal" or "low") orders the provider's queue: urgent first, and
+    within a level round-robin across asking agents. A peer that does not know it ignores it.
+    """
 
     questions: tuple[AskUserQuestionItem, ...]
     agent: str | None = None
+    priority: _PriorityField = "normal"
 
 
 class AskUserQuestionAnswerItem(_Wire, frozen=True, kw_only=True, rename="camel", omit_defaults=True):

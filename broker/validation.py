@@ -12,6 +12,7 @@ import msgspec
 
 from .errors import BAD_ANSWER, BAD_INTENT, BAD_REQUEST, UserQuestionError
 from .types import (
+    PRIORITIES,
     AskUserQuestionAnswer,
     AskUserQuestionAnswerItem,
     AskUserQuestionRequest,
@@ -74,6 +75,8 @@ def check_request(request: AskUserQuestionRequest, limits: Limits) -> None:
             labels.add(option.label)
             _within(f"question {item.id!r} option label", option.label, limits.max_label_chars)
             _within(f"question {item.id!r} option description", option.description, limits.max_text_chars)
+    if request.priority not in PRIORITIES:
+        raise _bad_request(f"priority {request.priority!r} is none of {', '.join(PRIORITIES)}")
     if request.agent is not None and not request.agent.strip():
         raise _bad_request("`agent` is empty")
     size = len(encode(request))

@@ -33,7 +33,7 @@ async def main(url: str, namespace: str, name: str, label: str, delay: float, le
         async with asyncio.TaskGroup() as tasks:
             try:
                 async for pending in provider:
-                    say("GOT", pending.request_id)
+                    say("GOT", pending.request_id, len(pending.askers))
                     tasks.create_task(answer_later(pending, label, delay))
             except UserQuestionError as error:
                 say("FENCED", error.code)

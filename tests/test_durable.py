@@ -123,7 +123,7 @@ async def test_another_agents_key_is_a_different_question(make_broker, provider)
     pending = await detached_ask(make_broker, provider)
     other = await make_broker()
     async with other.agent("reviewer") as agent:
-        asking = asyncio.ensure_future(agent.ask(one_question("yes", "no"), key=KEY))
+        asking = asyncio.ensure_future(agent.ask(one_question("yes", "no"), key=KEY, coalesce=False))
         theirs = await next_pending(provider)
         assert theirs.request_id != pending.request_id and theirs.agent_id == "reviewer"
         await theirs.answer(pick("no"))

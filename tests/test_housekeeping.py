@@ -80,7 +80,7 @@ async def test_live_requests_are_left_alone_and_reaping_is_idempotent(make_broke
     async with answering.provider("p1") as provider, asking.agent("a1") as agent:
         live = asyncio.create_task(agent.ask(one_question()))
         shown_live = await _next(provider)
-        gone = asyncio.create_task(stopped.ask(one_question()))
+        gone = asyncio.create_task(stopped.ask(one_question(), coalesce=False))
         shown_gone = await _next(provider)
         await redis.delete(stopped.keys.client(stopped.client_id))
 

@@ -34,7 +34,7 @@ async def test_holder_standby_pending_agents_and_dead_letters(make_broker, redis
         await stack.enter_async_context(asker.agent("child", owner=parent))
         asks = [
             asyncio.create_task(asker.ask(one_question(agent="parent"))),
-            asyncio.create_task(asker.ask(one_question())),
+            asyncio.create_task(asker.ask(one_question(), coalesce=False)),
         ]
         for task in asks:
             stack.callback(task.cancel)

@@ -9,7 +9,8 @@
 -- ARGV[9] '1' to check the gate only, enqueueing nothing
 -- ARGV[10] the token's SHA-1, used only where the Lua runtime lacks redis.sha1hex (fakeredis)
 -- ARGV[11] the ask's key ('' for an unkeyed ask)   ARGV[12] its detach grace ms   ARGV[13] the request's digest
--- (KEYS[9..] and ARGV[14..]: see the remembered decisions block below)
+-- ARGV[14] 'solo' when the asker opted out of coalescing (ask(coalesce=False)): the entry says coalesce '0'
+-- (KEYS[9..] and ARGV[15..]: see the remembered decisions block below)
 -- returns {'ok', entry id} | {'decided', outcome JSON} | {'err', CODE, message}, and for a keyed ask also
 --   {'attached', previous client id} the key's pending request (KEYS[8]) is this asker's now
 --   {'settled', state}                 it was answered or cancelled while the asker was away: read its outcome
@@ -78,7 +79,7 @@ end
 -- KEYS[9] outcome key
 -- then two keys per question i = 0, 1, ..., starting at KEYS[10 + 2i]: the agent's decision key for the question's
 -- fingerprint (the namespace's key again when no agent), then the namespace's decision key
--- ARGV[14] reserved (pass '')   ARGV[15] '1' to look decisions up, '0' opted out (remember=False; the ask entry
+-- ARGV[15] '1' to look decisions up, '0' opted out (remember=False; the ask entry
 -- says so, and no provider may remember its answer), absent: no lookup   ARGV[16] result TTL ms
 -- ARGV[17 + i] question i's id
 -- When every question has a live decision (the agent's first, then the namespace's), the request is settled here
@@ -116,8 +117,14 @@ end
 if redis.call('EXISTS', KEYS[4]) == 0 and redis.call('ZCOUNT', KEYS[5], now, '+inf') == 0 then
   return {'err', 'NO_PROVIDER', 'no provider holds or stands by for this namespace'}
 end
-local entry = redis.call('XADD', KEYS[1], '*', 'kind', 'ask', 'rid', ARGV[1], 'client', ARGV[5], 'agent', ARGV[3],
-  'request', ARGV[2], 'remember', ARGV[15] == '0' and '0' or '1')
+local entry
+if ARGV[14] == 'solo' then -- ask(coalesce=False): never presented together with identical requests
+  entry = redis.call('XADD', KEYS[1], '*', 'kind', 'ask', 'rid', ARGV[1], 'client', ARGV[5], 'agent', ARGV[3],
+    'request', ARGV[2], 'remember', ARGV[15] == '0' and '0' or '1', 'coalesce', '0')
+else
+  entry = redis.call('XADD', KEYS[1], '*', 'kind', 'ask', 'rid', ARGV[1], 'client', ARGV[5], 'agent', ARGV[3],
+    'request', ARGV[2], 'remember', ARGV[15] == '0' and '0' or '1')
+end
 redis.call('HSET', KEYS[2], 'state', 'pending', 'request', ARGV[2], 'agent', ARGV[3], 'agent_fp', agent_fp,
   'client', ARGV[5], 'entry', entry, 'created', now, 'deadline', deadline)
 redis.call('PEXPIRE', KEYS[2], ARGV[6])

@@ -51,7 +51,7 @@ async def test_restarted_before_the_answer_it_waits_on_the_same_question(make_br
         restarted = asyncio.ensure_future(run_qbroker(*ASK, url=redis_server.url, namespace=namespace))
         # re-attached: the provider is told the asker is back (a new process), and shows no second card
         async with asyncio.timeout(15):
-            while pending._client_id == was and not restarted.done():
+            while client_of(pending) == was and not restarted.done():
                 await asyncio.sleep(0.05)
         assert not restarted.done(), restarted.result()
         assert provider.pending == [pending]
@@ -63,7 +63,12 @@ async def test_restarted_before_the_answer_it_waits_on_the_same_question(make_br
 
 def first_client(pending: PendingRequest) -> str:
     """The asking process the provider first saw (fixed at delivery)."""
-    return pending.__dict__.setdefault("_first_client", pending._client_id)
+    return pending.__dict__.setdefault("_first_client", client_of(pending))
+
+
+def client_of(pending: PendingRequest) -> str:
+    """The asking process the provider settles to now (a re-attach changes it)."""
+    return pending._members[0].client_id
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
