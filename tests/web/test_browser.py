@@ -7,6 +7,7 @@ its own browser contexts (separate cookie jars = separate people).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
@@ -114,9 +115,13 @@ async def people(browser: Browser, web: WebProcess) -> AsyncIterator[People]:
 
 
 def ask(
-    broker: Broker, *questions: AskUserQuestionItem, agent: str | None = None, timeout: float | None = 50
+    broker: Broker,
+    *questions: AskUserQuestionItem,
+    agent: str | None = None,
+    timeout: float | None = 50,
+    priority: str = "normal",
 ) -> asyncio.Task[AskUserQuestionAnswer]:
-    request = AskUserQuestionRequest(questions=questions, agent=agent)
+    request = AskUserQuestionRequest(questions=questions, agent=agent, priority=priority)
     return asyncio.create_task(broker.ask(request, abort=None, timeout=timeout))
 
 
@@ -331,6 +336,34 @@ async def test_a_keyed_question_stays_with_asker_away_and_its_answer_reaches_the
     assert answer.answers[0].custom == "after the freeze"
 
 
+async def test_identical_questions_of_several_agents_are_one_card_and_one_answer_reaches_each(
+    people: People, web: WebProcess, screenshots: Path
+) -> None:
+    page = await people.page()
+    question = "Run the database migration 0042?"
+    async with contextlib.AsyncExitStack() as stack:
+        asks = []
+        for n in (1, 2, 3):
+            broker = await stack.enter_async_context(Broker(web.redis_url, web.namespace))
+            agent = await stack.enter_async_context(broker.agent(f"builder-{n}"))
+            item = AskUserQuestionItem(id=f"migrate-{n}", question=question, options=options("run", "wait"))
+            asks.append(asyncio.create_task(agent.ask(AskUserQuestionRequest(questions=(item,)), timeout=50)))
+            if n == 2:
+                shown = card(page, question)
+                await expect(shown.locator(".askers")).to_have_text("asked by 2 agents")
+        await expect(shown.locator(".askers")).to_have_text("asked by 3 agents")  # the third joined, live
+        await expect(card(page, question)).to_have_count(1)
+        await shown.locator(".askers").click()
+        await expect(shown.locator(".askers-list li")).to_have_text(["builder-1", "builder-2", "builder-3"])
+        await page.screenshot(path=screenshots / "15-asked-by-three.png", full_page=True)
+        await shown.get_by_text("run", exact=True).click()
+        await shown.get_by_role("button", name="Send answer").click()
+        answers = await asyncio.wait_for(asyncio.gather(*asks), 10)
+    assert [(a.answers[0].id, a.answers[0].selected) for a in answers] == [
+        (f"migrate-{n}", ("run",)) for n in (1, 2, 3)
+    ]
+
+
 async def test_two_people_race(people: People, asker: Broker, screenshots: Path) -> None:
     alice, bob = await people.page("alice"), await people.page("bob")
     asked = ask(asker, AskUserQuestionItem(id="q", question="Who is first?", options=options("me", "you")))
@@ -425,14 +458,15 @@ async def test_title_count_order_times_and_history(people: People, asker: Broker
             AskUserQuestionItem(id="q", question="Deploy now?", header="Release", options=options("yes", "no")),
             agent="builder-7",
             timeout=40,
+            priority="urgent",
         )
         await expect(card(page, "Deploy now?")).to_be_visible()
         await expect(page).to_have_title(re.compile(r"^\(2\) Questions · browser"))
         titles = await page.locator("article.card .question-text").all_inner_texts()
-        assert [t.split("\n")[-1].strip() for t in titles[:2]] == ["ReleaseDeploy now?", "No hurry?"] or titles[
-            0
-        ].endswith("Deploy now?"), titles  # the one whose asker stops waiting soonest comes first
+        assert titles[0].endswith("Deploy now?") and titles[1].endswith("No hurry?"), titles  # urgent first
         deploy = card(page, "Deploy now?")
+        await expect(deploy.locator(".priority")).to_have_text("urgent")
+        await expect(card(page, "No hurry?").locator(".priority")).to_be_hidden()
         await expect(deploy.locator(".agent")).to_have_text("builder-7")
         await expect(deploy.locator(".left")).to_have_text(re.compile(r"^(39|40) s left$"))
         await expect(card(page, "No hurry?").locator(".left")).to_be_hidden()

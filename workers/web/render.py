@@ -97,8 +97,17 @@ def request_view(pending: PendingRequest) -> dict[str, Any]:
         "agent": pending.agent_id,
         "createdMs": pending.created_ms,
         "askerAway": pending.asker_away,
+        **asking_view(pending),
         "questions": [_item_view(item, len(questions)) for item in questions],
         "remember": _remember_scopes(pending),
+    }
+
+
+def asking_view(pending: PendingRequest) -> dict[str, Any]:
+    """Who asks (several askers when identical requests were coalesced) and how urgently."""
+    return {
+        "priority": pending.priority,
+        "askers": [{"agent": asker.agent_id, "requestId": asker.request_id} for asker in pending.askers],
     }
 
 

@@ -25,7 +25,7 @@ from workers.metrics import lease_acquired, lease_lost
 
 from .history import find_settlement
 from .keys import WebKeys
-from .render import request_view, safe_url
+from .render import asking_view, request_view, safe_url
 
 __all__ = ["QUEUE_SIZE", "AlreadySettled", "Event", "Status", "WebProvider"]
 
@@ -363,12 +363,15 @@ class WebProvider:
         self._remove(pending.request_id, "withdrawn", "")
 
     def _asker_changed(self, pending: PendingRequest) -> None:
+        """An asker went away or came back, joined or left the card, or raised its priority."""
         view = self._views.get(pending.request_id)
-        if view is None or view.get("askerAway") == pending.asker_away:
+        if view is None:
             return
-        view["askerAway"] = pending.asker_away
-        event = {"type": "updated", "id": pending.request_id, "askerAway": pending.asker_away}
-        self._publish({**event, "namespace": self.broker.namespace})
+        now = {"askerAway": pending.asker_away, **asking_view(pending)}
+        if all(view.get(name) == value for name, value in now.items()):
+            return
+        view.update(now)
+        self._publish({"type": "updated", "id": pending.request_id, **now, "namespace": self.broker.namespace})
 
 
 def _first(error: BaseException) -> BaseException:

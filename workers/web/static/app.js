@@ -303,11 +303,30 @@
     const card = state.cards.get(event.id);
     if (!card) return;
     card.request.askerAway = event.askerAway;
+    if (event.askers) card.request.askers = event.askers;
+    if (event.priority) card.request.priority = event.priority;
     renderAway(card);
+    renderAsking(card);
+    arrange();
   }
 
   function renderAway(card) {
     card.away.hidden = !card.request.askerAway;
+  }
+
+  function renderAsking(card) {
+    // A priority other than normal, and every agent whose identical question this card answers.
+    const priority = card.request.priority || "normal";
+    card.priority.hidden = priority === "normal";
+    card.priority.textContent = priority;
+    card.priority.className = "priority " + priority;
+    const askers = card.request.askers || [];
+    card.askersBox.hidden = askers.length < 2;
+    if (askers.length < 2) return;
+    const names = askers.map((a) => a.agent || "anonymous agent");
+    card.askers.textContent = "asked by " + askers.length + " agents";
+    card.askers.title = "One answer goes to each: " + names.join(", ");
+    card.askersList.replaceChildren(...names.map((name) => el("li", { text: name })));
   }
 
   function onRemoved(event) {
@@ -408,19 +427,27 @@
 
   // -- a card per request ----------------------------------------------------------------
 
-  function urgency(request) {
-    return [request.deadlineMs || Number.MAX_SAFE_INTEGER, request.createdMs];
-  }
+  const LEVELS = { urgent: 0, normal: 1, low: 2 };
 
-  function placeCard(root, request) {
-    // Soonest deadline first, then the longest waiting.
-    const [deadline, created] = urgency(request);
-    for (const other of state.cards.values()) {
-      if (other.root === root || !other.root.isConnected) continue;
-      const [d, c] = urgency(other.request);
-      if (deadline < d || (deadline === d && created < c)) { other.root.before(root); return; }
+  function arrange() {
+    // The providers' order (broker/_schedule.py): urgent, normal, low; within a level each
+    // agent's oldest question in turn (round-robin), so one chatty agent cannot bury another.
+    const cards = [...state.cards.values()].sort((a, b) => a.request.createdMs - b.request.createdMs);
+    const rank = new Map();
+    const keys = new Map();
+    for (const card of cards) {
+      const level = LEVELS[card.request.priority] ?? 1;
+      const turn = level + "\n" + card.request.namespace + "\n" + (card.request.agent || "");
+      keys.set(card, [level, rank.get(turn) || 0, card.request.createdMs]);
+      rank.set(turn, (rank.get(turn) || 0) + 1);
     }
-    $("requests").append(root);
+    const order = (a, b) => { const x = keys.get(a), y = keys.get(b); return x[0] - y[0] || x[1] - y[1] || x[2] - y[2]; };
+    cards.sort(order);
+    const list = $("requests");
+    if (cards.every((card, i) => list.children[i] === card.root)) return;
+    const focused = document.activeElement;
+    list.append(...cards.map((card) => card.root));  // moves each node: what was typed stays
+    if (focused && focused !== document.activeElement && list.contains(focused)) focused.focus({ preventScroll: true });
   }
 
   function reopen(card) {
@@ -438,7 +465,11 @@
     if (known) {
       if (known.closed && !known.submitting) reopen(known);
       known.request.askerAway = request.askerAway;
+      known.request.askers = request.askers;
+      known.request.priority = request.priority;
       renderAway(known);
+      renderAsking(known);
+      arrange();
       renderEmpty();
       return;
     }
@@ -452,10 +483,16 @@
     const where = state.namespaces.length > 1 ? el("span", { class: "namespace-chip", text: request.namespace }) : null;
     const awayNode = el("span", { class: "away", text: "asker away",
       title: "The asking process stopped. You can still answer: the agent gets the answer when it comes back." });
-    root.append(el("div", { class: "meta" }, where, who, ageNode, leftNode, awayNode,
-      count > 1 ? el("span", { text: count + " questions" }) : null));
-    const card = { id: request.id, request, root, age: ageNode, left: leftNode, away: awayNode, dirty: false, closed: false, submitting: false };
+    const priorityNode = el("span", { class: "priority", hidden: true });
+    const askersNode = el("span", { class: "askers" });
+    const askersList = el("ul", { class: "askers-list", "aria-label": "agents asking this question" });
+    const askersBox = el("details", { class: "askers-box", hidden: true }, el("summary", {}, askersNode), askersList);
+    root.append(el("div", { class: "meta" }, priorityNode, where, who, ageNode, leftNode, awayNode,
+      count > 1 ? el("span", { text: count + " questions" }) : null, askersBox));
+    const card = { id: request.id, request, root, age: ageNode, left: leftNode, away: awayNode, priority: priorityNode,
+      askers: askersNode, askersList, askersBox, dirty: false, closed: false, submitting: false };
     renderAway(card);
+    renderAsking(card);
     renderTimes(card);
     root.addEventListener("input", () => {
       card.dirty = true;
@@ -465,7 +502,8 @@
     const only = count === 1 ? request.questions[0] : null;
     if (only && only.planReview) renderPlan(card, only);
     else renderForm(card, false);
-    placeCard(root, request);
+    $("requests").append(root);
+    arrange();
     renderEmpty();
   }
 
