@@ -73,6 +73,8 @@ def build_request(args: argparse.Namespace) -> AskUserQuestionRequest:
         raise UserQuestionError("nothing to ask: give --question or --request", BAD_REQUEST)
     if args.agent is not None:
         request = msgspec.structs.replace(request, agent=args.agent)
+    if getattr(args, "priority", None) is not None:
+        request = msgspec.structs.replace(request, priority=args.priority)
     return request
 
 
@@ -132,13 +134,19 @@ async def ask(args: argparse.Namespace) -> int:
             request = build_request(args)
             async with settings.broker() as broker, _as_agent(broker, args.agent, args.owner):
                 try:
+                    remember, coalesce = not args.no_remember, not getattr(args, "no_coalesce", False)
                     if key is None:
                         answer = await broker.ask(
-                            request, abort=abort, timeout=args.timeout, remember=not args.no_remember
+                            request, abort=abort, timeout=args.timeout, remember=remember, coalesce=coalesce
                         )
                     else:
                         asking = broker.ask(
-                            request, timeout=args.timeout, key=key, detach_grace=grace, remember=not args.no_remember
+                            request,
+                            timeout=args.timeout,
+                            key=key,
+                            detach_grace=grace,
+                            remember=remember,
+                            coalesce=coalesce,
                         )
                         answer = await _until_detached(asking, detach)
                 except _Detached:

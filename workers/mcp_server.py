@@ -112,6 +112,16 @@ INPUT_SCHEMA: dict[str, Any] = {
             "default": True,
             "description": "false: always ask a human, even when the team remembered an answer to this question",
         },
+        "priority": {
+            "enum": ["urgent", "normal", "low"],
+            "default": "normal",
+            "description": "how soon a human should see it: urgent questions are presented first",
+        },
+        "coalesce": {
+            "type": "boolean",
+            "default": True,
+            "description": "false: present it on its own even when other agents ask the identical question",
+        },
     },
     "required": ["questions"],
 }
@@ -141,6 +151,8 @@ class _InRequest(msgspec.Struct, kw_only=True):
     timeout_seconds: float | None = msgspec.field(default=None, name="timeoutSeconds")
     key: str | None = None
     remember: bool = True
+    priority: str | None = None
+    coalesce: bool = True
 
 
 @dataclass(frozen=True)
@@ -152,6 +164,8 @@ class ParsedCall:
     """question text by generated id, for the questions that came without an id"""
     remember: bool = True
     """False: a remembered decision may not answer it"""
+    coalesce: bool = True
+    """False: never presented together with identical questions of other agents"""
 
 
 def parse_arguments(arguments: dict[str, Any] | None) -> ParsedCall:
@@ -189,11 +203,16 @@ def parse_arguments(arguments: dict[str, Any] | None) -> ParsedCall:
             question["intent"] = item.intent
         questions.append(question)
     try:
-        request = convert_request({"questions": questions})
+        request = convert_request({"questions": questions, **({"priority": raw.priority} if raw.priority else {})})
     except msgspec.ValidationError as error:
         raise UserQuestionError(f"the questions do not fit the request schema: {error}", BAD_REQUEST) from error
     return ParsedCall(
-        request=request, timeout=raw.timeout_seconds, key=raw.key, generated=generated, remember=raw.remember
+        request=request,
+        timeout=raw.timeout_seconds,
+        key=raw.key,
+        generated=generated,
+        remember=raw.remember,
+        coalesce=raw.coalesce,
     )
 
 
@@ -313,9 +332,7 @@ class AskService:
         except _REDIS_DOWN as error:
             return error_result(UserQuestionError(f"Redis is unreachable: {error}", BROKER_UNAVAILABLE))
         timeout = parsed.timeout if parsed.timeout is not None else self.default_timeout
-        task = self.tasks.create_task(
-            self._ask(agent, parsed.request, timeout, parsed.key, remember=parsed.remember), name="qb-mcp-ask"
-        )
+        task = self.tasks.create_task(self._ask(agent, parsed, timeout), name="qb-mcp-ask")
         try:
             outcome = await asyncio.shield(task)
         except BaseException:
@@ -330,16 +347,12 @@ class AskService:
         return _result(answer_payload(outcome, parsed.generated))
 
     async def _ask(
-        self,
-        agent: Agent,
-        request: AskUserQuestionRequest,
-        limit_s: float | None,
-        key: str | None = None,
-        *,
-        remember: bool = True,
+        self, agent: Agent, parsed: ParsedCall, limit_s: float | None
     ) -> AskUserQuestionAnswer | UserQuestionError:
         try:
-            return await agent.ask(request, timeout=limit_s, key=key, remember=remember)
+            return await agent.ask(
+                parsed.request, timeout=limit_s, key=parsed.key, remember=parsed.remember, coalesce=parsed.coalesce
+            )
         except UserQuestionError as error:
             return error
         except _REDIS_DOWN as error:

@@ -124,10 +124,17 @@ class Terminal:
     def _banner(self, pending: PendingRequest, queued: int) -> None:
         waited = max(0.0, time.time() - pending.created_ms / 1000)
         who = f"agent {pending.agent_id}" if pending.agent_id else "an agentless asker"
+        askers = pending.askers
+        if len(askers) > 1:
+            who = f"{len(askers)} agents ({', '.join(asker.agent_id or 'agentless' for asker in askers)})"
         more = f" · {queued} more waiting" if queued else ""
         away = " · asker away" if pending.asker_away else ""
+        priority = f"{pending.priority.upper()} · " if pending.priority != "normal" else ""
         self.console.print()
-        self.console.print(Rule(escape(f"Request from {who} · waiting {waited:.0f}s{more}{away}"), style="cyan"))
+        rule = f"{priority}Request from {who} · waiting {waited:.0f}s{more}{away}"
+        self.console.print(Rule(escape(rule), style="bold red" if pending.priority == "urgent" else "cyan"))
+        if len(askers) > 1:
+            self.console.print("One answer goes to each of them.", style="dim")
         if pending.asker_away:
             self.console.print("The asking process stopped; your answer is kept until it comes back.", style="yellow")
 

@@ -123,6 +123,7 @@ GHOST_REQUEST = {"questions": [{"id": "q", "question": "?"}], "agent": "ghost"}
         pytest.param("BAD_REQUEST", ["-r", "-"], b"{not json", id="malformed-json"),
         pytest.param("BAD_REQUEST", ["-q", "Dup?", "-o", "a", "-o", "a"], None, id="duplicate-labels"),
         pytest.param("BAD_REQUEST", [], None, id="nothing-to-ask"),
+        pytest.param("BAD_REQUEST", ["-q", "Now?", "--priority", "critical"], None, id="unknown-priority"),
         pytest.param("BAD_REQUEST", ["-r", "/nonexistent/request.json"], None, id="unreadable-file"),
         pytest.param("CALLER_NOT_LIVE", ["-r", "-"], json.dumps(GHOST_REQUEST).encode(), id="agent-not-live"),
         pytest.param("CALLER_NOT_LIVE", ["-q", "?", "--agent", "kid", "--owner", "nobody"], None, id="owner-not-live"),
@@ -207,3 +208,20 @@ async def test_request_with_question_is_a_usage_error(redis_server, namespace):
     """Issue 16: `-r` with `-q` exited 4 (BAD_REQUEST) instead of argparse's usage error."""
     status, out, err = await run_qbroker("ask", "-r", "-", "-q", "Go?", url=redis_server.url, namespace=namespace)
     assert (status, out) == (2, b"") and b"not allowed with argument" in err
+
+
+async def test_priority_and_no_coalesce_reach_the_provider(make_broker, redis_server, namespace):
+    provider_broker = await make_broker()
+    ask = ("ask", "-q", "Restart the cluster?", "-o", "yes", "-o", "no", "--priority", "urgent")
+    async with provider_broker.provider("test-provider") as provider:
+        asks = [
+            asyncio.create_task(run_qbroker(*ask, url=redis_server.url, namespace=namespace)),
+            asyncio.create_task(run_qbroker(*ask, "--no-coalesce", url=redis_server.url, namespace=namespace)),
+        ]
+        cards = [await asyncio.wait_for(anext(aiter(provider)), 15) for _ in asks]
+        assert [(card.priority, len(card.askers)) for card in cards] == [("urgent", 1), ("urgent", 1)]
+        for card in cards:
+            await card.answer(answer(("q1", ("yes",), None)))
+        for status, out, err in await asyncio.wait_for(asyncio.gather(*asks), 15):
+            assert status == 0, err
+            assert json.loads(out) == {"answers": [{"id": "q1", "selected": ["yes"]}]}

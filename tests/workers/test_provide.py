@@ -290,3 +290,29 @@ async def test_free_text_answers_are_sent_without_the_offer(screen, make_broker)
     screen.send("only on Fridays")
     assert await asyncio.wait_for(asking, 10) == answer(("q1", (), "only on Fridays"))
     assert "Send:" not in screen.text()
+
+
+async def test_urgent_identical_questions_of_two_agents_come_first_as_one_prompt(screen, make_broker):
+    first, second = await make_broker(), await make_broker()
+    async with first.agent("a1") as a1, second.agent("a2") as a2:
+        busy = asyncio.create_task(a1.ask(one_question("ok")))  # the human is on this one meanwhile
+        await screen.expect("Choice:")
+        later = asyncio.create_task(a1.ask(replace(one_question("go", "stop"), priority="low")))
+        urgent = replace(one_question("roll back", "keep"), priority="urgent")
+        pair = [asyncio.create_task(agent.ask(urgent)) for agent in (a1, a2)]
+        await asyncio.sleep(0.5)  # both delivered: one card with two askers
+        screen.send("1")
+        await screen.expect("Send:")
+        screen.send("")
+        assert await asyncio.wait_for(busy, 10) == answer(("q1", ("ok",), None))
+        await screen.expect("URGENT · Request from 2 agents (a1, a2)")
+        await screen.expect("One answer goes to each of them.")
+        screen.send("1")
+        await screen.expect("Send:", count=2)
+        screen.send("")
+        assert await asyncio.wait_for(asyncio.gather(*pair), 10) == [answer(("q1", ("roll back",), None))] * 2
+        await screen.expect("LOW · Request from agent a1")
+        screen.send("2")
+        await screen.expect("Send:", count=3)
+        screen.send("")
+        assert await asyncio.wait_for(later, 10) == answer(("q1", ("stop",), None))

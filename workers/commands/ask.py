@@ -86,6 +86,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="with --key: how long the question waits for this command to come back (default 300)",
     )
     parser.add_argument(
+        "--priority",
+        metavar="LEVEL",
+        help="urgent, normal or low: providers present urgent questions first (default: the request's own, "
+        "else normal; another value is BAD_REQUEST)",
+    )
+    parser.add_argument(
+        "--no-coalesce",
+        action="store_true",
+        help="present it on its own, even when other agents ask the identical question (by default one "
+        "answer settles them all)",
+    )
+    parser.add_argument(
         "--no-remember",
         action="store_true",
         help="always ask a human: no remembered decision answers it, and its answer is not remembered",
