@@ -9,7 +9,17 @@ import argparse
 
 FULL_LEVELS = (1, 16, 256, 1024)
 QUICK_LEVELS = (1, 16, 64)
-SYSTEMS = ("broker", "floor", "arq", "broker-serial", "broker-keyed", "broker-no-remember", "broker-decided")
+SYSTEMS = (
+    "broker",
+    "floor",
+    "arq",
+    "broker-serial",
+    "broker-keyed",
+    "broker-no-remember",
+    "broker-decided",
+    "broker-no-coalesce",
+    "broker-priorities",
+)
 DEFAULT_SYSTEMS = ("broker", "floor", "arq")
 
 
@@ -48,10 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--systems",
         type=_names,
         default=list(DEFAULT_SYSTEMS),
-        help="which of broker,floor,arq,broker-serial,broker-keyed,broker-no-remember,broker-decided (default "
-        "broker,floor,arq; broker-serial awaits each answer; broker-keyed asks every question with a key of its own; "
-        "broker asks look remembered decisions up and miss, broker-no-remember asks with remember=False, "
-        "broker-decided asks are all answered by a remembered decision)",
+        help="which of broker,floor,arq,broker-serial,broker-keyed,broker-no-remember,broker-decided,"
+        "broker-no-coalesce,broker-priorities (default broker,floor,arq; broker-serial awaits each answer; "
+        "broker-keyed asks every question with a key of its own; broker asks look remembered decisions up and miss, "
+        "broker-no-remember asks with remember=False, broker-decided asks are all answered by a remembered decision; "
+        "broker-no-coalesce asks with coalesce=False (no request fingerprint at the provider); broker-priorities "
+        "asks as three agents in turn, cycling urgent, normal and low)",
     )
     parser.add_argument(
         "--waiting",

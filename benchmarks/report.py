@@ -12,7 +12,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-_BROKERS = ("broker", "broker-serial", "broker-keyed", "broker-no-remember", "broker-decided")
+_BROKERS = (
+    "broker",
+    "broker-serial",
+    "broker-keyed",
+    "broker-no-remember",
+    "broker-decided",
+    "broker-no-coalesce",
+    "broker-priorities",
+)
 """the broker's own variants: not compared with the broker"""
 LABELS = {
     "broker": "question-broker",
@@ -22,6 +30,8 @@ LABELS = {
     "broker-keyed": "broker, keyed asks",
     "broker-no-remember": "broker, remember=False",
     "broker-decided": "broker, answered by a decision",
+    "broker-no-coalesce": "broker, coalesce=False",
+    "broker-priorities": "broker, 3 agents x 3 priorities",
 }
 
 
@@ -147,6 +157,15 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         measured = f"{decided256['rate']:.0f} asks/s answered by a decision vs {off256['rate']:.0f} asked of a human"
         checks.append(_check("an ask answered by a decision is no slower at c=256", measured,
                              decided256["rate"] >= 0.9 * off256["rate"]))  # fmt: skip
+    solo256, mixed256 = _level(results, "broker-no-coalesce", 256), _level(results, "broker-priorities", 256)
+    if broker256 and solo256:  # coalescing: the request fingerprint the provider takes of every delivered ask
+        cost = 1 - broker256["rate"] / solo256["rate"]
+        measured = f"{broker256['rate']:.0f} vs {solo256['rate']:.0f} asks/s with coalesce=False = {cost:+.1%}"
+        checks.append(_check("coalescing costs < 10% at c=256", measured, cost < 0.10))
+    if broker256 and mixed256:  # priorities: three agents' asks cycling three levels through the schedule
+        cost = 1 - mixed256["rate"] / broker256["rate"]
+        measured = f"{mixed256['rate']:.0f} asks/s (3 agents x 3 priorities) vs {broker256['rate']:.0f} = {cost:+.1%}"
+        checks.append(_check("priorities and fairness cost < 10% at c=256", measured, cost < 0.10))
     cli = results.get("cli")
     measured = f"median {cli['median']:.2f} s over {len(cli['runs'])} runs" if cli else None
     fast = bool(cli) and cli["median"] <= 0.3

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from msgspec.structs import replace
 from redis.asyncio import Redis
 
 from broker import (
@@ -33,7 +34,7 @@ from broker import (
     Remember,
 )
 from broker.connection import redis_from_url
-from broker.types import encode
+from broker.types import PRIORITIES, encode
 
 REQUEST = AskUserQuestionRequest(
     questions=(
@@ -151,13 +152,27 @@ async def broker_asker(args: argparse.Namespace) -> None:
     async with Broker(args.url, args.namespace) as broker, broker.agent("bench-root") as agent:
         emit("ready")
         remember = not args.no_remember
-        if args.keyed:
+        coalesce = not args.no_coalesce
+        if args.priorities:
+            async with broker.agent("bench-b") as b, broker.agent("bench-c") as c:
+                turns = itertools.cycle(
+                    [(who, replace(REQUEST, priority=level)) for level in PRIORITIES for who in (agent, b, c)]
+                )
+
+                def one() -> Any:
+                    who, request = next(turns)
+                    return who.ask(request, timeout=ASK_TIMEOUT_S, remember=remember, coalesce=coalesce)
+
+                await run_levels(args, one)
+        elif args.keyed:
             keys = itertools.count()
             await run_levels(
                 args, lambda: agent.ask(REQUEST, timeout=ASK_TIMEOUT_S, key=f"k{next(keys)}", remember=remember)
             )
         else:
-            await run_levels(args, lambda: agent.ask(REQUEST, timeout=ASK_TIMEOUT_S, remember=remember))
+            await run_levels(
+                args, lambda: agent.ask(REQUEST, timeout=ASK_TIMEOUT_S, remember=remember, coalesce=coalesce)
+            )
     emit("done")
 
 
@@ -356,6 +371,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keyed", action="store_true", help="broker-asker: every ask keyed (a key of its own)")
     parser.add_argument("--remember", action="store_true", help="broker-provider: remember each answer (namespace)")
     parser.add_argument("--no-remember", action="store_true", help="broker-asker: ask with remember=False")
+    parser.add_argument("--no-coalesce", action="store_true", help="broker-asker: ask with coalesce=False")
+    parser.add_argument(
+        "--priorities", action="store_true", help="broker-asker: three agents in turn, cycling urgent, normal, low"
+    )
     parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[1])
     parser.add_argument("--asks", type=int, default=1000)
     parser.add_argument("--max-seconds", type=float, default=10.0)

@@ -34,6 +34,8 @@ PAIRS = {
     "broker-keyed": ("broker-provider", "broker-asker"),
     "broker-no-remember": ("broker-provider", "broker-asker"),
     "broker-decided": ("broker-provider", "broker-asker"),
+    "broker-no-coalesce": ("broker-provider", "broker-asker"),
+    "broker-priorities": ("broker-provider", "broker-asker"),
     "floor": ("floor-server", "floor-asker"),
     "arq": ("arq-worker", "arq-asker"),
 }
@@ -150,6 +152,8 @@ class Bench:
             "--min-seconds", str(args.min_seconds),
             *(["--keyed"] if system == "broker-keyed" else []),
             *(["--no-remember"] if system == "broker-no-remember" else []),
+            *(["--no-coalesce"] if system == "broker-no-coalesce" else []),
+            *(["--priorities"] if system == "broker-priorities" else []),
         )  # fmt: skip
         profilers: list[asyncio.subprocess.Process] = []
         # CPU per ask counts from the end of the warm-up: start-up and imports are not asks.

@@ -69,3 +69,21 @@ def test_the_remembered_decisions_systems_run_and_state_their_cost() -> None:
     assert "broker, remember=False asks/s" in result.stdout and "broker, answered by a decision asks/s" in result.stdout
     # c=256 was not run: the targets say so rather than invent a figure
     assert "remembered decisions cost" not in result.stdout or "not measured" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_coalescing_and_priorities_systems_run() -> None:
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "benchmarks", "--quick", "--concurrency", "1,4", "--asks", "12",
+            "--max-seconds", "0.5", "--systems", "broker,broker-no-coalesce,broker-priorities", "--skip-extras",
+            "--no-doc",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=55,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "broker, coalesce=False asks/s" in result.stdout
+    assert "broker, 3 agents x 3 priorities asks/s" in result.stdout
