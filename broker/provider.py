@@ -142,6 +142,8 @@ class PendingRequest:
         """set when ``asker_away``, ``askers`` or ``priority`` change (a UI clears it, then shows the request again)"""
         self._handed_out = False
         self._settling = False
+        self._fingerprint = ""
+        """what identical requests of other askers share, '' when it takes no other asker"""
 
     def __repr__(self) -> str:
         return f"PendingRequest(request_id={self.request_id!r}, agent_id={self.agent_id!r})"
@@ -375,9 +377,8 @@ class Provider:
         if card is None or any(member.request_id in self._shown for member in card._members):
             return
         self._cards.pop(card.request_id, None)
-        for fingerprint, joined in list(self._coalescing.items()):
-            if joined is card:
-                del self._coalescing[fingerprint]
+        if self._coalescing.get(card._fingerprint) is card:
+            del self._coalescing[card._fingerprint]
 
     @property
     def pending(self) -> list[PendingRequest]:
@@ -439,6 +440,7 @@ class Provider:
         self._shown[pending.request_id] = pending
         if fingerprint:
             self._coalescing[fingerprint] = pending
+            pending._fingerprint = fingerprint
         return pending
 
     async def settle(self, keys: list[str], args: list[Any]) -> Any:

@@ -87,3 +87,17 @@ def test_the_coalescing_and_priorities_systems_run() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     assert "broker, coalesce=False asks/s" in result.stdout
     assert "broker, 3 agents x 3 priorities asks/s" in result.stdout
+
+
+def test_the_feature_cost_figures_are_printed() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.feature_cost", "--asks", "300"],
+        cwd=ROOT, capture_output=True, text=True, timeout=55,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = dict(line.rsplit(": ", 1) for line in result.stdout.splitlines())
+    assert set(figures) == {
+        "request fingerprint (coalescing)", "schedule push + pop (priorities)",
+        "asyncio.Queue put + get (before)", "added provider CPU per ask",
+    }  # fmt: skip
+    assert all(value.endswith(" us per ask") or value.endswith(" us") for value in figures.values())
