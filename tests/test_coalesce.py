@@ -19,6 +19,7 @@ from broker import (
     AskUserQuestionRequest,
     Broker,
     Provider,
+    Remember,
     UserQuestionError,
 )
 from broker.provider import Asker
@@ -293,3 +294,17 @@ async def test_priority_is_on_the_wire_only_when_not_normal(make_broker, provide
     assert card.priority == "low"
     await card.answer(pick("yes"))
     assert await asyncio.wait_for(ask, 5) == pick("yes")
+
+
+async def test_remembering_a_coalesced_answer_decides_for_each_asker_in_scope(make_broker, provider):
+    async with askers(make_broker, "a1", "a2") as agents:
+        asks = [asyncio.ensure_future(agent.ask(deploy(), timeout=30)) for agent in agents]
+        card = await next_pending(provider)
+        await until(lambda: len(card.askers) == 2)
+        await card.answer(pick("yes"), by="alice", remember=Remember(scope="agent", ttl=60))
+        assert await asyncio.wait_for(asyncio.gather(*asks), 5) == [pick("yes")] * 2
+        decisions = await agents[0]._broker.decisions()
+        assert sorted(d.agent for d in decisions) == ["a1", "a2"]  # agent scope: one for each asker
+        again = [await asyncio.wait_for(agent.ask(deploy("later")), 5) for agent in agents]
+    assert again == [pick("yes", "later")] * 2  # answered by the decisions, no human asked
+    assert provider.pending == []

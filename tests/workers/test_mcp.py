@@ -365,6 +365,13 @@ def test_multi_select_spelled_either_way(fields: dict[str, Any], multi: bool) ->
     assert item.multi_select is multi
 
 
+def test_priority_and_coalesce_reach_the_ask() -> None:
+    parsed = parse_arguments({**YES_NO, "priority": "urgent", "coalesce": False})
+    assert (parsed.request.priority, parsed.coalesce) == ("urgent", False)
+    default = parse_arguments(YES_NO)
+    assert (default.request.priority, default.coalesce) == ("normal", True)
+
+
 @pytest.mark.parametrize(
     "arguments",
     [{"questions": [{"id": "q", "question": "?"}], "timeoutSeconds": 0}, {"questions": [{"id": 3, "question": "?"}]}],
