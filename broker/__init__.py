@@ -6,9 +6,10 @@ from .agents import Agent
 from .broker import Answerer, Broker, Next
 from .decisions import Decision, Remember, question_fingerprint
 from .errors import ERROR_CODES, HarnessError, UserQuestionError
-from .provider import PendingRequest, Provider
+from .provider import Asker, PendingRequest, Provider
 from .status import NamespaceStatus, namespace_status
 from .types import (
+    PRIORITIES,
     AskUserQuestionAnswer,
     AskUserQuestionAnswerItem,
     AskUserQuestionIntent,
@@ -24,6 +25,7 @@ __all__ = [
     "ERROR_CODES",
     "Agent",
     "Answerer",
+    "Asker",
     "AskUserQuestionAnswer",
     "AskUserQuestionAnswerItem",
     "AskUserQuestionIntent",
@@ -36,6 +38,7 @@ __all__ = [
     "Limits",
     "NamespaceStatus",
     "Next",
+    "PRIORITIES",
     "PendingRequest",
     "PlanReviewIntent",
     "Provider",

@@ -15,6 +15,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import (
+    Asker,
     AskUserQuestionItem,
     AskUserQuestionRequest,
     Broker,
@@ -22,7 +23,6 @@ from broker import (
     Remember,
     UserQuestionError,
 )
-from broker.provider import Asker
 from tests.helpers import answer, options, pick, plan_review
 from tests.redis_server import RedisServer
 from tests.test_ask import code_of, next_pending
