@@ -531,11 +531,17 @@ class Broker:
 
     @asynccontextmanager
     async def provider(
-        self, name: str, *, standby: bool = True, on_standby: Callable[[str], Any] | None = None
+        self,
+        name: str,
+        *,
+        standby: bool = True,
+        on_standby: Callable[[str], Any] | None = None,
+        coalesce: bool = True,
     ) -> AsyncIterator[Provider]:
         """Hold the namespace's provider lease for the block (waiting for it when ``standby``).
 
-        Inside the block, a Redis failure never ends the provider: its reads and renewals wait
+        ``coalesce=False``: present every request on its own, never identical requests of several
+        askers as one (a policy that decides by the asking agent must see each asker). Inside the block, a Redis failure never ends the provider: its reads and renewals wait
         it out, and once the lease is lost (``provider.lost``) iterating raises ``LEASE_LOST``.
         """
         commands = self.commands
@@ -561,6 +567,7 @@ class Broker:
                 commands=commands,
                 blocking=blocking,
                 settings=self._provider_settings,
+                coalesce=coalesce,
             )
             log.info("provider %s holds the lease of %s (epoch %d)", name, self.namespace, epoch)
             try:

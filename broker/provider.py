@@ -331,8 +331,11 @@ class Provider:
         commands: Commands,
         blocking: Redis | RedisCluster,
         settings: ProviderSettings,
+        coalesce: bool = True,
     ) -> None:
         self.keys = keys
+        self.coalesce = coalesce
+        """False: every request is its own card (``Broker.provider(..., coalesce=False)``)"""
         self.name = name
         self.epoch = epoch
         self.token = token
@@ -718,7 +721,7 @@ class Provider:
                 asker_away=len(one) > 5 and one[5] == "1",
                 opted_out=fields.get("remember") == "0",
             )
-            shown.append((pending, fields.get("coalesce") != "0"))
+            shown.append((pending, self.coalesce and fields.get("coalesce") != "0"))
         return shown
 
     async def _dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:

@@ -63,7 +63,10 @@ async def _serve_forever(broker: Broker, rules: Rules, name: str, args: argparse
     backoff = Backoff()
     while True:
         try:
-            async with broker.provider(name, standby=not args.no_standby, on_standby=on_standby) as provider:
+            # A policy decides by the asking agent: it must see each asker, never one card for several.
+            async with broker.provider(
+                name, standby=not args.no_standby, on_standby=on_standby, coalesce=False
+            ) as provider:
                 backoff.reset()
                 say(f"holding the lease of {broker.namespace} as {name} (epoch {provider.epoch})")
                 # Returns (rather than raises) on lease loss: `broker.provider()` wraps what

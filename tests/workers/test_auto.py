@@ -189,3 +189,31 @@ async def test_started_while_redis_is_down_it_waits_for_it(redis_factory, namesp
     await worker.expect(r"holding the lease .* as A")
     async with Broker(server.url, namespace) as asker:
         assert await asker.ask(_ask("now?"), timeout=15) == answer(("q1", ("yes",), None))
+
+
+AGENT_RULES = """\
+[default]
+cancel = "not for you"
+
+[[rule]]
+agent = "trusted"
+question = "deploy*"
+first = true
+delay = 0.5
+"""
+
+
+async def test_a_rule_for_one_agent_never_answers_another_asking_the_identical_question(
+    make_broker, redis_server, namespace, tmp_path, start_worker
+):
+    rules = tmp_path / "agents.toml"
+    rules.write_text(AGENT_RULES)
+    worker = await start_worker("auto", "--rules", str(rules), "--name", "A", url=redis_server.url, namespace=namespace)
+    await worker.expect(r"holding the lease")
+    trusted_broker, other_broker = await make_broker(), await make_broker()
+    async with trusted_broker.agent("trusted") as trusted, other_broker.agent("stranger") as stranger:
+        # identical questions, asked together: a human would see one card; a policy sees each asker
+        asks = [asyncio.ensure_future(agent.ask(_ask("deploy now?"), timeout=20)) for agent in (trusted, stranger)]
+        results = await asyncio.wait_for(asyncio.gather(*asks, return_exceptions=True), 20)
+    assert results[0] == answer(("q1", ("yes",), None))
+    assert getattr(results[1], "code", None) == "ASK_CANCELLED"
