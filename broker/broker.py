@@ -541,7 +541,9 @@ class Broker:
         """Hold the namespace's provider lease for the block (waiting for it when ``standby``).
 
         ``coalesce=False``: present every request on its own, never identical requests of several
-        askers as one (a policy that decides by the asking agent must see each asker). Inside the block, a Redis failure never ends the provider: its reads and renewals wait
+        askers as one (a policy that decides by the asking agent must see each asker).
+
+        Inside the block, a Redis failure never ends the provider: its reads and renewals wait
         it out, and once the lease is lost (``provider.lost``) iterating raises ``LEASE_LOST``.
         """
         commands = self.commands
