@@ -33,6 +33,8 @@ class PendingInfo(msgspec.Struct, frozen=True, kw_only=True):
     """for a keyed ask whose asker stopped: seconds since; it can still be answered"""
     grace_left_s: float | None = None
     """for an away asker: seconds left to re-attach before the request ends as expired"""
+    priority: str = "normal"
+    """the request's priority: urgent, normal or low"""
 
 
 class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -114,9 +116,10 @@ async def _pending(call: Any, keys: Keys, now_ms: int) -> tuple[PendingInfo, ...
             if state != "pending":
                 continue
             try:
-                questions = len(msgspec.json.decode(request or "{}").get("questions", ()))
-            except (msgspec.DecodeError, AttributeError):
-                questions = 0
+                body = msgspec.json.decode(request or "{}")
+                questions, priority = len(body.get("questions", ())), str(body.get("priority", "normal"))
+            except (msgspec.DecodeError, AttributeError, TypeError):
+                questions, priority = 0, "normal"
             found.append(
                 PendingInfo(
                     request_id=request_id,
@@ -127,6 +130,7 @@ async def _pending(call: Any, keys: Keys, now_ms: int) -> tuple[PendingInfo, ...
                     key=key or None,
                     away_s=max(0, now_ms - int(away)) / 1000 if away else None,
                     grace_left_s=max(0, float(grace_ends) - now_ms) / 1000 if away and grace_ends else None,
+                    priority=priority,
                 )
             )
         if len(entries) < _PAGE:

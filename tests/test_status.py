@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from msgspec.structs import replace
+
 from broker import namespace_status
 from broker._keys import Keys
 from tests.helpers import one_question
@@ -34,7 +36,7 @@ async def test_holder_standby_pending_agents_and_dead_letters(make_broker, redis
         await stack.enter_async_context(asker.agent("child", owner=parent))
         asks = [
             asyncio.create_task(asker.ask(one_question(agent="parent"))),
-            asyncio.create_task(asker.ask(one_question(), coalesce=False)),
+            asyncio.create_task(asker.ask(replace(one_question(), priority="urgent"), coalesce=False)),
         ]
         for task in asks:
             stack.callback(task.cancel)
@@ -47,9 +49,10 @@ async def test_holder_standby_pending_agents_and_dead_letters(make_broker, redis
     assert (status.holder, status.epoch, status.last_epoch) == ("desk", provider.epoch, provider.epoch)
     assert status.lease_ttl_s is not None and 0 < status.lease_ttl_s <= holder_broker.lease_ttl
     assert status.standbys == ("spare",)
-    assert {(p.request_id, p.agent, p.questions, p.delivered_epoch) for p in status.pending} == {
-        (d.request_id, d.agent_id, 1, provider.epoch) for d in delivered
+    assert {(p.request_id, p.agent, p.questions, p.delivered_epoch, p.priority) for p in status.pending} == {
+        (d.request_id, d.agent_id, 1, provider.epoch, d.priority) for d in delivered
     }
+    assert sorted(p.priority for p in status.pending) == ["normal", "urgent"]
     assert all(p.age_s >= 0 for p in status.pending)
     assert [(a.agent_id, a.owner) for a in status.agents] == [("child", "parent"), ("parent", None)]
     assert status.stream_length == 2 and status.dead_letters == 1

@@ -58,11 +58,11 @@ def format_status(status: NamespaceStatus) -> str:
         out.insert(-1, f"away askers   {len(away)} (keyed asks kept for their asker to re-attach)")
     if status.pending:
         rows = [
-            (p.request_id, p.agent or "-", _age(p.age_s), str(p.questions),
+            (p.request_id, p.agent or "-", p.priority, _age(p.age_s), str(p.questions),
              f"epoch {p.delivered_epoch}" if p.delivered_epoch else "not yet", _asker(p))
             for p in sorted(status.pending, key=lambda p: -p.age_s)
         ]  # fmt: skip
-        out += _table(("REQUEST", "AGENT", "WAITING", "QUESTIONS", "DELIVERED", "ASKER"), rows)
+        out += _table(("REQUEST", "AGENT", "PRIORITY", "WAITING", "QUESTIONS", "DELIVERED", "ASKER"), rows)
     out += ["", f"live agents: {len(status.agents)}"]
     if status.agents:
         agent_rows = [
