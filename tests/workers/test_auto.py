@@ -194,6 +194,7 @@ async def test_started_while_redis_is_down_it_waits_for_it(redis_factory, namesp
 AGENT_RULES = """\
 [default]
 cancel = "not for you"
+delay = 0.5
 
 [[rule]]
 agent = "trusted"
