@@ -82,6 +82,13 @@ class ProviderProcess:
             self._changed.set()
         self._changed.set()
 
+    async def got_count(self, at_least: int) -> int:
+        """How many requests it was given, once it said so for ``at_least`` (its stdout lags the answers)."""
+        if at_least:
+            await self.expect("GOT", nth=at_least)
+        await asyncio.sleep(0.2)  # one more, had there been one, would show by now
+        return len(self.got())
+
     async def expect(self, prefix: str, within: float = 15.0, nth: int = 1) -> str:
         async def scan() -> str:
             while True:
@@ -187,7 +194,7 @@ async def test_a_namespace_decision_answers_a_later_ask_at_once_with_its_own_ids
 
     answered = await second.ask(deploy("deploy-2"), timeout=5)
     assert answered == pick("yes", "deploy-2")  # the new request's ids
-    assert len(provider.got()) == 1  # never presented
+    assert await provider.got_count(1) == 1  # never presented
     decided = [a for a in await audit(redis, namespace, "answered") if a["by"].startswith("decision:")]
     assert len(decided) == 1
     assert decided[0]["by"] == f"decision:{remembered['decision']}"
@@ -210,11 +217,11 @@ async def test_an_agent_decision_answers_only_that_agents_asks(
         assert await builder.ask(deploy("q1"), timeout=15) == pick("yes")
         await provider.expect("ANSWERED")
         assert await builder.ask(deploy("q2"), timeout=5) == pick("yes", "q2")
-        assert len(provider.got()) == 1
+        assert await provider.got_count(1) == 1
         assert await other.ask(deploy("q1"), timeout=15) == pick("yes")  # a human answered
-        assert len(provider.got()) == 2
+        assert await provider.got_count(2) == 2
         assert await broker.ask(deploy("q1"), timeout=15) == pick("yes")  # agentless: a human too
-        assert len(provider.got()) == 3
+        assert await provider.got_count(3) == 3
     decisions = await broker.decisions()  # the agentless answer could not be remembered for an agent
     assert sorted((d.scope, d.agent) for d in decisions) == [("agent", "builder"), ("agent", "other")]
 
@@ -226,7 +233,7 @@ async def test_remember_false_always_reaches_a_human_and_cannot_be_remembered(
     broker: Broker = await make_broker()
     assert await broker.ask(deploy(), timeout=15) == pick("yes")  # remembered
     assert await broker.ask(deploy(), remember=False, timeout=15) == pick("yes")
-    assert len(provider.got()) == 2
+    assert await provider.got_count(2) == 2
     assert (await provider.expect("GOT", nth=2)).endswith(" 1")  # the provider is told: opted out
     assert (await provider.expect("ANSWERED", nth=2)).endswith(" 0")
     assert len(await broker.decisions()) == 1
@@ -240,10 +247,10 @@ async def test_an_ask_that_matches_only_some_questions_reaches_a_human(
     await broker.ask(deploy("q1"), timeout=15)
     both = AskUserQuestionRequest(questions=(deploy("a").questions[0], deploy("b", question="Notify?").questions[0]))
     assert await broker.ask(both, timeout=15) == answer(("a", ("yes",), None), ("b", ("yes",), None))
-    assert len(provider.got()) == 2
+    assert await provider.got_count(2) == 2
     # now both are remembered: the batch is answered at once
     assert await broker.ask(both, timeout=5) == answer(("a", ("yes",), None), ("b", ("yes",), None))
-    assert len(provider.got()) == 2
+    assert await provider.got_count(2) == 2
 
 
 async def test_decisions_are_listed_revoked_and_expire(
@@ -265,7 +272,7 @@ async def test_decisions_are_listed_revoked_and_expire(
     assert (forgotten["decision"], forgotten["by"]) == (decision.id, "bob")
     assert await broker.decisions() == []
     await broker.ask(deploy(), timeout=15)  # a human again, who remembers it again
-    assert len(provider.got()) == 2
+    assert await provider.got_count(2) == 2
     assert len(await broker.decisions()) == 1
 
 
