@@ -85,7 +85,7 @@ def _log_failure(future: asyncio.Future[Any]) -> None:
         log.info("clean-up command failed: %r (its keys expire by TTL)", future.exception())
 
 
-MERGE_MAX = 256
+MERGE_MAX = 32
 """calls merged into one script call at most (a longer script would hold Redis up for longer)"""
 
 
