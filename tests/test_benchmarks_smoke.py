@@ -37,7 +37,10 @@ def test_benchmark_runs_and_prints_a_table(tmp_path: Path) -> None:
     assert len(rows) == 2
     assert "connections per asking process" in result.stdout
     assert "failover" in result.stdout
-    assert "## Targets" in doc.read_text()
+    text = doc.read_text()
+    assert "## Targets" in text
+    assert "## Scale-out on a Redis Cluster" in text and "three-master Cluster vs one namespace" in text
+    assert "`req` " not in text or " keys, " in text  # leftover keys are summarised by kind, not listed
     assert (tmp_path / "benchmarks-throughput.png").stat().st_size > 1000
 
 
@@ -69,3 +72,11 @@ def test_the_remembered_decisions_systems_run_and_state_their_cost() -> None:
     assert "broker, remember=False asks/s" in result.stdout and "broker, answered by a decision asks/s" in result.stdout
     # c=256 was not run: the targets say so rather than invent a figure
     assert "remembered decisions cost" not in result.stdout or "not measured" in result.stdout
+
+
+def test_leftover_keys_are_summarised_by_kind() -> None:
+    from benchmarks.report import render_key_kinds
+
+    keys = {"audit": 1000, "req:a": 80, "req:b": 100, "client:c": 88}
+    assert render_key_kinds(keys) == "`audit` 1 key, 1000 B; `client` 1 key, 88 B; `req` 2 keys, 180 B (90 B each)"
+    assert render_key_kinds({}) == "none"
