@@ -418,8 +418,9 @@ def write_doc(
             f"broker. `used_memory` after: {waiting['used_memory_after']} B."
             + (
                 f" Not counted: {waiting['tombstones']} slim tombstones ({waiting['tombstone_bytes']} B), the "
-                "settled requests' hashes cut down to their state and settle call id, which expire 60 s after "
-                "the answer (so that a provider's settle retried after a lost reply still succeeds)."
+                "settled requests' hashes without their request body (their bookkeeping is left: state, settle "
+                "call id, client, epoch and the like), which expire 60 s after the answer (so that a provider's "
+                "settle retried after a lost reply still succeeds)."
                 if "tombstones" in waiting
                 else ""
             ),
@@ -474,8 +475,8 @@ def write_doc(
             f"This machine has {ran['cores']} cores for everything: three Redis servers and six Python processes "
             "share them (against one server and two processes), so the ratio shows what the cluster costs here "
             "(client-side slot routing, more processes on the same cores), not the gain three machines would give. "
-            "Namespaces do not share keys, slots or connections, so on separate machines each would run as the "
-            "single namespace does.",
+            "Namespaces share no keys, slots or scripts, so with a master and its processes per machine each "
+            "namespace would be expected to run as the single one does here (not measured: one machine).",
             "",
         ]
     lines += ["## Targets (issue 12)", ""]
