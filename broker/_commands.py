@@ -4,6 +4,10 @@ Commands issued while a pipeline is in flight are sent together in the next one,
 process holds one command connection however many asks it runs at once, and a burst of
 N commands costs about one round trip rather than N.
 
+Calls of a script that takes a batch (``ask.lua``) queued for the same pipeline go as one call
+of that script (at most ``MERGE_MAX`` each): Redis runs one script call rather than one per
+ask, and each caller gets its own reply. Each is judged as if called alone, in the order queued.
+
 Every command the broker sends is safe to send again (the scripts are keyed by request and
 call ids), so a command that meets a transient failure (a broken connection, a reply that
 does not come within ``reply_timeout``, READONLY, OOM, LOADING, a cluster failover) is sent
@@ -40,10 +44,12 @@ class Script:
     which does not know it.
     """
 
-    __slots__ = ("name", "plain", "plain_sha", "sha", "source")
+    __slots__ = ("batches", "name", "plain", "plain_sha", "sha", "source")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, batches: bool = False) -> None:
         self.name = name
+        self.batches = batches
+        """takes several calls in one: ARGV[1] '*', ARGV[2] n, then n (key count, argument count) pairs"""
         self.source = resources.files(__package__).joinpath("scripts", f"{name}.lua").read_text()
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
         self.plain = self.source.removeprefix("#!lua\n")
@@ -54,7 +60,7 @@ class Script:
 
 
 SCRIPTS = {
-    name: Script(name)
+    name: Script(name, batches=name == "ask")
     for name in (
         "ask",
         "deliver",
@@ -79,16 +85,58 @@ def _log_failure(future: asyncio.Future[Any]) -> None:
         log.info("clean-up command failed: %r (its keys expire by TTL)", future.exception())
 
 
+MERGE_MAX = 32
+"""calls merged into one script call at most (a longer script would hold Redis up for longer)"""
+
+
 class _Queued:
-    __slots__ = ("args", "future", "give_up_at", "options")
+    __slots__ = ("args", "future", "give_up_at", "merge", "options")
 
     def __init__(
-        self, args: tuple[Any, ...], future: asyncio.Future[Any], give_up_at: float, options: dict[str, Any]
+        self,
+        args: tuple[Any, ...],
+        future: asyncio.Future[Any],
+        give_up_at: float,
+        options: dict[str, Any],
+        merge: str | None = None,
     ) -> None:
         self.args = args
         self.future = future
         self.give_up_at = give_up_at
         self.options = options
+        self.merge = merge
+        """the SHA of a script that takes a batch: queued calls of it go as one"""
+
+
+def _merged(batch: list[_Queued]) -> list[tuple[tuple[Any, ...], dict[str, Any], list[_Queued]]]:
+    """The pipeline's commands: (arguments, reply options, the queued calls it answers, in order).
+
+    Calls of a batching script go as one call of it, where the first of them was queued.
+    """
+    groups: list[list[_Queued]] = []
+    open_groups: dict[str, list[_Queued]] = {}
+    for queued in batch:
+        group = open_groups.get(queued.merge) if queued.merge is not None else None
+        if group is None or len(group) >= MERGE_MAX:
+            group = []
+            groups.append(group)
+            if queued.merge is not None:
+                open_groups[queued.merge] = group
+        group.append(queued)
+    return [(_batch_call(g) if len(g) > 1 else g[0].args, {} if len(g) > 1 else g[0].options, g) for g in groups]
+
+
+def _batch_call(members: list[_Queued]) -> tuple[Any, ...]:
+    """One EVALSHA for several calls of a batching script: their KEYS, then '*', n, the counts, their ARGV."""
+    keys: list[Any] = []
+    argv: list[Any] = []
+    counts: list[int] = []
+    for member in members:  # ("EVALSHA", sha, key count, *keys, *args)
+        count = member.args[2]
+        keys += member.args[3 : 3 + count]
+        argv += member.args[3 + count :]
+        counts += [count, len(member.args) - 3 - count]
+    return ("EVALSHA", members[0].args[1], len(keys), *keys, "*", len(members), *counts, *argv)
 
 
 class Commands:
@@ -116,6 +164,14 @@ class Commands:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._queue.append(_Queued(args, future, loop.time() + self._give_up_after, options))
+        self._wakeup.set()
+        self._idle.clear()
+        return await future
+
+    async def _merged_call(self, sha: str, args: tuple[Any, ...]) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queue.append(_Queued(args, future, loop.time() + self._give_up_after, {}, merge=sha))
         self._wakeup.set()
         self._idle.clear()
         return await future
@@ -151,6 +207,8 @@ class Commands:
     async def script(self, script: Script, keys: list[str], args: list[Any]) -> Any:
         source, sha = (script.plain, script.plain_sha) if self._plain_scripts else (script.source, script.sha)
         try:
+            if script.batches:
+                return await self._merged_call(sha, ("EVALSHA", sha, len(keys), *keys, *args))
             return await self.call("EVALSHA", sha, len(keys), *keys, *args)
         except NoScriptError:
             # Redis restarted or flushed its script cache; EVAL caches the script again.
@@ -184,8 +242,9 @@ class Commands:
     async def _send(self, batch: list[_Queued]) -> list[_Queued]:
         """Send one pipeline; returns the commands to send again after a transient failure."""
         pipe = self._client.pipeline(transaction=False)
-        for queued in batch:
-            pipe.execute_command(*queued.args, **queued.options)
+        commands = _merged(batch)
+        for args, options, _ in commands:
+            pipe.execute_command(*args, **options)
         try:
             async with asyncio.timeout(self._reply_timeout):
                 results = await pipe.execute(raise_on_error=False)
@@ -204,7 +263,13 @@ class Commands:
             return self._again(batch, error)
         retry: list[_Queued] = []
         last_error: BaseException | None = None
-        for queued, result in zip(batch, results, strict=True):
+        replies: list[tuple[_Queued, Any]] = []
+        for (_, _, members), result in zip(commands, results, strict=True):
+            if len(members) > 1 and not isinstance(result, Exception):
+                replies += zip(members, result, strict=True)
+            else:  # one call, or a merged call that failed as a whole: each of its calls failed
+                replies += ((queued, result) for queued in members)
+        for queued, result in replies:
             if queued.future.done():
                 continue
             if isinstance(result, Exception):

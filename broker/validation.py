@@ -59,10 +59,10 @@ def check_request(request: AskUserQuestionRequest, limits: Limits) -> None:
         if item.id in seen_ids:
             raise _bad_request(f"question id {item.id!r} appears twice")
         seen_ids.add(item.id)
-        _within(f"question {item.id!r} id", item.id, limits.max_id_chars)
-        _within(f"question {item.id!r} text", item.question, limits.max_text_chars)
-        _within(f"question {item.id!r} header", item.header, limits.max_text_chars)
-        _within(f"question {item.id!r} detail", item.detail, limits.max_detail_chars)
+        _within(item.id, "id", item.id, limits.max_id_chars)
+        _within(item.id, "text", item.question, limits.max_text_chars)
+        _within(item.id, "header", item.header, limits.max_text_chars)
+        _within(item.id, "detail", item.detail, limits.max_detail_chars)
         options = item.options or ()
         if len(options) > limits.max_options:
             raise _bad_request(f"question {item.id!r} has {len(options)} options; at most {limits.max_options}")
@@ -73,8 +73,8 @@ def check_request(request: AskUserQuestionRequest, limits: Limits) -> None:
             if option.label in labels:
                 raise _bad_request(f"question {item.id!r}: option label {option.label!r} appears twice")
             labels.add(option.label)
-            _within(f"question {item.id!r} option label", option.label, limits.max_label_chars)
-            _within(f"question {item.id!r} option description", option.description, limits.max_text_chars)
+            _within(item.id, "option label", option.label, limits.max_label_chars)
+            _within(item.id, "option description", option.description, limits.max_text_chars)
     if request.priority not in PRIORITIES:
         raise _bad_request(f"priority {request.priority!r} is none of {', '.join(PRIORITIES)}")
     if request.agent is not None and not request.agent.strip():
@@ -95,15 +95,15 @@ def check_answer(
             raise _bad_answer(f"question {offered.id!r} is answered twice")
         by_id[offered.id] = offered
     known = {item.id for item in request.questions}
-    unknown = sorted(set(by_id) - known)
-    if unknown:
+    if any(offered not in known for offered in by_id):
+        unknown = sorted(set(by_id) - known)
         raise _bad_answer(f"unknown question ids: {', '.join(map(repr, unknown))}")
     ordered: list[AskUserQuestionAnswerItem] = []
     for item in request.questions:
         given = by_id.get(item.id)
         if given is None:
             raise _bad_answer(f"question {item.id!r} has no answer item")
-        _check_selection(item.id, item.labels, item.multi_select, given.selected)
+        _check_selection(item.id, [option.label for option in item.options or ()], item.multi_select, given.selected)
         if given.custom is not None:
             if not given.custom.strip():
                 raise _bad_answer(f"question {item.id!r}: `custom` is blank")
@@ -126,9 +126,10 @@ def _check_selection(item_id: str, labels: Iterable[str], multi: bool, selected:
         raise _bad_answer(f"question {item_id!r} is single-select; {len(selected)} labels selected")
 
 
-def _within(what: str, text: str | None, limit: int) -> None:
+def _within(item_id: str, what: str, text: str | None, limit: int) -> None:
+    """Refuse ``text`` over ``limit`` characters (the message is only built for a refusal)."""
     if text is not None and len(text) > limit:
-        raise _bad_request(f"{what} is {len(text)} characters; at most {limit}")
+        raise _bad_request(f"question {item_id!r} {what} is {len(text)} characters; at most {limit}")
 
 
 def _bad_intent(message: str) -> UserQuestionError:

@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
-from broker import AskUserQuestionRequest, PendingRequest, PlanReviewIntent, Provider, UserQuestionError
+from broker import AskUserQuestionRequest, Broker, PendingRequest, PlanReviewIntent, Provider, UserQuestionError
 from tests.helpers import answer, one_question, pick, plan_review, question
 
 
@@ -288,3 +289,28 @@ async def test_an_answer_in_time_with_a_timeout_is_returned_and_nothing_is_left_
     await (await next_pending(answering)).answer(pick("yes"))
     assert await asyncio.wait_for(task, 5) == pick("yes")
     await asyncio.sleep(0.6)  # past the deadline: the timer was disarmed
+
+
+async def test_the_asks_of_one_tick_go_in_one_ask_script_call_each_judged_alone(redis_factory):
+    """ask.lua takes the asks queued for one pipeline in one call (broker._commands); each still
+    gets its own verdict: here two accepted, one refused as a delegated caller."""
+    server = redis_factory()
+    redis = Redis.from_url(server.url, decode_responses=True)
+    try:
+        async with Broker(server.url, "merged", agent_ttl=60) as broker:
+            await redis.zadd(broker.keys.standbys, {"t:standby": 2**52})  # asks are accepted while one stands by
+            async with broker.agent("root") as root, broker.agent("child", owner=root) as child:
+                await redis.config_resetstat()
+                asks = [asyncio.ensure_future(a.ask(one_question(), timeout=30)) for a in (root, child, root)]
+                assert await code_of(asks[1]) == "DELEGATED_CALLER"
+                stats = await redis.info("commandstats")
+                assert stats["cmdstat_evalsha"]["calls"] == 1
+                entries = await redis.xrange(broker.keys.requests)
+                assert len(entries) == 2 and entries[0][1]["rid"] != entries[1][1]["rid"]
+                assert {fields["agent"] for _, fields in entries} == {"root"}
+                for ask in (asks[0], asks[2]):
+                    ask.cancel()
+                await asyncio.gather(asks[0], asks[2], return_exceptions=True)
+                assert await redis.xlen(broker.keys.requests) == 0  # both withdrawn
+    finally:
+        await redis.aclose()

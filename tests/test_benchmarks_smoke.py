@@ -37,7 +37,10 @@ def test_benchmark_runs_and_prints_a_table(tmp_path: Path) -> None:
     assert len(rows) == 2
     assert "connections per asking process" in result.stdout
     assert "failover" in result.stdout
-    assert "## Targets" in doc.read_text()
+    text = doc.read_text()
+    assert "## Targets" in text
+    assert "## Scale-out on a Redis Cluster" in text and "three-master Cluster vs one namespace" in text
+    assert "`req` " not in text or " keys, " in text  # leftover keys are summarised by kind, not listed
     assert (tmp_path / "benchmarks-throughput.png").stat().st_size > 1000
 
 
@@ -101,3 +104,11 @@ def test_the_feature_cost_figures_are_printed() -> None:
         "asyncio.Queue put + get (before)", "added provider CPU per ask",
     }  # fmt: skip
     assert all(value.endswith(" us per ask") or value.endswith(" us") for value in figures.values())
+
+
+def test_leftover_keys_are_summarised_by_kind() -> None:
+    from benchmarks.report import render_key_kinds
+
+    keys = {"audit": 1000, "req:a": 80, "req:b": 100, "client:c": 88}
+    assert render_key_kinds(keys) == "`audit` 1 key, 1000 B; `client` 1 key, 88 B; `req` 2 keys, 180 B (90 B each)"
+    assert render_key_kinds({}) == "none"

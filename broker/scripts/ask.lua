@@ -17,6 +17,10 @@
 --   {'retry'}                          the durable key changed since the asker read it: read it and call again
 -- The stream entry carries the request JSON too, so the provider presents it without reading the hash.
 -- Idempotent on the request id, so a retried call after a lost reply enqueues once (or attaches again).
+-- Batched (the asks of one pipeline in one call): ARGV[1] '*', ARGV[2] n, then ARGV[3 + 2i] and ARGV[4 + 2i], ask i's key
+-- and argument counts; each ask's KEYS and ARGV as above follow one another, the KEYS from KEYS[1], the ARGV after
+-- the counts. Returns {one reply per ask, in order}. Each ask is judged as if called alone.
+local function ask(KEYS, ARGV)
 if ARGV[9] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then
   return {'ok', redis.call('HGET', KEYS[2], 'entry') or ''}
 end
@@ -136,3 +140,16 @@ end
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[7], '*', 'event', 'asked', 'rid', ARGV[1], 'agent', ARGV[3],
   'client', ARGV[5])
 return {'ok', entry}
+end
+if ARGV[1] ~= '*' then
+  return ask(KEYS, ARGV)
+end
+local n = tonumber(ARGV[2])
+local replies = {}
+local k, a = 0, 2 + 2 * n
+for i = 0, n - 1 do
+  local nk, na = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
+  replies[i + 1] = ask({unpack(KEYS, k + 1, k + nk)}, {unpack(ARGV, a + 1, a + na)})
+  k, a = k + nk, a + na
+end
+return replies

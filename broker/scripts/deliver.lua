@@ -31,6 +31,16 @@ local function tell(k, rid, code, message)
   redis.call('PEXPIRE', KEYS[k + 3], ARGV[4])
 end
 local now = nil
+-- Entries of one read mostly share their asker: each agent record and liveness key is read once per call.
+local fps, alive = {}, {}
+local function live_fp(key)
+  if fps[key] == nil then fps[key] = redis.call('HGET', key, 'fp') end
+  return fps[key]
+end
+local function process_alive(key)
+  if alive[key] == nil then alive[key] = redis.call('EXISTS', key) == 1 end
+  return alive[key]
+end
 for i = 0, (#KEYS - 4) / 5 - 1 do
   local k, a = 5 + 5 * i, 6 + 3 * i
   local entry, rid = ARGV[a], ARGV[a + 1]
@@ -45,9 +55,9 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
     end
     replies[#replies + 1] = {'gone', r[1] or 'missing'}
   else
-    if r[2] ~= '' and redis.call('HGET', KEYS[k + 1], 'fp') ~= r[3] then
+    if r[2] ~= '' and live_fp(KEYS[k + 1]) ~= r[3] then
       why = 'the asking agent is no longer live'
-    elseif redis.call('EXISTS', KEYS[k + 2]) == 0 then
+    elseif not process_alive(KEYS[k + 2]) then
       why = 'the asking process stopped'
     end
     local away, reason = '0', why

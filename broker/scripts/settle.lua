@@ -27,6 +27,7 @@ local replies = {}
 local done = {}
 local remembered = false
 local now = nil
+local pushed = {}
 local function opted_out(entry)
   if not entry or entry == '' then return false end
   local found = redis.call('XRANGE', KEYS[2], entry, entry)
@@ -69,7 +70,10 @@ while a <= #ARGV do
     done[#done + 1] = r[2]
     if ARGV[7] ~= '1' and not r[6] then
       redis.call('RPUSH', KEYS[k + 2], rid .. ' ' .. outcome)
-      redis.call('PEXPIRE', KEYS[k + 2], ARGV[6])
+      if not pushed[KEYS[k + 2]] then -- the settlements of one call mostly share their asker's inbox
+        redis.call('PEXPIRE', KEYS[k + 2], ARGV[6])
+        pushed[KEYS[k + 2]] = true
+      end
     end
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', state, 'rid', rid,
       'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'outcome', outcome)
