@@ -4,8 +4,8 @@
 -- ARGV[1] how long the slim hash outlives this, ms (TOMBSTONE_MS, 60 s)
 -- ARGV[2] the cleaning process's client id: a request whose hash names another client is left alone
 -- returns the number of requests cleaned up
--- For every request the asker resolved in one tick: the outcome goes; the hash keeps only its
--- bookkeeping (state, settle call id) for the tombstone time, so that a provider's settle retried
+-- For every request the asker resolved in one tick: the outcome goes; the hash drops its request body
+-- and keeps its bookkeeping fields (state, settle call id, ...) for the tombstone time, so that a provider's settle retried
 -- after a lost reply still recognises its own settlement instead of getting NOT_PENDING. A keyed
 -- request that another process re-attached to is that process's to collect. Idempotent: safe to
 -- retry after a lost reply.

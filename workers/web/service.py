@@ -238,6 +238,9 @@ class WebProvider:
         view.update(await self._context(pending), namespace=self.broker.namespace)
         if pending.withdrawn.is_set():
             return
+        # Who asks may have changed while the context was read (an asker joined or went away),
+        # and the watcher found no view to update then: take it now.
+        view.update(askerAway=pending.asker_away, **asking_view(pending))
         self._pending[pending.request_id] = pending
         self._views[pending.request_id] = view
         self._publish({"type": "added", "request": view})
