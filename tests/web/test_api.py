@@ -340,6 +340,10 @@ async def test_serves_again_after_redis_comes_back(
             await eventually(lambda: status_is("connecting"), "the web provider notices Redis is gone")
             server.start()
             await eventually(lambda: status_is("active"), "the web provider serves again")
+            # The restarted Redis kept nothing: a provider that never noticed the outage holds no lease
+            # there until its next renewal fails and it takes the lease again. Ask once it is held.
+            async with Redis.from_url(server.url, decode_responses=True) as redis:
+                await eventually(lambda: redis.exists(Keys(namespace).provider), "the lease is held again")
             async with Broker(server.url, namespace) as asker:
                 asked = asking(asker, one_question("yes", "no"))
                 request = await wait_request(client)
