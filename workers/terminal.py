@@ -105,7 +105,9 @@ class Terminal:
         ttl = Remember(ttl=self.remember_ttl).ttl
         span = f"{ttl / 3600:g}h" if ttl >= 3600 else f"{ttl / 60:g}m" if ttl >= 60 else f"{ttl:g}s"
         agent = pending.agent_id if pending.can_remember(answer, "agent") else None
-        offers = [f"a: remember it for agent {agent}"] if agent else []
+        agents = [asker.agent_id for asker in pending.askers if asker.agent_id]
+        whom = f"each asking agent ({', '.join(agents)})" if len(agents) > 1 else f"agent {agent}"
+        offers = [f"a: remember it for {whom}"] if agent else []
         offers.append("n: remember it for the whole namespace")
         self.say(f"Enter sends it; {'; '.join(offers)} (for {span}; later identical questions are answered at once).",
                  "dim")  # fmt: skip

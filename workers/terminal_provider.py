@@ -188,7 +188,8 @@ async def _settle(provider: Provider, terminal: Terminal, pending: PendingReques
             if decision.remember is None:
                 terminal.say("Answer sent.", "green")
             else:
-                whom = f"agent {pending.agent_id}" if decision.remember.scope == "agent" else "the namespace"
+                agents = sorted({asker.agent_id for asker in pending.askers if asker.agent_id})
+                whom = f"agent {', '.join(agents)}" if decision.remember.scope == "agent" else "the namespace"
                 terminal.say(f"Answer sent, and remembered for {whom} (qbroker decisions list / revoke).", "green")
     except UserQuestionError as error:
         if error.code == LEASE_LOST:

@@ -355,6 +355,9 @@ async def test_identical_questions_of_several_agents_are_one_card_and_one_answer
         await expect(card(page, question)).to_have_count(1)
         await shown.locator(".askers").click()
         await expect(shown.locator(".askers-list li")).to_have_text(["builder-1", "builder-2", "builder-3"])
+        await expect(shown.locator("select.remember-scope option[value=agent]")).to_have_text(
+            "Remember for each of these 3 agents"
+        )
         await page.screenshot(path=screenshots / "15-asked-by-three.png", full_page=True)
         await shown.get_by_text("run", exact=True).click()
         await shown.get_by_role("button", name="Send answer").click()

@@ -314,7 +314,17 @@
     card.away.hidden = !card.request.askerAway;
   }
 
+  function renderRememberScope(card) {
+    // A coalesced card remembers the answer for each of its asking agents.
+    const option = card.remember && card.remember.forAgent;
+    if (!option) return;
+    const agents = (card.request.askers || []).map((a) => a.agent).filter(Boolean);
+    option.textContent = agents.length > 1 ? "Remember for each of these " + agents.length + " agents"
+      : "Remember for agent " + card.request.agent;
+  }
+
   function renderAsking(card) {
+    renderRememberScope(card);
     // A priority other than normal, and every agent whose identical question this card answers.
     const priority = card.request.priority || "normal";
     card.priority.hidden = priority === "normal";
@@ -608,14 +618,16 @@
   function rememberNode(card) {
     const scopes = card.request.remember || [];
     if (!scopes.length) return null;
+    const forAgent = scopes.includes("agent") ? el("option", { value: "agent" }) : null;
     const scope = el("select", { class: "remember-scope" },
       el("option", { value: "", text: "Just this once" }),
-      scopes.includes("agent") ? el("option", { value: "agent", text: "Remember for agent " + card.request.agent }) : null,
+      forAgent,
       el("option", { value: "namespace", text: "Remember for everyone in " + card.request.namespace }));
     const ttl = el("select", { class: "remember-ttl", "aria-label": "Remember for how long", hidden: true },
       ...TTLS.map(([seconds, text]) => el("option", { value: String(seconds), text })));
     scope.addEventListener("change", () => { ttl.hidden = !scope.value; card.dirty = true; });
-    card.remember = { scope, ttl };
+    card.remember = { scope, ttl, forAgent };
+    renderRememberScope(card);
     return el("div", { class: "remember" },
       el("label", {}, el("span", { class: "small", text: "Don't ask again? " }), scope), ttl);
   }
