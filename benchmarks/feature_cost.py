@@ -19,18 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker._schedule import Schedule, request_fingerprint
-from broker.types import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest
 
-REQUEST = AskUserQuestionRequest(
-    questions=(
-        AskUserQuestionItem(
-            id="q1",
-            question="Deploy build 1234 to staging?",
-            options=(AskUserQuestionOption(label="yes"), AskUserQuestionOption(label="no")),
-        ),
-    ),
-    agent="bench-root",
-)
+from .roles import REQUEST
 
 
 @dataclass

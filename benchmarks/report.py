@@ -12,15 +12,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-_BROKERS = (
-    "broker",
-    "broker-serial",
-    "broker-keyed",
-    "broker-no-remember",
-    "broker-decided",
-    "broker-no-coalesce",
-    "broker-priorities",
-)
+from .options import SYSTEMS
+
+_BROKERS = tuple(system for system in SYSTEMS if system.startswith("broker"))
 """the broker's own variants: not compared with the broker"""
 LABELS = {
     "broker": "question-broker",

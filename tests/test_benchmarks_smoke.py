@@ -55,19 +55,23 @@ def test_bench_command_registers_the_benchmark_options() -> None:
     assert args.concurrency == [1, 16] and args.asks == 7 and args.quick
 
 
-@pytest.mark.slow
-def test_the_remembered_decisions_systems_run_and_state_their_cost() -> None:
-    result = subprocess.run(
+def run_quick(systems: str, asks: int) -> subprocess.CompletedProcess[str]:
+    """A quick benchmark run of ``systems`` at concurrency 1 and 4, no extras, no docs written."""
+    return subprocess.run(
         [
-            sys.executable, "-m", "benchmarks", "--quick", "--concurrency", "1,4", "--asks", "10",
-            "--max-seconds", "0.5", "--systems", "broker,broker-no-remember,broker-decided", "--skip-extras",
-            "--no-doc",
+            sys.executable, "-m", "benchmarks", "--quick", "--concurrency", "1,4", "--asks", str(asks),
+            "--max-seconds", "0.5", "--systems", systems, "--skip-extras", "--no-doc",
         ],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=55,
     )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_remembered_decisions_systems_run_and_state_their_cost() -> None:
+    result = run_quick("broker,broker-no-remember,broker-decided", asks=10)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "broker, remember=False asks/s" in result.stdout and "broker, answered by a decision asks/s" in result.stdout
     # c=256 was not run: the targets say so rather than invent a figure
@@ -76,17 +80,7 @@ def test_the_remembered_decisions_systems_run_and_state_their_cost() -> None:
 
 @pytest.mark.slow
 def test_the_coalescing_and_priorities_systems_run() -> None:
-    result = subprocess.run(
-        [
-            sys.executable, "-m", "benchmarks", "--quick", "--concurrency", "1,4", "--asks", "12",
-            "--max-seconds", "0.5", "--systems", "broker,broker-no-coalesce,broker-priorities", "--skip-extras",
-            "--no-doc",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=55,
-    )  # fmt: skip
+    result = run_quick("broker,broker-no-coalesce,broker-priorities", asks=12)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "broker, coalesce=False asks/s" in result.stdout
     assert "broker, 3 agents x 3 priorities asks/s" in result.stdout
