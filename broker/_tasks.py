@@ -19,6 +19,9 @@ __all__ = ["Background", "running"]
 
 log = logging.getLogger(__name__)
 
+_CANCEL_AGAIN_AFTER = 0.05
+"""seconds a cancelled background task may run on before it is cancelled again"""
+
 
 class Background:
     """A set of named tasks; ``aclose()`` cancels and awaits them all."""
@@ -49,16 +52,23 @@ class Background:
     async def aclose(self, grace: float = 5.0) -> None:
         """Cancel every task and wait up to ``grace`` seconds for them to end.
 
-        Bounded: a blocking read cancelled inside redis-py has been seen to never finish (a
-        Sentinel client whose master was killed), and closing must not hang on it. Such a task
-        is left behind with a warning; closing its client afterwards ends it.
+        The cancellation is repeated until the task ends, as anyio's level-triggered cancellation
+        would: redis-py can lose one (a pooled connection is polled under a zero timeout before a
+        command, and a cancellation that lands there is taken for that timeout's expiry), and the
+        task then reads on. Bounded: a blocking read cancelled inside redis-py has been seen to
+        never finish (a Sentinel client whose master was killed), and closing must not hang on it.
+        Such a task is left behind with a warning; closing its client afterwards ends it.
         """
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if not tasks:
-            return
-        _, stuck = await asyncio.wait(tasks, timeout=grace)
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + grace
+        stuck = set(self._tasks)
+        while stuck:
+            for task in stuck:
+                task.cancel()
+            left = give_up_at - loop.time()
+            if left <= 0:
+                break
+            _, stuck = await asyncio.wait(stuck, timeout=min(_CANCEL_AGAIN_AFTER, left))
         for task in stuck:
             log.warning("background task %s did not stop within %.0fs of its cancellation", task.get_name(), grace)
 
