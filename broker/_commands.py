@@ -2,7 +2,8 @@
 
 Commands issued while a pipeline is in flight are sent together in the next one, so a
 process holds one command connection however many asks it runs at once, and a burst of
-N commands costs about one round trip rather than N.
+N commands costs about one round trip rather than N. A command issued when nothing is queued
+or in flight goes at once, from its caller's task.
 
 Calls of a script that takes a batch (``ask.lua``) queued for the same pipeline go as one call
 of that script (at most ``MERGE_MAX`` each): Redis runs one script call rather than one per
@@ -24,7 +25,7 @@ from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from ._backoff import Backoff
 from ._redis_errors import is_transient, unavailable
@@ -158,23 +159,50 @@ class Commands:
         self._idle = asyncio.Event()
         self._idle.set()
         self._backoff = Backoff(first=0.05, cap=1.0)
+        # A Redis or Sentinel client's pipelines go over one connection kept here (closed with the
+        # client's pool); a Cluster client routes each command to its slot's node, and fakeredis
+        # has no sockets: both keep redis-py's pipeline.
+        self._direct = isinstance(client, Redis) and not self._plain_scripts
+        self._connection: Any = None
+        self._sending = asyncio.Lock()
+        """held while a pipeline is in flight (by the sender, or by a caller sending its own command)"""
+        self._backoff_due = False
 
     async def call(self, *args: Any, **options: Any) -> Any:
         """Send one command with the next pipeline; ``options`` go to redis-py's reply parser."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queue.append(_Queued(args, future, loop.time() + self._give_up_after, options))
-        self._wakeup.set()
-        self._idle.clear()
-        return await future
+        return await self._enqueue(_Queued(args, future, loop.time() + self._give_up_after, options))
 
     async def _merged_call(self, sha: str, args: tuple[Any, ...]) -> Any:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queue.append(_Queued(args, future, loop.time() + self._give_up_after, {}, merge=sha))
-        self._wakeup.set()
+        return await self._enqueue(_Queued(args, future, loop.time() + self._give_up_after, {}, merge=sha))
+
+    async def _enqueue(self, queued: _Queued) -> Any:
+        """Queue a command for the sender, or send it from here when nothing is queued or in flight.
+
+        Sending from the caller's task saves two event-loop hops (to the sender and back), which
+        is most of what a pipeline of one costs over the round trip itself. The lock keeps one
+        pipeline in flight at a time; a transient failure hands the command to the sender, which
+        sends it again after its backoff.
+        """
         self._idle.clear()
-        return await future
+        if not self._direct or self._queue or self._sending.locked():
+            self._queue.append(queued)
+            self._wakeup.set()
+            return await queued.future
+        async with self._sending:
+            retry = await self._send([queued])
+            if retry:
+                self._queue[:0] = retry
+                self._backoff_due = True
+                self._wakeup.set()
+            elif not self._backoff_due:
+                self._backoff.reset()
+        if not self._queue and not self._sending.locked():
+            self._idle.set()
+        return await queued.future
 
     def fire(self, *args: Any) -> None:
         """Queue a command whose reply nobody awaits (a clean-up); a failure is only logged."""
@@ -222,16 +250,20 @@ class Commands:
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
-            batch = [queued for queued in self._queue if not queued.future.done()]
-            self._queue = []
-            if batch:
-                retry = await self._send(batch)
-                if retry:
-                    self._queue[:0] = retry
+            async with self._sending:
+                if self._backoff_due:
+                    self._backoff_due = False
                     await asyncio.sleep(self._backoff.next())
-                    self._wakeup.set()
-                    continue
-                self._backoff.reset()
+                batch = [queued for queued in self._queue if not queued.future.done()]
+                self._queue = []
+                if batch:
+                    retry = await self._send(batch)
+                    if retry:
+                        self._queue[:0] = retry
+                        self._backoff_due = True
+                        self._wakeup.set()
+                        continue
+                    self._backoff.reset()
             if not self._queue:
                 self._idle.set()
 
@@ -241,13 +273,16 @@ class Commands:
 
     async def _send(self, batch: list[_Queued]) -> list[_Queued]:
         """Send one pipeline; returns the commands to send again after a transient failure."""
-        pipe = self._client.pipeline(transaction=False)
         commands = _merged(batch)
-        for args, options, _ in commands:
-            pipe.execute_command(*args, **options)
         try:
             async with asyncio.timeout(self._reply_timeout):
-                results = await pipe.execute(raise_on_error=False)
+                if self._direct:
+                    results = await self._exchange(commands)
+                else:
+                    pipe = self._client.pipeline(transaction=False)
+                    for args, options, _ in commands:
+                        pipe.execute_command(*args, **options)
+                    results = await pipe.execute(raise_on_error=False)
         except asyncio.CancelledError:
             for queued in batch:
                 queued.future.cancel()
@@ -284,6 +319,34 @@ class Commands:
             log.warning("%d redis commands refused for now (%s); sending again", len(retry), last_error)
             return self._again(retry, last_error)
         return []
+
+    async def _exchange(self, commands: list[tuple[tuple[Any, ...], dict[str, Any], list[_Queued]]]) -> list[Any]:
+        """One pipeline over the connection this object keeps; a Redis error reply is its command's result.
+
+        redis-py's pipeline takes a pooled connection per call and polls its socket before use,
+        about 20 us a round trip, which the asks at concurrency 1 pay on every hop of their path.
+        A connection broken or left mid-reply (a timeout, a cancellation) is closed, so the next
+        pipeline reconnects rather than reading a stale reply.
+        """
+        client = self._client
+        assert isinstance(client, Redis)  # self._direct
+        connection = self._connection
+        if connection is None:
+            connection = self._connection = await client.connection_pool.get_connection()
+        try:
+            await connection.send_packed_command(
+                connection.pack_commands([args for args, _, _ in commands]), check_health=False
+            )
+            results: list[Any] = []
+            for args, options, _ in commands:
+                try:
+                    results.append(await client.parse_response(connection, args[0], **options))
+                except ResponseError as error:
+                    results.append(error)
+        except BaseException:
+            await connection.disconnect(nowait=True)
+            raise
+        return results
 
     def _again(self, batch: list[_Queued], error: BaseException) -> list[_Queued]:
         now = asyncio.get_running_loop().time()

@@ -95,14 +95,21 @@ def redis_from_url(url: str, *, name: str | None = None, blocking: bool = False)
             **options,
         )
         return cluster
+    client: Redis
     if parsed.scheme in ("redis+sentinel", "rediss+sentinel"):
-        return _sentinel_master(parsed, options)
-    if len(parsed.hosts) != 1:
+        client = _sentinel_master(parsed, options)
+    elif len(parsed.hosts) != 1:
         raise UserQuestionError("a redis:// URL names one host; use redis+cluster:// or redis+sentinel://", BAD_REQUEST)
-    (host, port), db = parsed.hosts[0], _db(parsed.path, 0)
-    client = Redis(host=host, port=port, db=db, username=parsed.username, password=parsed.password, **options)
-    if not parsed.tls:  # TLS keeps its own connection class
-        client.connection_pool.connection_class = _HiredisPackingConnection
+    else:
+        (host, port), db = parsed.hosts[0], _db(parsed.path, 0)
+        client = Redis(host=host, port=port, db=db, username=parsed.username, password=parsed.password, **options)
+        if not parsed.tls:  # TLS keeps its own connection class
+            client.connection_pool.connection_class = _HiredisPackingConnection
+    if blocking:
+        # One reader per blocking client, on the connection it keeps. A pooled connection is polled
+        # before every command under a zero timeout, and a cancellation that lands in that poll is
+        # taken for the timeout and lost (redis-py 5): a provider's read cancelled there read on.
+        client.single_connection_client = True
     return client
 
 

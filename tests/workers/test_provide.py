@@ -299,7 +299,9 @@ async def test_urgent_identical_questions_of_two_agents_come_first_as_one_prompt
         await screen.expect("Choice:")
         later = asyncio.create_task(a1.ask(replace(one_question("go", "stop"), priority="low")))
         urgent = replace(one_question("roll back", "keep"), priority="urgent")
-        pair = [asyncio.create_task(agent.ask(urgent)) for agent in (a1, a2)]
+        pair = [asyncio.create_task(a1.ask(urgent))]
+        await asyncio.sleep(0.2)  # a1's first: the banner names the askers in the order they joined
+        pair.append(asyncio.create_task(a2.ask(urgent)))
         await asyncio.sleep(0.5)  # both delivered: one card with two askers
         screen.send("1")
         await screen.expect("Send:")
