@@ -430,10 +430,10 @@ def write_doc(
             f"still open; **{waiting['residue_keys']} keys, {waiting['residue_bytes']} B** after it closed its "
             f"broker. `used_memory` after: {waiting['used_memory_after']} B."
             + (
-                f" Not counted: {waiting['tombstones']} slim tombstones ({waiting['tombstone_bytes']} B), the "
-                "settled requests' hashes without their request body (their bookkeeping is left: state, settle "
-                "call id, client, epoch and the like), which expire 60 s after the answer (so that a provider's "
-                "settle retried after a lost reply still succeeds)."
+                f" Not counted: {waiting['tombstones']} tombstones ({waiting['tombstone_bytes']} B), the "
+                "settled requests' hashes written anew with what a retry reads (state, settle call id, `by`, "
+                "client), which expire 60 s after the answer (so that a provider's settle retried after a lost "
+                "reply still succeeds)."
                 if "tombstones" in waiting
                 else ""
             ),
@@ -441,7 +441,7 @@ def write_doc(
             + render_key_kinds(waiting["namespace_keys_after"])
             + ". Fixed per namespace or per process: the capped audit stream, the (empty) requests stream "
             "with its group, the lease epoch counter, the lease-release signal list and one liveness key per "
-            "broker process (each expires with the client TTL); `req` keys here are the slim tombstones, which "
+            "broker process (each expires with the client TTL); `req` keys here are the tombstones, which "
             "expire 60 s after their answer (every key is listed in `benchmarks.json`).",
             "",
         ]

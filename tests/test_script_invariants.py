@@ -311,6 +311,33 @@ async def test_one_settled_cleanup_call_slims_every_request_and_a_settle_retry_s
         assert await ns.settle(fence, epoch, rid, outcome("yes"), call=f"call-{rid}") == ["ok"]
 
 
+async def test_the_tombstone_keeps_only_what_a_retry_reads_in_redis_small_encoding(ns):
+    """A settled hash that held the request body stays in Redis's large hash encoding however many
+    fields leave it (about 870 B); the tombstone is written anew with its four fields. At thousands
+    of asks a second for 60 s each, that is most of the memory a busy namespace holds."""
+    fence, epoch, _ = await delivered_request(ns)
+    key = ns.keys.request("r1")
+    await ns.redis.hset(key, "note", "x" * 200)  # a long field forces the large encoding, as a long request body does
+    assert await ns.redis.object("encoding", key) == "hashtable"
+    assert await ns.settle(fence, epoch, "r1", outcome("yes"), call="call-1") == ["ok"]
+    assert await ns.script("settled_cleanup", [key, ns.keys.outcome("r1")], [60_000, "c1"]) == 1
+    assert await ns.redis.hgetall(key) == {"state": "answered", "client": "c1", "settle_call": "call-1", "by": ""}
+    assert await ns.redis.object("encoding", key) == "listpack"
+    assert await ns.redis.memory_usage(key) < 300
+    assert 0 < await ns.redis.pttl(key) <= 60_000
+    assert await ns.settle(fence, epoch, "r1", outcome("yes"), call="call-1") == ["ok"]  # still recognised
+    assert (await ns.settle(fence, epoch, "r1", outcome("no"), call="call-2"))[:2] == ["err", "NOT_PENDING"]
+
+
+async def test_a_cleanup_of_a_request_still_pending_only_drops_its_body(ns):
+    fence, epoch, _ = await delivered_request(ns)
+    key = ns.keys.request("r1")
+    before = await ns.redis.hgetall(key)
+    assert await ns.script("settled_cleanup", [key, ns.keys.outcome("r1")], [60_000, "c1"]) == 1
+    after = await ns.redis.hgetall(key)
+    assert "request" in before and after == {f: v for f, v in before.items() if f != "request"}
+
+
 async def test_an_empty_fence_is_refused(ns):
     await holder(ns, "tokA")
     assert await ns.renew("") == 0

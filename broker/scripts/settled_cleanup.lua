@@ -1,20 +1,32 @@
 #!lua
 -- settled_cleanup: an asking process has the outcomes of these requests (their ask calls returned): their keys go.
 -- KEYS: two per request, from KEYS[1 + 2i] for request i = 0, 1, ...: request hash, outcome key
--- ARGV[1] how long the slim hash outlives this, ms (TOMBSTONE_MS, 60 s)
+-- ARGV[1] how long the tombstone outlives this, ms (TOMBSTONE_MS, 60 s)
 -- ARGV[2] the cleaning process's client id: a request whose hash names another client is left alone
 -- returns the number of requests cleaned up
--- For every request the asker resolved in one tick: the outcome goes; the hash drops its request body
--- and keeps its bookkeeping fields (state, settle call id, ...) for the tombstone time, so that a provider's settle retried
--- after a lost reply still recognises its own settlement instead of getting NOT_PENDING. A keyed
--- request that another process re-attached to is that process's to collect. Idempotent: safe to
+-- For every request the asker resolved in one tick: the outcome goes, and a settled request's hash becomes a
+-- tombstone for the tombstone time that keeps only what a retry reads: 'state', 'settle_call' and 'by' (a
+-- provider's settle.lua retried after a lost reply recognises its own settlement instead of getting NOT_PENDING)
+-- and 'client' (this script retried). It is written anew rather than trimmed: a hash that once held the request
+-- body stays in Redis's large encoding (about 870 B) however many fields leave it; written anew it takes about
+-- 100 B, which matters at thousands of asks a second. A hash still pending only drops its request body.
+-- A keyed request that another process re-attached to is that process's to collect. Idempotent: safe to
 -- retry after a lost reply.
 local cleaned = 0
 for i = 1, #KEYS, 2 do
-  local client = redis.call('HGET', KEYS[i], 'client')
-  if not client or client == ARGV[2] then
+  local r = redis.call('HMGET', KEYS[i], 'client', 'state', 'settle_call', 'by')
+  if not r[1] or r[1] == ARGV[2] then
     redis.call('UNLINK', KEYS[i + 1])
-    redis.call('HDEL', KEYS[i], 'request')
+    if r[2] and r[2] ~= 'pending' then
+      local kept = {'state', r[2]}
+      if r[1] then kept[#kept + 1] = 'client'; kept[#kept + 1] = r[1] end
+      if r[3] then kept[#kept + 1] = 'settle_call'; kept[#kept + 1] = r[3] end
+      if r[4] then kept[#kept + 1] = 'by'; kept[#kept + 1] = r[4] end
+      redis.call('DEL', KEYS[i])
+      redis.call('HSET', KEYS[i], unpack(kept))
+    else
+      redis.call('HDEL', KEYS[i], 'request')
+    end
     redis.call('PEXPIRE', KEYS[i], ARGV[1])
     cleaned = cleaned + 1
   end
