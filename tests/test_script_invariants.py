@@ -330,7 +330,7 @@ async def test_the_tombstone_keeps_only_what_a_retry_reads_in_redis_small_encodi
 
 
 async def test_a_cleanup_of_a_request_still_pending_only_drops_its_body(ns):
-    fence, epoch, _ = await delivered_request(ns)
+    await delivered_request(ns)
     key = ns.keys.request("r1")
     before = await ns.redis.hgetall(key)
     assert await ns.script("settled_cleanup", [key, ns.keys.outcome("r1")], [60_000, "c1"]) == 1
