@@ -17,6 +17,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
 from ._commands import SCRIPTS, Commands
+from ._ids import UniqueIds
 from ._inbox import Inbox
 from ._keys import TOMBSTONE_MS, Keys
 from ._redis_errors import unavailable
@@ -144,6 +145,7 @@ class Broker:
         self.request_ttl = request_ttl
         self.limits = limits or Limits()
         self.client_id = secrets.token_hex(8)
+        self._request_ids = UniqueIds()
         self.unavailable_after = unavailable_after
         self.connect_timeout = connect_timeout
         self.sweep_every = sweep_every
@@ -603,7 +605,7 @@ class _Ask:
         self.agent = agent
         self.deadline = deadline
         self.durable = durable
-        self.request_id = secrets.token_hex(12)
+        self.request_id = broker._request_ids.next()
         self.withdrawal: _Withdrawal = "withdrawn"
         self.future: asyncio.Future[str] | None = None
         self.ended_on_close = False
