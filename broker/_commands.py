@@ -2,8 +2,8 @@
 
 Commands issued while a pipeline is in flight are sent together in the next one, so a
 process holds one command connection however many asks it runs at once, and a burst of
-N commands costs about one round trip rather than N. A command issued when nothing is queued
-or in flight goes at once, from its caller's task.
+N commands costs about one round trip rather than N. Callers only await a future: the sender
+task alone talks to redis-py, whose socket writes and polls can lose a cancellation.
 
 Calls of a script that takes a batch (``ask.lua``) queued for the same pipeline go as one call
 of that script (at most ``MERGE_MAX`` each): Redis runs one script call rather than one per
@@ -164,45 +164,23 @@ class Commands:
         # has no sockets: both keep redis-py's pipeline.
         self._direct = isinstance(client, Redis) and not self._plain_scripts
         self._connection: Any = None
-        self._sending = asyncio.Lock()
-        """held while a pipeline is in flight (by the sender, or by a caller sending its own command)"""
-        self._backoff_due = False
 
     async def call(self, *args: Any, **options: Any) -> Any:
         """Send one command with the next pipeline; ``options`` go to redis-py's reply parser."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        return await self._enqueue(_Queued(args, future, loop.time() + self._give_up_after, options))
+        self._queue.append(_Queued(args, future, loop.time() + self._give_up_after, options))
+        self._wakeup.set()
+        self._idle.clear()
+        return await future
 
     async def _merged_call(self, sha: str, args: tuple[Any, ...]) -> Any:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        return await self._enqueue(_Queued(args, future, loop.time() + self._give_up_after, {}, merge=sha))
-
-    async def _enqueue(self, queued: _Queued) -> Any:
-        """Queue a command for the sender, or send it from here when nothing is queued or in flight.
-
-        Sending from the caller's task saves two event-loop hops (to the sender and back), which
-        is most of what a pipeline of one costs over the round trip itself. The lock keeps one
-        pipeline in flight at a time; a transient failure hands the command to the sender, which
-        sends it again after its backoff.
-        """
+        self._queue.append(_Queued(args, future, loop.time() + self._give_up_after, {}, merge=sha))
+        self._wakeup.set()
         self._idle.clear()
-        if not self._direct or self._queue or self._sending.locked():
-            self._queue.append(queued)
-            self._wakeup.set()
-            return await queued.future
-        async with self._sending:
-            retry = await self._send([queued])
-            if retry:
-                self._queue[:0] = retry
-                self._backoff_due = True
-                self._wakeup.set()
-            elif not self._backoff_due:
-                self._backoff.reset()
-        if not self._queue and not self._sending.locked():
-            self._idle.set()
-        return await queued.future
+        return await future
 
     def fire(self, *args: Any) -> None:
         """Queue a command whose reply nobody awaits (a clean-up); a failure is only logged."""
@@ -250,20 +228,16 @@ class Commands:
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
-            async with self._sending:
-                if self._backoff_due:
-                    self._backoff_due = False
+            batch = [queued for queued in self._queue if not queued.future.done()]
+            self._queue = []
+            if batch:
+                retry = await self._send(batch)
+                if retry:
+                    self._queue[:0] = retry
                     await asyncio.sleep(self._backoff.next())
-                batch = [queued for queued in self._queue if not queued.future.done()]
-                self._queue = []
-                if batch:
-                    retry = await self._send(batch)
-                    if retry:
-                        self._queue[:0] = retry
-                        self._backoff_due = True
-                        self._wakeup.set()
-                        continue
-                    self._backoff.reset()
+                    self._wakeup.set()
+                    continue
+                self._backoff.reset()
             if not self._queue:
                 self._idle.set()
 
