@@ -9,7 +9,7 @@
 -- provider's settle.lua retried after a lost reply recognises its own settlement instead of getting NOT_PENDING)
 -- and 'client' (this script retried). It is written anew rather than trimmed: a hash that once held the request
 -- body stays in Redis's large encoding (about 870 B) however many fields leave it; written anew it takes about
--- 100 B, which matters at thousands of asks a second. A hash still pending only drops its request body.
+-- 220 B, which matters at thousands of asks a second. A hash still pending only drops its request body.
 -- A keyed request that another process re-attached to is that process's to collect. Idempotent: safe to
 -- retry after a lost reply.
 local cleaned = 0
