@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -227,8 +228,9 @@ async def keyed_asker(url: str, namespace: str, index: int, kill_after: float | 
         try:
             await asyncio.wait_for(process.wait(), kill_after)
         except asyncio.TimeoutError:  # noqa: UP041 (TimeoutError here is redis-py's)
-            process.kill()
-            result.keyed_kills += 1
+            with contextlib.suppress(ProcessLookupError):  # it may have ended as the wait ran out
+                process.kill()
+                result.keyed_kills += 1
         out, err = await process.communicate()
         if process.returncode != 0 and not out.strip():
             # killed (or failed) before it printed its answer: the same command again picks the question up
