@@ -372,21 +372,14 @@ class Broker:
         """
         named: object = request.agent
         if isinstance(named, Agent):
-            return await self.ask_as(
-                named,
-                request,
-                abort=abort,
-                timeout=timeout,
-                key=key,
-                detach_grace=detach_grace,
-                remember=remember,
-                coalesce=coalesce,
-            )
-        if named is not None and not isinstance(named, str):
+            agent: Agent | None = named
+            request = msgspec.structs.replace(request, agent=named.id)  # as ask_as() does
+        elif named is not None and not isinstance(named, str):
             raise UserQuestionError(
                 f"request.agent must be an agent id or an Agent, not {type(named).__name__}", BAD_REQUEST
             )
-        agent = self._agents.get(named) if named is not None else None
+        else:
+            agent = self._agents.get(named) if named is not None else None
         durable = _durable(key, detach_grace, self.detach_grace)
         return await self._ask(request, agent, abort, timeout, durable, _Routing(remember, coalesce))
 
