@@ -88,8 +88,7 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 def question_fingerprint(item: AskUserQuestionItem) -> str:
     """SHA-256 hex of ``[question, header, [labels...], multiSelect, intent kind]`` (compact JSON)."""
     kind = item.intent.kind if item.intent is not None else None
-    labels = [option.label for option in item.options or ()]
-    canonical = encode([item.question, item.header, labels, item.multi_select, kind])
+    canonical = encode([item.question, item.header, item.labels, item.multi_select, kind])
     return hashlib.sha256(canonical).hexdigest()
 
 

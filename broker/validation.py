@@ -103,7 +103,7 @@ def check_answer(
         given = by_id.get(item.id)
         if given is None:
             raise _bad_answer(f"question {item.id!r} has no answer item")
-        _check_selection(item.id, [option.label for option in item.options or ()], item.multi_select, given.selected)
+        _check_selection(item.id, item.labels, item.multi_select, given.selected)
         if given.custom is not None:
             if not given.custom.strip():
                 raise _bad_answer(f"question {item.id!r}: `custom` is blank")
