@@ -39,6 +39,13 @@ PAIRS = {
     "floor": ("floor-server", "floor-asker"),
     "arq": ("arq-worker", "arq-asker"),
 }
+ASKER_FLAGS = {
+    "broker-keyed": ("--keyed",),
+    "broker-no-remember": ("--no-remember",),
+    "broker-no-coalesce": ("--no-coalesce",),
+    "broker-priorities": ("--priorities",),
+}
+"""what a broker variant's asking process is started with"""
 
 
 def log(message: str) -> None:
@@ -151,10 +158,7 @@ class Bench:
             "--asks", str(args.asks),
             "--max-seconds", str(args.max_seconds),
             "--min-seconds", str(args.min_seconds),
-            *(["--keyed"] if system == "broker-keyed" else []),
-            *(["--no-remember"] if system == "broker-no-remember" else []),
-            *(["--no-coalesce"] if system == "broker-no-coalesce" else []),
-            *(["--priorities"] if system == "broker-priorities" else []),
+            *ASKER_FLAGS.get(system, ()),
         )  # fmt: skip
         profilers: list[asyncio.subprocess.Process] = []
         # CPU per ask counts from the end of the warm-up: start-up and imports are not asks.

@@ -121,14 +121,13 @@ end
 if redis.call('EXISTS', KEYS[4]) == 0 and redis.call('ZCOUNT', KEYS[5], now, '+inf') == 0 then
   return {'err', 'NO_PROVIDER', 'no provider holds or stands by for this namespace'}
 end
-local entry
+local fields = {'kind', 'ask', 'rid', ARGV[1], 'client', ARGV[5], 'agent', ARGV[3], 'request', ARGV[2],
+  'remember', ARGV[15] == '0' and '0' or '1'}
 if ARGV[14] == 'solo' then -- ask(coalesce=False): never presented together with identical requests
-  entry = redis.call('XADD', KEYS[1], '*', 'kind', 'ask', 'rid', ARGV[1], 'client', ARGV[5], 'agent', ARGV[3],
-    'request', ARGV[2], 'remember', ARGV[15] == '0' and '0' or '1', 'coalesce', '0')
-else
-  entry = redis.call('XADD', KEYS[1], '*', 'kind', 'ask', 'rid', ARGV[1], 'client', ARGV[5], 'agent', ARGV[3],
-    'request', ARGV[2], 'remember', ARGV[15] == '0' and '0' or '1')
+  fields[#fields + 1] = 'coalesce'
+  fields[#fields + 1] = '0'
 end
+local entry = redis.call('XADD', KEYS[1], '*', unpack(fields))
 redis.call('HSET', KEYS[2], 'state', 'pending', 'request', ARGV[2], 'agent', ARGV[3], 'agent_fp', agent_fp,
   'client', ARGV[5], 'entry', entry, 'created', now, 'deadline', deadline)
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
