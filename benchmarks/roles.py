@@ -24,6 +24,7 @@ from typing import Any
 from msgspec.structs import replace
 from redis.asyncio import Redis
 
+from benchmarks.keys import KEYS
 from broker import (
     AskUserQuestionAnswer,
     AskUserQuestionAnswerItem,
@@ -116,7 +117,7 @@ async def broker_provider(args: argparse.Namespace) -> None:
     Each answer is its own task (as a UI answering several humans would), unless ``--serial``,
     where the loop awaits each answer before taking the next request.
     """
-    async with Broker(args.url, args.namespace, lease_ttl=args.lease_ttl) as broker:
+    async with Broker(args.url, args.namespace, lease_ttl=args.lease_ttl, **KEYS) as broker:
         while True:  # a fenced provider stands by again (not expected here)
             async with (
                 broker.provider(args.name, on_standby=lambda holder: emit("standby", holder=holder)) as p,
@@ -134,7 +135,7 @@ async def broker_provider(args: argparse.Namespace) -> None:
 async def broker_holder(args: argparse.Namespace) -> None:
     """Holds the lease and answers nothing, so asks are accepted and stay pending."""
     async with (
-        Broker(args.url, args.namespace, lease_ttl=args.lease_ttl) as broker,
+        Broker(args.url, args.namespace, lease_ttl=args.lease_ttl, **KEYS) as broker,
         broker.provider(args.name) as p,
     ):
         emit("holding", epoch=p.epoch, pid=os.getpid())
@@ -149,7 +150,7 @@ async def broker_asker(args: argparse.Namespace) -> None:
 
     With ``--keyed`` every ask is a keyed ask (issue 14) under a key of its own.
     """
-    async with Broker(args.url, args.namespace) as broker, broker.agent("bench-root") as agent:
+    async with Broker(args.url, args.namespace, **KEYS) as broker, broker.agent("bench-root") as agent:
         emit("ready")
         remember = not args.no_remember
         coalesce = not args.no_coalesce
@@ -181,7 +182,7 @@ async def broker_waiting_asker(args: argparse.Namespace) -> None:
 
     Then it waits for another line on stdin before closing the broker.
     """
-    async with Broker(args.url, args.namespace) as broker:
+    async with Broker(args.url, args.namespace, **KEYS) as broker:
         emit("ready")
         await asyncio.to_thread(sys.stdin.readline)
         asks = [asyncio.ensure_future(broker.ask(REQUEST)) for _ in range(args.waiting)]

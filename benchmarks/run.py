@@ -20,6 +20,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from benchmarks.keys import KEYS
 from workers.redis_server import RedisServer
 
 from . import options
@@ -401,7 +402,7 @@ class Bench:
         holder = await self.start("broker-provider", namespace, "--lease-ttl", ttl, "--name", "p0")
         await holder.expect("holding")
         times: list[float] = []
-        async with Broker(self.url, namespace) as broker:
+        async with Broker(self.url, namespace, **KEYS) as broker:
             await broker.ask(REQUEST, timeout=30)
             for run in range(args.failover_runs):
                 standby = await self.start("broker-provider", namespace, "--lease-ttl", ttl, "--name", f"p{run + 1}")

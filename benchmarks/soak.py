@@ -59,6 +59,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import BusyLoadingError, ConnectionError, ResponseError, TimeoutError
 
+from benchmarks.keys import ENV as KEY_ENV
+from benchmarks.keys import KEYS
 from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, Broker, UserQuestionError
 from workers.redis_server import RedisServer
 
@@ -136,7 +138,7 @@ class Provider:
     async def start(
         cls, url: str, namespace: str, name: str, rules: Path, lease_ttl: float, on_holding: asyncio.Event
     ) -> Provider:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_")} | KEY_ENV
         env.update(QBROKER_REDIS_URL=url, QBROKER_NAMESPACE=namespace, QBROKER_LEASE_TTL=str(lease_ttl))
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "workers", "auto", "--rules", str(rules), "--name", name,
@@ -212,7 +214,7 @@ async def follow_audit(redis: Redis, key: str, events: list[tuple[str, str, str]
 
 async def keyed_asker(url: str, namespace: str, index: int, kill_after: float | None, result: Result) -> None:
     """One ``qbroker ask --key``; with ``kill_after``, SIGKILLed then, mid-question, and run again."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_")} | KEY_ENV
     env.update(QBROKER_REDIS_URL=url, QBROKER_NAMESPACE=namespace)
     args = ("ask", "--agent", f"keyed-{index}", "--key", f"key-{index}", "-q", f"keyed {index}?",
             "-o", f"ok-k{index}", "-o", "other", "--timeout", "120")  # fmt: skip
@@ -375,7 +377,7 @@ async def soak(
                 chaos.append(
                     asyncio.create_task(inject_proxy_faults(fault_proxy, chaos_rng, proxy_faults, result, chaos_stop))
                 )
-            async with Broker(url, namespace) as broker:
+            async with Broker(url, namespace, **KEYS) as broker:
                 assert broker.keys.audit == f"qb:{{{namespace}}}:audit"
                 done = 0
                 progressed = asyncio.Condition()

@@ -7,6 +7,7 @@ from .broker import Answerer, Broker, Next
 from .decisions import Decision, Remember, question_fingerprint
 from .errors import ERROR_CODES, HarnessError, UserQuestionError
 from .provider import Asker, PendingRequest, Provider
+from .signing import SigningKey, TrustedKeys
 from .status import NamespaceStatus, namespace_status
 from .types import (
     PRIORITIES,
@@ -43,6 +44,8 @@ __all__ = [
     "PlanReviewIntent",
     "Provider",
     "Remember",
+    "SigningKey",
+    "TrustedKeys",
     "UnknownIntent",
     "UserQuestionError",
     "check_answer",

@@ -65,6 +65,7 @@ class Inbox:
         unavailable_after: float,
         request_ttl: float,
         sweep_every: float = 5.0,
+        accepts: Callable[[str, str], bool] = lambda request_id, outcome: True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._keys = keys
@@ -79,6 +80,8 @@ class Inbox:
         self._request_ttl = request_ttl
         self._sweep_every = sweep_every
         self._clock = clock
+        self._accepts = accepts
+        """whether an outcome may end the ask of a request id (an answer must be sealed for it)"""
         self._waiting: dict[str, asyncio.Future[str]] = {}
         self._asked_at: dict[str, float] = {}
         """ids whose ask script returned: they exist in Redis, and when they were asked"""
@@ -219,10 +222,14 @@ class Inbox:
                 bare.append(request_id)
                 continue
             if outcome.startswith("~"):  # ends a waiter here, if any; the request lives on elsewhere
-                replaced = self._waiting.pop(request_id, None)
-                if replaced is not None and not replaced.done():
-                    replaced.set_result(outcome[1:])
+                if request_id in self._waiting and self._accepts(request_id, outcome[1:]):
+                    replaced = self._waiting.pop(request_id)
+                    if not replaced.done():
+                        replaced.set_result(outcome[1:])
                 continue
+            future = self._waiting.get(request_id)
+            if future is not None and not self._accepts(request_id, outcome):
+                continue  # not an answer: the ask waits on
             future = self._waiting.pop(request_id, None)
             if future is not None and not future.done():
                 future.set_result(outcome)
@@ -240,7 +247,7 @@ class Inbox:
         outcomes = await self._commands.call("MGET", *(self._keys.outcome(i) for i in ids))
         unresolved: list[str] = []
         for request_id, outcome in zip(ids, outcomes, strict=True):
-            if outcome is None:
+            if outcome is None or (request_id in self._waiting and not self._accepts(request_id, outcome)):
                 unresolved.append(request_id)
                 continue
             future = self._waiting.pop(request_id, None)

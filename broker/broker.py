@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import re
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -24,7 +25,7 @@ from ._redis_errors import unavailable
 from ._tasks import Background, running
 from .agents import Agent
 from .connection import redis_from_url
-from .decisions import Decision, decision_keys, list_decisions, revoke_decision
+from .decisions import Decision, decision_keys, list_decisions, revoke_decision, verified_decisions
 from .errors import (
     ASK_ABORTED,
     ASK_TIMED_OUT,
@@ -32,9 +33,12 @@ from .errors import (
     BROKER_UNAVAILABLE,
     CALLER_NOT_LIVE,
     EMPTY_QUESTIONS,
+    NO_SIGNING_KEY,
+    NO_TRUSTED_KEY,
     UserQuestionError,
 )
 from .provider import Provider, ProviderSettings, acquire_lease, release_lease
+from .signing import SigningKey, TrustedKeys
 from .types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_outcome, encode
 from .validation import Limits, check_answer, check_request
 
@@ -81,6 +85,8 @@ class _Routing:
     """a remembered decision may answer it, and its answer may be remembered"""
     coalesce: bool = True
     """it may be presented once with identical pending requests of other askers"""
+    lookup: bool = True
+    """look remembered decisions up (False after a lookup found one that does not verify)"""
 
     def __post_init__(self) -> None:
         for name in ("remember", "coalesce"):
@@ -114,6 +120,12 @@ class Broker:
     settlement wait (WAIT) until that many replicas have them, for up to ``replica_timeout``
     seconds each try, before the provider serves or the asker is told. ``connect`` replaces
     the client builder (a fakeredis client, say) for every connection the broker opens.
+
+    ``trusted_keys`` are the answering side's public keys (``qbpk1:...`` texts, or a
+    ``TrustedKeys``): an answer counts only when one of them signed it for this very request, and
+    asking without any is ``NO_TRUSTED_KEY``. ``signing_key`` (``qbsk1:...`` or a ``SigningKey``)
+    is what a provider signs its answers with (``provider()`` without one is ``NO_SIGNING_KEY``);
+    a broker trusts its own signing key's public half.
     """
 
     def __init__(
@@ -136,8 +148,18 @@ class Broker:
         detach_grace: float = 300.0,
         limits: Limits | None = None,
         connect: Callable[[], _Client] | None = None,
+        trusted_keys: TrustedKeys | Iterable[str] | str = (),
+        signing_key: SigningKey | str | None = None,
     ) -> None:
         self.keys = Keys(namespace)
+        if isinstance(trusted_keys, str):
+            trusted_keys = TrustedKeys.parse(trusted_keys)
+        self.trusted_keys = trusted_keys if isinstance(trusted_keys, TrustedKeys) else TrustedKeys(trusted_keys)
+        self.signing_key = SigningKey.from_text(signing_key) if isinstance(signing_key, str) else signing_key
+        if self.signing_key is not None:
+            self.trusted_keys.add(self.signing_key)
+        self.rejected_outcomes = 0
+        """answers (and remembered decisions) refused because no trusted key signed them for their request"""
         self.namespace = namespace
         self.lease_ttl = lease_ttl
         self.agent_ttl = agent_ttl
@@ -196,6 +218,7 @@ class Broker:
                 unavailable_after=self.unavailable_after,
                 request_ttl=self.request_ttl,
                 sweep_every=self.sweep_every,
+                accepts=self._accepts,
             )
             self._background.start(self._commands.run, "qb-commands", restart=True)
             # The first write proves the server, the database index and the ACL user; a
@@ -260,6 +283,20 @@ class Broker:
                 await client.aclose()
             except Exception as error:  # closing a broken connection must not hide the real error
                 log.debug("closing a Redis client: %r", error)
+
+    def _accepts(self, request_id: str, outcome: str) -> bool:
+        """Whether ``outcome`` may end the ask of ``request_id`` (an answer must be sealed for it)."""
+        ask = self._asks.get(request_id)
+        return True if ask is None else ask.accepts(outcome)
+
+    def _rejected(self, request_id: str, what: str) -> None:
+        self.rejected_outcomes += 1
+        log.warning(
+            "request %s: ignored %s that no trusted key signed for it (a forgery, or a provider with an"
+            " untrusted key); still waiting",
+            request_id,
+            what,
+        )
 
     def _track(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
         """Run clean-up work that must finish even if its caller is cancelled; awaited on close."""
@@ -424,6 +461,11 @@ class Broker:
         routing: _Routing,
     ) -> AskUserQuestionAnswer:
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        if not self.trusted_keys:
+            raise UserQuestionError(
+                "this broker trusts no answering key: pass trusted_keys= (the providers' public keys, qbpk1:...)",
+                NO_TRUSTED_KEY,
+            )
         if abort is not None and abort.is_set():
             raise UserQuestionError("the ask was aborted before it started", ASK_ABORTED)
         if not request.questions:
@@ -463,6 +505,7 @@ class Broker:
         durable: _Durable | None = None,
         named: str | None = None,
         routing: _Routing = _Routing(),
+        wire: bytes | None = None,
     ) -> Any:
         """Run ask.lua; a keyed ask names the durable key's request as it read it (``named``)."""
         keys = self.keys
@@ -471,30 +514,32 @@ class Broker:
             keys.requests,
             request_key,
             keys.agent(agent.id) if agent is not None else request_key,
-            keys.provider,
-            keys.standbys,
             keys.audit,
             keys.durable(request.agent, durable.key) if durable is not None else request_key,
             keys.request(named) if named else request_key,
         ]
         remembered: list[Any] = []
-        if not gate_only:  # ask.lua's KEYS[9..] and ARGV[14..]: coalescing, remembered decisions
-            remember = routing.remember
+        if not gate_only:  # ask.lua's KEYS[7] and ARGV[14..]: coalescing, the provider check, remembered decisions
+            lookup = routing.remember and routing.lookup
             script_keys.append(keys.outcome(request_id))
-            if remember:
-                script_keys += decision_keys(keys, request)
+            found = decision_keys(keys, request) if lookup else []
+            looked_up = len(found) // 2
             remembered = [
                 "" if routing.coalesce else "solo",
-                "1" if remember else "0",
+                ("1" if routing.lookup else "x") if routing.remember else "0",
                 int(self._provider_settings.result_ttl * 1000),
+                keys.provider,  # read-only keys come in ARGV (broker/roles.py: the asker may only read them)
+                keys.standbys,
+                looked_up,
+                *(item.id for item in request.questions[:looked_up]),
+                *found,
             ]
-            remembered += [item.id for item in request.questions] if remember else []
         return await self.commands.script(
             SCRIPTS[name],
             script_keys,
             [
                 request_id,
-                b"" if gate_only else encode(request),
+                b"" if gate_only else (wire if wire is not None else encode(request)),
                 agent.id if agent is not None else "",
                 agent.token if agent is not None else "",
                 self.client_id,
@@ -542,6 +587,12 @@ class Broker:
         it out, and once the lease is lost (``provider.lost``) iterating raises ``LEASE_LOST``.
         """
         commands = self.commands
+        if self.signing_key is None:
+            raise UserQuestionError(
+                "a provider signs its answers: pass signing_key= (qbsk1:..., made by `qbroker keys new`)",
+                NO_SIGNING_KEY,
+            )
+        signing_key = self.signing_key
         blocking = self._connect_blocking()
         try:
             try:
@@ -564,6 +615,7 @@ class Broker:
                 commands=commands,
                 blocking=blocking,
                 settings=self._provider_settings,
+                signing_key=signing_key,
                 coalesce=coalesce,
             )
             log.info("provider %s holds the lease of %s (epoch %d)", name, self.namespace, epoch)
@@ -599,6 +651,9 @@ class _Ask:
         self.deadline = deadline
         self.durable = durable
         self.request_id = broker._request_ids.next()
+        self.wire = encode(request)
+        """the request JSON as asked: what the answer's seal names (by its SHA-256)"""
+        self.request_sha = hashlib.sha256(self.wire).hexdigest()
         self.withdrawal: _Withdrawal = "withdrawn"
         self.future: asyncio.Future[str] | None = None
         self.ended_on_close = False
@@ -703,6 +758,8 @@ class _Ask:
         broker = self.broker
         inbox = broker._inbox
         assert inbox is not None
+        decided: AskUserQuestionAnswer | None = None
+        reply: Any = ("",)
         future = self.future = inbox.expect(self.request_id)
         broker._asks[self.request_id] = self
         try:
@@ -713,17 +770,25 @@ class _Ask:
                     timeout_ms = str(max(1, int(remaining * 1000)))
                 if self.durable is None:
                     reply = await broker._script(
-                        "ask", self.request, self.agent, self.request_id, timeout_ms=timeout_ms, routing=self.routing
+                        "ask",
+                        self.request,
+                        self.agent,
+                        self.request_id,
+                        timeout_ms=timeout_ms,
+                        routing=self.routing,
+                        wire=self.wire,
                     )
                 else:
                     reply = await self._ask_keyed(timeout_ms)
                     future = self.future or future
+                kept = await self._kept_outcome(reply[1]) if reply[0] == "settled" else None
                 if reply[0] == "decided":  # a remembered decision answered it in the script
-                    outcome = reply[1]
-                elif reply[0] == "settled":
-                    outcome = await self._kept_outcome(reply[1])
+                    decided = self._verified_decision(reply)
+                    outcome = ""
+                elif kept is not None:
+                    outcome = kept
                 else:
-                    if reply[0] not in ("ok", "attached"):
+                    if reply[0] not in ("ok", "attached", "settled"):
                         raise UserQuestionError(reply[2], reply[1])
                     inbox.enqueued(self.request_id)
                     # Shielded: cancelling this task must not cancel the future the inbox resolves.
@@ -750,7 +815,48 @@ class _Ask:
         # The request's keys go only now, after the ask call returned: a retried ask can then
         # never land after them and enqueue the question again.
         broker._forget_settled(self.request_id)
+        if reply[0] == "decided":
+            if decided is not None:
+                return decided
+            # No trusted key signed what the lookup found for this request: a human answers, as a new request.
+            broker._rejected(self.request_id, "a remembered decision")
+            self.request_id = broker._request_ids.next()
+            self.routing = dataclasses.replace(self.routing, lookup=False)
+            return await self.remote()
         return _settled(outcome)
+
+    def accepts(self, outcome: str) -> bool:
+        """Whether ``outcome`` may end this ask: an error may; an answer only when sealed for this request."""
+        broker = self.broker
+        try:
+            decoded = decode_outcome(outcome)
+        except msgspec.DecodeError:
+            broker._rejected(self.request_id, "an outcome that does not decode")
+            return False
+        if decoded.answer is None:
+            return True  # forging an error ends the ask, as withdrawing it would (docs/security.md)
+        if decoded.proof is None or decoded.signed is None:
+            broker._rejected(self.request_id, "an unsigned answer")
+            return False
+        if not broker.trusted_keys.verify_outcome(
+            namespace=broker.namespace,
+            request_id=self.request_id,
+            request_sha=self.request_sha,
+            agent=self.request.agent or "",
+            # A keyed request may have been shown to the provider under another process of its agent.
+            client=None if self.durable is not None else broker.client_id,
+            body=decoded.signed,
+            proof=decoded.proof,
+        ):
+            broker._rejected(self.request_id, "an answer")
+            return False
+        return True
+
+    def _verified_decision(self, reply: Any) -> AskUserQuestionAnswer | None:
+        broker = self.broker
+        records = list(reply[3]) if len(reply) > 3 else []
+        now_ms = int(reply[2]) if len(reply) > 2 else 0
+        return verified_decisions(broker.trusted_keys, broker.namespace, self.request, records, now_ms)
 
     async def _ask_keyed(self, timeout_ms: str) -> Any:
         """ask.lua for a keyed ask: a new request, or the key's own one re-attached.
@@ -778,6 +884,7 @@ class _Ask:
                     durable=self.durable,
                     named=named,
                     routing=self.routing,
+                    wire=self.wire,
                 )
             except BaseException:
                 if named is not None:
@@ -811,15 +918,15 @@ class _Ask:
         self.broker._fire("RPUSH", inbox, notice)
         self.broker._fire("PEXPIRE", inbox, int(self.broker._provider_settings.result_ttl * 1000))
 
-    async def _kept_outcome(self, state: str) -> str:
-        """The outcome of a keyed request settled while its asker was away."""
+    async def _kept_outcome(self, state: str) -> str | None:
+        """The outcome of a keyed request settled while its asker was away (None: not one to accept; wait)."""
         outcome: str | None = await self.broker.commands.call("GET", self.broker.keys.outcome(self.request_id))
         if outcome is None:
             raise UserQuestionError(
                 f"request {self.request_id} was {state} while its asker was away, and the outcome has expired",
                 ASK_TIMED_OUT,
             )
-        return outcome
+        return outcome if self.accepts(outcome) else None
 
     async def end_on_close(self) -> None:
         """The broker closes: withdraw, and end the wait with the outcome if one came first."""
@@ -864,7 +971,7 @@ class _Ask:
                 return _outcome_of(future)
             outcome_key = keys.outcome(self.request_id)
             outcome: str | None = await broker.commands.call("GET", outcome_key)
-            return outcome if outcome is not None else _outcome_of(future)
+            return outcome if outcome is not None and self.accepts(outcome) else _outcome_of(future)
         reply = await broker.commands.script(
             SCRIPTS["withdraw"],
             [keys.request(self.request_id), keys.requests, keys.audit],
@@ -880,7 +987,7 @@ class _Ask:
             return _outcome_of(future)
         outcome_key = keys.outcome(self.request_id)
         outcome = await broker.commands.call("GET", outcome_key)
-        if outcome is None:
+        if outcome is None or not self.accepts(outcome):
             return _outcome_of(future)  # the inbox waiter took the outcome meanwhile
         if broker._commands is not None and broker._open:
             cleanup = [keys.request(self.request_id), outcome_key]

@@ -31,7 +31,8 @@ import msgspec
 from ._commands import SCRIPTS, Commands
 from ._keys import Keys
 from .errors import BAD_ANSWER, BAD_REQUEST, UserQuestionError
-from .types import AskUserQuestionAnswer, AskUserQuestionItem, AskUserQuestionRequest, encode
+from .signing import SigningKey, TrustedKeys, decision_message
+from .types import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionItem, AskUserQuestionRequest, encode
 
 __all__ = [
     "MAX_REMEMBER_TTL",
@@ -93,7 +94,12 @@ def question_fingerprint(item: AskUserQuestionItem) -> str:
 
 
 def decision_keys(keys: Keys, request: AskUserQuestionRequest) -> list[str]:
-    """ask.lua's lookup keys: per question, the agent's decision key (else the namespace's), the namespace's."""
+    """ask.lua's lookup keys: per question, the agent's decision key (else the namespace's), the namespace's.
+
+    None for a request with an intent question: no decision answers a plan review.
+    """
+    if any(item.intent is not None for item in request.questions):
+        return []
     found: list[str] = []
     for item in request.questions:
         fp = question_fingerprint(item)
@@ -124,10 +130,36 @@ def why_not_rememberable(
     return None
 
 
+class DecisionProof(msgspec.Struct, frozen=True, kw_only=True):
+    """A decision's signature and everything it covers besides the decision id and selected labels."""
+
+    key: str
+    sig: str
+    scope: str
+    agent: str
+    fingerprint: str
+    expires: int
+    """unix ms by the Redis clock"""
+    by: str
+
+
+_proof_decoder = msgspec.json.Decoder(DecisionProof)
+
+
 def settle_extension(
-    keys: Keys, request: AskUserQuestionRequest, answer: AskUserQuestionAnswer, remember: Remember | None
+    keys: Keys,
+    request: AskUserQuestionRequest,
+    answer: AskUserQuestionAnswer,
+    remember: Remember | None,
+    *,
+    signing_key: SigningKey,
+    now_ms: int,
+    by: str,
 ) -> tuple[list[str], list[Any]]:
-    """The decision keys and arguments settle.lua takes after a settlement's own (``D`` first)."""
+    """The decision keys and arguments settle.lua takes after a settlement's own (``D`` first).
+
+    Each decision is signed, with its expiry counted from ``now_ms`` (the Redis clock).
+    """
     if remember is None:
         return [], [0]
     ttl_ms = int(remember.ttl * 1000)
@@ -146,8 +178,79 @@ def settle_extension(
             "question": item.question,
             "header": item.header,
         }
-        args += [secrets.token_hex(8), ttl_ms, encode(list(given.selected)), encode(summary)]
+        decision_id = secrets.token_hex(8)
+        expires = now_ms + ttl_ms
+        message = decision_message(
+            namespace=keys.namespace,
+            decision_id=decision_id,
+            scope=remember.scope,
+            agent=agent or "",
+            fingerprint=fp,
+            selected=given.selected,
+            expires_ms=expires,
+            by=by,
+        )
+        proof = DecisionProof(
+            key=signing_key.id,
+            sig=signing_key.sign_decision(message),
+            scope=remember.scope,
+            agent=agent or "",
+            fingerprint=fp,
+            expires=expires,
+            by=by,
+        )
+        args += [decision_id, ttl_ms, encode(list(given.selected)), encode(summary), encode(proof)]
     return script_keys, args
+
+
+def verified_decisions(
+    trusted: TrustedKeys, namespace: str, request: AskUserQuestionRequest, records: list[Any], now_ms: int
+) -> AskUserQuestionAnswer | None:
+    """The answer the decisions ask.lua found make for ``request``, or None unless every one is genuine.
+
+    ``records`` holds, per question in order, the decision's id, selected labels (JSON) and proof
+    (JSON), as ask.lua read them. Genuine: signed by a trusted key for this namespace, for this
+    question's fingerprint, in scope (the namespace, or this very agent), not expired by the
+    Redis clock, choosing only this question's labels; and no question has an intent.
+    """
+    if len(records) != 3 * len(request.questions):
+        return None
+    items: list[AskUserQuestionAnswerItem] = []
+    for i, question in enumerate(request.questions):
+        decision_id, selected_json, proof_json = records[3 * i : 3 * i + 3]
+        try:
+            proof = _proof_decoder.decode(proof_json or b"")
+            selected = msgspec.json.decode(selected_json or b"", type=tuple[str, ...])
+        except msgspec.DecodeError:
+            return None
+        if question.intent is not None or proof.fingerprint != question_fingerprint(question):
+            return None
+        if proof.scope == "agent":
+            if not request.agent or proof.agent != request.agent:
+                return None
+        elif proof.scope != "namespace" or proof.agent:
+            return None
+        if proof.expires <= now_ms:
+            return None
+        labels = set(question.labels)
+        if not selected or not set(selected) <= labels or len(set(selected)) != len(selected):
+            return None
+        if not question.multi_select and len(selected) != 1:
+            return None
+        message = decision_message(
+            namespace=namespace,
+            decision_id=str(decision_id),
+            scope=proof.scope,
+            agent=proof.agent,
+            fingerprint=proof.fingerprint,
+            selected=selected,
+            expires_ms=proof.expires,
+            by=proof.by,
+        )
+        if not trusted.verify_decision(message, proof.key, proof.sig):
+            return None
+        items.append(AskUserQuestionAnswerItem(id=question.id, selected=selected))
+    return AskUserQuestionAnswer(answers=tuple(items))
 
 
 def check_remember(

@@ -21,6 +21,8 @@ __all__ = [
     "LEASE_LOST",
     "NOT_PENDING",
     "NO_PROVIDER",
+    "NO_SIGNING_KEY",
+    "NO_TRUSTED_KEY",
     "BROKER_UNAVAILABLE",
     "HarnessError",
     "UserQuestionError",
@@ -43,6 +45,10 @@ BAD_ANSWER: Final = "BAD_ANSWER"
 NOT_PENDING: Final = "NOT_PENDING"
 LEASE_LOST: Final = "LEASE_LOST"
 BROKER_UNAVAILABLE: Final = "BROKER_UNAVAILABLE"
+NO_TRUSTED_KEY: Final = "NO_TRUSTED_KEY"
+"""an asker with no public key to check answers against (no silent unsigned mode)"""
+NO_SIGNING_KEY: Final = "NO_SIGNING_KEY"
+"""a provider with no key to sign its answers with"""
 
 ERROR_CODES: Final = frozenset(
     {
@@ -60,6 +66,8 @@ ERROR_CODES: Final = frozenset(
         NOT_PENDING,
         LEASE_LOST,
         BROKER_UNAVAILABLE,
+        NO_TRUSTED_KEY,
+        NO_SIGNING_KEY,
     }
 )
 

@@ -15,6 +15,7 @@ failure ends the reader: it waits the failure out until the lease is lost.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import re
 import secrets
@@ -41,6 +42,7 @@ from .errors import (
     NOT_PENDING,
     UserQuestionError,
 )
+from .signing import Seal, SigningKey, seal_outcomes
 from .types import PRIORITIES, AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_request, encode
 from .validation import Limits, check_answer, check_request
 
@@ -79,6 +81,10 @@ class ProviderSettings:
         return max(0.2, self.lease_ttl / 2)
 
 
+_Settlement = tuple[list[str], list[Any], Seal]
+"""one settlement's settle.lua keys and arguments, and what seals its outcome"""
+
+
 class Asker(NamedTuple):
     """One asker of a (possibly coalesced) pending request."""
 
@@ -92,6 +98,8 @@ class _Member:
 
     request_id: str
     request: AskUserQuestionRequest
+    request_sha: str
+    """SHA-256 (hex) of the request JSON as asked: the asker's answer is sealed to it"""
     client_id: str
     created_ms: int
     entry_id: str
@@ -113,6 +121,7 @@ class PendingRequest:
         *,
         request_id: str,
         request: AskUserQuestionRequest,
+        request_sha: str,
         client_id: str,
         created_ms: int,
         entry_id: str = "",
@@ -130,6 +139,7 @@ class PendingRequest:
             _Member(
                 request_id=request_id,
                 request=request,
+                request_sha=request_sha,
                 client_id=client_id,
                 created_ms=created_ms,
                 entry_id=entry_id,
@@ -232,6 +242,10 @@ class PendingRequest:
         members = list(self._members)
         self._settling = True  # an identical request arriving now gets a card of its own
         try:
+            now_ms = 0
+            if remember is not None:  # a decision's signed expiry is counted by the Redis clock
+                seconds, micros = await self._provider.commands.call("TIME")
+                now_ms = int(seconds) * 1000 + int(micros) // 1000
             settlements = []
             for member in members:
                 outcome = error
@@ -241,7 +255,7 @@ class PendingRequest:
                     own = _with_ids_of(answer, self.request, member.request)
                     outcome = encode(Outcome(answer=own)).decode()
                     if remember is not None and (member is members[0] or remember.scope == "agent"):
-                        extra_keys, extra_args = _remembering(self._provider.keys, member.request, own, remember)
+                        extra_keys, extra_args = _remembering(self._provider, member.request, own, remember, now_ms, by)
                 settlements.append(self._settlement(member, state, outcome, by, extra_keys, extra_args))
             try:
                 replies = await self._provider.settle_all(settlements)
@@ -253,21 +267,20 @@ class PendingRequest:
 
     def _settlement(
         self, member: _Member, state: str, outcome: str, by: str, extra_keys: list[str], extra_args: list[Any]
-    ) -> tuple[list[str], list[Any]]:
+    ) -> _Settlement:
         keys, request_id = self._provider.keys, member.request_id
         return (
             [keys.request(request_id), keys.outcome(request_id), keys.inbox(member.client_id), *extra_keys],
             [member.request_id, state, outcome, by, self._provider.settle_call_ids.next(), *extra_args],
+            Seal(request_id, member.request_sha, member.request.agent or "", member.client_id, by, outcome),
         )
 
-    async def _settled(
-        self, members: list[_Member], settlements: list[tuple[list[str], list[Any]]], replies: list[Any]
-    ) -> None:
+    async def _settled(self, members: list[_Member], settlements: list[_Settlement], replies: list[Any]) -> None:
         """Forget the settled askers (and those already gone); raise when none was settled here."""
         provider = self._provider
         refused: UserQuestionError | None = None
         settled: list[tuple[_Member, str]] = []
-        for member, (_, args), reply in zip(members, settlements, replies, strict=True):
+        for member, (_, args, _), reply in zip(members, settlements, replies, strict=True):
             if reply[0] == "ok":
                 settled.append((member, args[2]))
                 provider.forget(member.request_id)
@@ -312,11 +325,18 @@ def _with_ids_of(
 
 
 def _remembering(
-    keys: Keys, request: AskUserQuestionRequest, answer: AskUserQuestionAnswer, remember: Remember
+    provider: Provider,
+    request: AskUserQuestionRequest,
+    answer: AskUserQuestionAnswer,
+    remember: Remember,
+    now_ms: int,
+    by: str,
 ) -> tuple[list[str], list[Any]]:
     if remember.scope == "agent" and not request.agent:
         return [], [0]  # an agentless asker of a coalesced card: agent scope has no agent to remember for
-    return settle_extension(keys, request, answer, remember)
+    return settle_extension(
+        provider.keys, request, answer, remember, signing_key=provider._signing_key, now_ms=now_ms, by=by
+    )
 
 
 class Provider:
@@ -332,9 +352,11 @@ class Provider:
         commands: Commands,
         blocking: Redis | RedisCluster,
         settings: ProviderSettings,
+        signing_key: SigningKey,
         coalesce: bool = True,
     ) -> None:
         self.keys = keys
+        self._signing_key = signing_key
         self.coalesce = coalesce
         """False: every request is its own card (``Broker.provider(..., coalesce=False)``)"""
         self.name = name
@@ -347,7 +369,7 @@ class Provider:
         self._blocking = blocking
         self._schedule: Schedule[PendingRequest] = Schedule()
         self._wake = asyncio.Event()
-        self._settles: list[tuple[list[str], list[Any], asyncio.Future[Any]]] = []
+        self._settles: list[tuple[list[str], list[Any], Seal, asyncio.Future[Any]]] = []
         self._settler: asyncio.Future[None] | None = None
         self.settle_call_ids = UniqueIds()
         """one per settle.lua settlement, so that a retry after a lost reply recognises its own"""
@@ -449,20 +471,16 @@ class Provider:
             pending._fingerprint = fingerprint
         return pending
 
-    async def settle(self, keys: list[str], args: list[Any]) -> Any:
-        """One settlement through settle.lua; those queued meanwhile go in the same call.
+    async def settle_all(self, settlements: list[_Settlement]) -> list[Any]:
+        """Settlements (a coalesced card's askers) through settle.lua, a reply for each.
 
-        Returns the settlement's own reply, ``{'ok'}`` or ``{'err', CODE, message}``.
+        Those queued meanwhile go in the same call, sealed together under one signature.
         """
-        return (await self.settle_all([(keys, args)]))[0]
-
-    async def settle_all(self, settlements: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        """Several settlements (a coalesced card's askers) in the same settle.lua call; a reply for each."""
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[Any]] = []
-        for keys, args in settlements:
+        for keys, args, seal in settlements:
             futures.append(loop.create_future())
-            self._settles.append((keys, args, futures[-1]))
+            self._settles.append((keys, args, seal, futures[-1]))
         if self._settler is None or self._settler.done():
             self._settler = asyncio.ensure_future(self._send_settles())
         if len(futures) == 1:  # the usual case; gather's machinery was 5 % of a busy provider's CPU
@@ -489,13 +507,16 @@ class Provider:
                 int(settings.result_ttl * 1000),
                 "1" if settings.min_replicas else "0",
             ]
-            for settle_keys, settle_args, _ in batch:
+            # Sealed once per batch, before the first send: a retry after a lost reply sends the same bytes.
+            sealed = seal_outcomes(self._signing_key, self.keys.namespace, self.epoch, [s for _, _, s, _ in batch])
+            for (settle_keys, settle_args, _, _), outcome in zip(batch, sealed, strict=True):
+                settle_args[2] = outcome
                 keys += settle_keys
                 args += settle_args
             try:
                 reply = await self.commands.script(SCRIPTS["settle"], keys, args)
             except BaseException as error:
-                for _, _, future in batch:
+                for _, _, _, future in batch:
                     if future.done():
                         continue
                     if isinstance(error, asyncio.CancelledError):
@@ -506,7 +527,7 @@ class Provider:
                     raise
                 continue
             replies = [reply] * len(batch) if reply[0] != "ok" else reply[1]
-            for (_, _, future), one in zip(batch, replies, strict=True):
+            for (_, _, _, future), one in zip(batch, replies, strict=True):
                 if not future.done():
                     future.set_result(one)
 
@@ -710,8 +731,9 @@ class Provider:
             if one[0] == "gone":
                 log.info("request %s not presented: %s", request_id, one[1])
                 continue
+            raw: str = fields.get("request") or one[1]
             try:
-                request = decode_request(fields.get("request") or one[1])
+                request = decode_request(raw)
                 check_request(request, self.settings.limits)
             except (msgspec.DecodeError, UserQuestionError) as error:
                 await self._dead_letter(entry_id, fields, f"undeliverable request: {error}")
@@ -720,6 +742,7 @@ class Provider:
                 self,
                 request_id=request_id,
                 request=request,
+                request_sha=hashlib.sha256(raw.encode()).hexdigest(),
                 client_id=client_id,
                 created_ms=int(one[3]),
                 entry_id=entry_id,

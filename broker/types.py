@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import msgspec
 
 from .errors import ErrorPayload
+from .signing import Proof
 
 __all__ = [
     "AskUserQuestionAnswer",
@@ -253,14 +254,26 @@ def convert_answer(obj: Any) -> AskUserQuestionAnswer:
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """What a settled request leaves in its per-request key: an answer or an error."""
+    """What a settled request leaves in its per-request key: an answer or an error.
+
+    A provider's outcome is sealed (broker/signing.py): on the wire ``{"signed": <the outcome's
+    JSON as a string>, "proof": ...}``; ``decode_outcome`` returns what ``signed`` holds, with
+    ``signed`` and ``proof`` kept for the asker to verify.
+    """
 
     answer: AskUserQuestionAnswer | None = None
     error: ErrorPayload | None = None
+    signed: str | None = None
+    proof: Proof | None = None
 
 
 _outcome_decoder = msgspec.json.Decoder(Outcome, dec_hook=_decode_hook)
 
 
 def decode_outcome(data: bytes | str) -> Outcome:
-    return _outcome_decoder.decode(data)
+    """Decode an outcome, sealed or not; raises ``msgspec.DecodeError`` on malformed input."""
+    outcome = _outcome_decoder.decode(data)
+    if outcome.signed is None:
+        return outcome
+    inner = _outcome_decoder.decode(outcome.signed)
+    return Outcome(answer=inner.answer, error=inner.error, signed=outcome.signed, proof=outcome.proof)

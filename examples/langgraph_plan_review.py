@@ -57,7 +57,11 @@ def build() -> Any:
 async def main() -> None:
     url = os.environ.get("QBROKER_REDIS_URL", "redis://localhost:6379/0")
     namespace = os.environ.get("QBROKER_NAMESPACE", "default")
-    async with Broker(url, namespace=namespace) as broker, broker.agent("langgraph-example") as me:
+    trusted_keys = os.environ.get("QBROKER_TRUSTED_KEYS", "")  # the providers' public keys (qbroker keys new)
+    async with (
+        Broker(url, namespace=namespace, trusted_keys=trusted_keys) as broker,
+        broker.agent("langgraph-example") as me,
+    ):
         state = await run_graph(build(), {}, {"configurable": {"thread_id": "migration-1"}}, asker=me, timeout=600)
     print("approved" if state["approved"] else f"not approved {state['note']}".strip())
 

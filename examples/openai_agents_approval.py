@@ -64,8 +64,12 @@ def _call(name: str, arguments: dict[str, Any], call_id: str) -> ResponseFunctio
 async def main() -> None:
     url = os.environ.get("QBROKER_REDIS_URL", "redis://localhost:6379/0")
     namespace = os.environ.get("QBROKER_NAMESPACE", "default")
+    trusted_keys = os.environ.get("QBROKER_TRUSTED_KEYS", "")  # the providers' public keys (qbroker keys new)
     model: str | Model = os.environ.get("EXAMPLE_MODEL") or Scripted()
-    async with Broker(url, namespace=namespace) as broker, broker.agent("openai-agents-example") as me:
+    async with (
+        Broker(url, namespace=namespace, trusted_keys=trusted_keys) as broker,
+        broker.agent("openai-agents-example") as me,
+    ):
         planner = Agent(
             name="planner",
             instructions="Get the plan reviewed with ask_user_question before running the migration.",

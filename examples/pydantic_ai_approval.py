@@ -35,7 +35,11 @@ def delete_directory(path: str) -> str:
 async def main() -> None:
     url = os.environ.get("QBROKER_REDIS_URL", "redis://localhost:6379/0")
     namespace = os.environ.get("QBROKER_NAMESPACE", "default")
-    async with Broker(url, namespace=namespace) as broker, broker.agent("pydantic-ai-example") as me:
+    trusted_keys = os.environ.get("QBROKER_TRUSTED_KEYS", "")  # the providers' public keys (qbroker keys new)
+    async with (
+        Broker(url, namespace=namespace, trusted_keys=trusted_keys) as broker,
+        broker.agent("pydantic-ai-example") as me,
+    ):
         result = await approvals.run(agent, "Clean up, please.", asker=me, timeout=600)
     print(result.output)
 

@@ -10,7 +10,12 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import Broker
+from tests.helpers import KEYS, SIGNING_KEY
 from tests.redis_server import RedisServer
+
+# Every qbroker process a test starts signs (providers) and verifies (askers) with the tests' key.
+os.environ["QBROKER_SIGNING_KEY"] = SIGNING_KEY.to_text()
+os.environ["QBROKER_TRUSTED_KEYS"] = SIGNING_KEY.public_text
 
 _namespaces = itertools.count()
 
@@ -58,6 +63,8 @@ async def make_broker(redis_server: RedisServer, namespace: str) -> AsyncIterato
 
     async def make(**options: Any) -> Broker:
         options.setdefault("namespace", namespace)
+        for name, value in KEYS.items():
+            options.setdefault(name, value)
         url = options.pop("url", redis_server.url)
         broker = Broker(url, **options)
         await broker.__aenter__()

@@ -20,6 +20,7 @@ from broker import (
     Remember,
     UserQuestionError,
 )
+from tests.helpers import KEYS
 
 
 def say(*words: object) -> None:
@@ -41,7 +42,7 @@ async def answer(pending: PendingRequest, label: str, remember: Remember | None,
 
 async def main(url: str, namespace: str, name: str, label: str, scope: str, ttl: float, by: str, delay: float) -> None:
     remember = None if scope == "none" else Remember(scope="agent" if scope == "agent" else "namespace", ttl=ttl)
-    broker = Broker(url, namespace, lease_ttl=2.0)
+    broker = Broker(url, namespace, lease_ttl=2.0, **KEYS)
     async with broker, broker.provider(name) as provider:
         say("HOLDING", provider.epoch)
         async with asyncio.TaskGroup() as tasks:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from broker import (
@@ -12,8 +13,19 @@ from broker import (
     AskUserQuestionOption,
     AskUserQuestionRequest,
     PlanReviewIntent,
+    SigningKey,
 )
 from broker._keys import TOMBSTONE_MS
+
+SIGNING_KEY = (
+    SigningKey.from_text(os.environ["QBROKER_SIGNING_KEY"])
+    if os.environ.get("QBROKER_SIGNING_KEY")
+    else SigningKey.generate()
+)
+"""the answering side's key in every test; processes the tests start get it from the environment
+(tests/conftest.py sets QBROKER_SIGNING_KEY and QBROKER_TRUSTED_KEYS)"""
+KEYS: dict[str, Any] = {"signing_key": SIGNING_KEY}
+"""Broker keyword arguments: sign as a provider, and trust that key as an asker"""
 
 
 def options(*labels: str) -> tuple[AskUserQuestionOption, ...]:

@@ -10,6 +10,7 @@ import asyncio
 import sys
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, Broker, PendingRequest, UserQuestionError
+from tests.helpers import KEYS
 
 
 def say(*words: object) -> None:
@@ -27,7 +28,7 @@ async def answer_later(pending: PendingRequest, label: str, delay: float) -> Non
 
 
 async def main(url: str, namespace: str, name: str, label: str, delay: float, lease_ttl: float) -> None:
-    broker = Broker(url, namespace, lease_ttl=lease_ttl)
+    broker = Broker(url, namespace, lease_ttl=lease_ttl, **KEYS)
     async with broker, broker.provider(name, on_standby=lambda holder: say("STANDBY", holder)) as provider:
         say("HOLDING", provider.epoch)
         async with asyncio.TaskGroup() as tasks:

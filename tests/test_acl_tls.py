@@ -18,7 +18,7 @@ from broker import Broker, Remember, UserQuestionError
 from broker._commands import SCRIPTS
 from broker.connection import redis_from_url
 from broker.errors import BROKER_UNAVAILABLE
-from tests.helpers import one_question, pick
+from tests.helpers import KEYS, one_question, pick
 from tests.redis_server import RedisServer, free_port
 from tests.test_ask import next_pending
 
@@ -65,7 +65,7 @@ def url_for(server: RedisServer, user: str, password: str) -> str:
 
 
 def open_broker(url: str, namespace: str) -> Broker:
-    return Broker(url, namespace)
+    return Broker(url, namespace, **KEYS)
 
 
 async def test_an_acl_fenced_broker_works_in_its_own_namespace(acl_server):

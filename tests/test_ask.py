@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import AskUserQuestionRequest, Broker, PendingRequest, PlanReviewIntent, Provider, UserQuestionError
-from tests.helpers import answer, one_question, pick, plan_review, question
+from tests.helpers import KEYS, answer, one_question, pick, plan_review, question
 
 
 async def next_pending(provider: Provider, timeout: float = 5) -> PendingRequest:
@@ -297,7 +297,7 @@ async def test_the_asks_of_one_tick_go_in_one_ask_script_call_each_judged_alone(
     server = redis_factory()
     redis = Redis.from_url(server.url, decode_responses=True)
     try:
-        async with Broker(server.url, "merged", agent_ttl=60) as broker:
+        async with Broker(server.url, "merged", agent_ttl=60, **KEYS) as broker:
             await redis.zadd(broker.keys.standbys, {"t:standby": 2**52})  # asks are accepted while one stands by
             async with broker.agent("root") as root, broker.agent("child", owner=root) as child:
                 await redis.config_resetstat()

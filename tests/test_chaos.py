@@ -9,14 +9,14 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import Broker, UserQuestionError
-from tests.helpers import one_question, pick
+from tests.helpers import KEYS, one_question, pick
 from tests.test_ask import code_of, next_pending
 
 pytestmark = pytest.mark.slow
 
 
 async def open_broker(url: str, **options: object) -> Broker:
-    broker = Broker(url, "chaos", **options)  # type: ignore[arg-type]
+    broker = Broker(url, "chaos", **options, **KEYS)  # type: ignore[arg-type]
     await broker.__aenter__()
     return broker
 

@@ -19,7 +19,7 @@ from broker import UserQuestionError
 from broker._commands import SCRIPTS
 from broker.errors import ASK_TIMED_OUT, BAD_REQUEST, BROKER_UNAVAILABLE
 from tests.faultproxy import FaultProxy
-from tests.helpers import one_question, pick
+from tests.helpers import KEYS, one_question, pick
 from tests.redis_server import RedisServer
 from tests.test_ask import next_pending
 
@@ -106,7 +106,10 @@ async def test_a_demoted_master_neither_kills_the_broker_nor_cancels_the_caller(
     server, other = redis_factory(), redis_factory()
     from broker import Broker
 
-    async with Broker(server.url, "demote", unavailable_after=3.0) as asking, Broker(server.url, "demote") as answering:
+    async with (
+        Broker(server.url, "demote", unavailable_after=3.0, **KEYS) as asking,
+        Broker(server.url, "demote", **KEYS) as answering,
+    ):
         async with answering.provider("ui") as provider:
             admin = Redis.from_url(server.url)
             try:
@@ -139,8 +142,8 @@ async def test_redis_out_of_memory_fails_asks_with_a_code_and_the_broker_recover
     from broker import Broker
 
     async with (
-        Broker(server.url, "oom", unavailable_after=4.0) as asking,
-        Broker(server.url, "oom") as answering,
+        Broker(server.url, "oom", unavailable_after=4.0, **KEYS) as asking,
+        Broker(server.url, "oom", **KEYS) as answering,
         answering.provider("ui") as provider,
     ):
         admin = Redis.from_url(server.url)
@@ -303,7 +306,7 @@ async def test_status_lists_live_agents_from_the_index(make_broker):
 async def test_a_database_index_out_of_range_is_a_coded_error_at_once(redis_server):
     from broker import Broker
 
-    result, elapsed = await ends_within(Broker(f"redis://127.0.0.1:{redis_server.port}/99").__aenter__(), 5)
+    result, elapsed = await ends_within(Broker(f"redis://127.0.0.1:{redis_server.port}/99", **KEYS).__aenter__(), 5)
     assert isinstance(result, UserQuestionError) and result.code == BROKER_UNAVAILABLE
     assert elapsed < 1.0  # a refusal, not a wait
     assert "DB index" in result.message
@@ -320,7 +323,7 @@ async def test_an_empty_url_parameter_is_a_bad_request():
 async def test_an_unreachable_cluster_is_a_coded_error_within_unavailable_after():
     from broker import Broker
 
-    broker = Broker("redis+cluster://127.0.0.1:1", "x", unavailable_after=1.0)
+    broker = Broker("redis+cluster://127.0.0.1:1", "x", unavailable_after=1.0, **KEYS)
     result, _ = await ends_within(broker.__aenter__(), 10)
     assert isinstance(result, UserQuestionError) and result.code == BROKER_UNAVAILABLE
 
@@ -363,7 +366,7 @@ async def test_an_agent_whose_heartbeats_are_refused_stops_being_live(redis_fact
     try:
         await admin.execute_command("ACL", "SETUSER", "agents", "on", ">pw", "~*", "&*", "+@all")
         url = f"redis://agents:pw@127.0.0.1:{server.port}/0"
-        async with Broker(url, "hb", agent_ttl=1.5) as broker, broker.agent("root") as agent:
+        async with Broker(url, "hb", agent_ttl=1.5, **KEYS) as broker, broker.agent("root") as agent:
             await admin.execute_command("ACL", "SETUSER", "agents", "-evalsha", "-eval")  # NOPERM from now on
             await wait_until(lambda: asyncio.sleep(0, result=not agent.alive), 5)
             with pytest.raises(UserQuestionError) as raised:

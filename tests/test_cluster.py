@@ -21,7 +21,7 @@ from broker import Broker
 from broker.connection import redis_from_url
 from tests import test_ask, test_durable, test_provider, test_waterfall
 from tests.cluster import RedisClusterFixture
-from tests.helpers import one_question, pick
+from tests.helpers import KEYS, one_question, pick
 from tests.test_ask import answering, next_pending
 from tests.test_durable import provider
 
@@ -61,7 +61,7 @@ async def make_broker(redis_cluster: RedisClusterFixture, namespace: str) -> Asy
 
     async def make(**options: Any) -> Broker:
         options.setdefault("namespace", namespace)
-        broker = Broker(redis_cluster.url, **options)
+        broker = Broker(redis_cluster.url, **options, **KEYS)
         await broker.__aenter__()
         opened.append(broker)
         return broker
@@ -108,8 +108,8 @@ async def test_namespaces_on_different_masters_work_at_once(redis_cluster, redis
 
     async def round_trip(namespace: str) -> list[Any]:
         async with (
-            Broker(redis_cluster.url, namespace) as asking,
-            Broker(redis_cluster.url, namespace) as answering_broker,
+            Broker(redis_cluster.url, namespace, **KEYS) as asking,
+            Broker(redis_cluster.url, namespace, **KEYS) as answering_broker,
             answering_broker.provider(f"ui-{namespace}") as provider,
         ):
             asks = [asyncio.create_task(asking.ask(one_question())) for _ in range(10)]

@@ -24,7 +24,7 @@ import pytest
 from broker import Broker, UserQuestionError
 from broker._keys import Keys
 from tests.cluster import RedisClusterFixture
-from tests.helpers import one_question, pick
+from tests.helpers import KEYS, one_question, pick
 
 ROOT = Path(__file__).resolve().parent.parent
 ASK_BOUND = 30.0  # seconds from an ask's start to its end, whatever happened meanwhile
@@ -81,7 +81,7 @@ async def test_a_masters_kill_9_under_load_ends_every_ask_and_the_provider_keeps
     workers: list[asyncio.Task[None]] = []
     try:
         await provider.expect("HOLDING", within=30)
-        async with Broker(cluster.url, namespace) as asking:
+        async with Broker(cluster.url, namespace, **KEYS) as asking:
 
             async def one_ask() -> None:
                 nonlocal slowest

@@ -37,10 +37,9 @@ async def ask(
     k = ns.keys
     request = dict(REQUEST, questions=[dict(REQUEST["questions"][0], id=qid)])  # type: ignore[dict-item]
     found = [k.decision(FP, agent) if agent else k.decision(FP), k.decision(FP)]
-    keys = [k.requests, k.request(rid), k.request(rid), k.provider, k.standbys, k.audit, k.request(rid)]
-    keys += [k.request(rid), k.outcome(rid), *(found if lookup else [])]  # passed even when opted out
+    keys = [k.requests, k.request(rid), k.request(rid), k.audit, k.request(rid), k.request(rid), k.outcome(rid)]
     args = [rid, json.dumps(request), "", "", "c1", RESULT_MS, AUDIT_MAX, "", "0", "", "", "", "", "", remember]
-    args += [RESULT_MS, qid]
+    args += [RESULT_MS, k.provider, k.standbys, 1 if lookup else 0, *([qid, *found] if lookup else [])]
     return list(await ns.script("ask", keys, args))
 
 
@@ -52,7 +51,7 @@ async def settle_remembering(
     keys += [k.request(rid), k.outcome(rid), k.inbox("c1"), k.decision(FP, agent or None)]
     summary = json.dumps({"scope": "agent" if agent else "namespace", "agent": agent or None, "fingerprint": FP})
     args: list[Any] = [fence, "ui", epoch, GROUP, AUDIT_MAX, RESULT_MS, "0"]
-    args += [rid, "answered", outcome("yes"), "alice", call, 1, decision, 60_000, '["yes"]', summary]
+    args += [rid, "answered", outcome("yes"), "alice", call, 1, decision, 60_000, '["yes"]', summary, '{"sig":"-"}']
     reply = await ns.script("settle", keys, args)
     return [list(reply)] if reply[0] == "err" else [list(r) for r in reply[1]]
 
@@ -107,7 +106,8 @@ async def test_a_decided_ask_is_settled_in_the_script_with_the_new_ids(ns: Names
     await remembered(ns)
     before = await ns.stream_ids()
     reply = await ask(ns, "r1", qid="deploy-2")
-    assert reply == ["decided", '{"answer":{"answers":[{"id":"deploy-2","selected":["yes"]}]}}']
+    assert reply[:2] == ["decided", '{"answer":{"answers":[{"id":"deploy-2","selected":["yes"]}]}}']
+    assert reply[3] == ["d1", '["yes"]', '{"sig":"-"}']  # per question: what the asker verifies
     assert await ns.stream_ids() == before  # nothing enqueued
     state = await ns.redis.hgetall(ns.keys.request("r1"))
     assert (state["state"], state["by"]) == ("answered", "decision:d1")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from broker import Broker
-from tests.helpers import one_question, pick
+from tests.helpers import KEYS, one_question, pick
 from workers.embedded import embedded_redis
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,8 +42,8 @@ async def test_the_broker_round_trip_on_fakeredis(monkeypatch) -> None:
     with embedded_redis() as redis:
         assert redis.connect is not None
         asking, answering = (
-            Broker(redis.url, "fast", connect=redis.connect),
-            Broker(redis.url, "fast", connect=redis.connect),
+            Broker(redis.url, "fast", connect=redis.connect, **KEYS),
+            Broker(redis.url, "fast", connect=redis.connect, **KEYS),
         )
         async with asking, answering, answering.provider("ui") as provider:
             task = asyncio.create_task(asking.ask(one_question(), timeout=5))

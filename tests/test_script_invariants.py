@@ -84,8 +84,9 @@ class Namespace:
         request = json.dumps({"questions": [{"id": "q1", "question": "yes?"}]})
         reply = await self.script(
             "ask",
-            [k.requests, k.request(rid), k.agent(agent) if agent else k.request(rid), k.provider, k.standbys, k.audit],
-            [rid, request, agent, token, client, RESULT_MS, AUDIT_MAX, "", "1" if gate_only else "0", ""],
+            [k.requests, k.request(rid), k.agent(agent) if agent else k.request(rid), k.audit],
+            [rid, request, agent, token, client, RESULT_MS, AUDIT_MAX, "", "1" if gate_only else "0", ""]
+            + ["", "", "", "", "", RESULT_MS, k.provider, k.standbys, 0],
         )
         return list(reply)
 

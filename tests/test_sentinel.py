@@ -22,7 +22,7 @@ from redis.exceptions import ReadOnlyError, ResponseError
 
 from broker import Broker, Provider, UserQuestionError
 from broker._commands import SCRIPTS
-from tests.helpers import one_question, pick
+from tests.helpers import KEYS, one_question, pick
 from tests.sentinel import SentinelGroup
 from tests.test_ask import code_of, next_pending
 
@@ -46,7 +46,7 @@ async def make_broker(sentinel_group: SentinelGroup, namespace: str) -> AsyncIte
             # A killed master can hold a retried command (a withdrawal at teardown, say) for the
             # whole unavailable_after: keep that well inside the test's own timeout.
             options.setdefault("unavailable_after", 10.0)
-            broker = Broker(sentinel_group.url, namespace, **options)
+            broker = Broker(sentinel_group.url, namespace, **options, **KEYS)
             return await stack.enter_async_context(broker)
 
         yield make
@@ -179,8 +179,8 @@ async def test_the_broker_survives_blocked_reads_being_unblocked_by_a_demotion(s
     answer after the switchover got LEASE_LOST about one run in four."""
     async with (
         asyncio.timeout(8),
-        Broker(sentinel_group.url, namespace) as asking,
-        Broker(sentinel_group.url, namespace) as answering,
+        Broker(sentinel_group.url, namespace, **KEYS) as asking,
+        Broker(sentinel_group.url, namespace, **KEYS) as answering,
         answering.provider("ui") as provider,
     ):
         waiting = asyncio.create_task(asking.ask(one_question()))
@@ -235,7 +235,7 @@ async def test_min_replicas_serves_and_answers_once_a_replica_has_them(make_brok
 
 async def test_min_replicas_does_not_serve_while_no_replica_confirms_the_lease(redis_server):
     """A lone server has no replica: a provider asking for one never starts serving."""
-    async with Broker(redis_server.url, "lone-min-replicas", min_replicas=1, replica_timeout=0.2) as answering:
+    async with Broker(redis_server.url, "lone-min-replicas", min_replicas=1, replica_timeout=0.2, **KEYS) as answering:
         serving = asyncio.create_task(answering.provider("ui").__aenter__())
         await asyncio.sleep(1.0)
         assert not serving.done()  # the lease is never confirmed by a replica: it does not serve

@@ -18,6 +18,7 @@ from broker import (
     Broker,
     PendingRequest,
     PlanReviewIntent,
+    SigningKey,
 )
 from broker.types import encode
 from workers.embedded import EmbeddedRedis, embedded_redis
@@ -82,8 +83,11 @@ async def run(url: str | None) -> None:
     given = contextlib.nullcontext(EmbeddedRedis(url.split("@")[-1], url, None)) if url else None
     with given or embedded_redis() as redis:
         print(f"Redis: {redis.description}")
-        agent_side = Broker(redis.url, "demo", connect=redis.connect)
-        ui_side = Broker(redis.url, "demo", connect=redis.connect)
+        # The answering side signs, the asking side trusts its public key (docs/security.md):
+        # a key pair made for this run, as `qbroker keys new` makes one for a namespace.
+        signing_key = SigningKey.generate()
+        agent_side = Broker(redis.url, "demo", connect=redis.connect, trusted_keys=[signing_key.public_text])
+        ui_side = Broker(redis.url, "demo", connect=redis.connect, signing_key=signing_key)
         async with agent_side, ui_side, ui_side.provider("auto") as provider:
 
             async def answer_all() -> None:

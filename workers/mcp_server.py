@@ -417,6 +417,8 @@ class McpSettings:
     timeout: float | None = None
     host: str = "127.0.0.1"
     port: int = 8765
+    trusted_keys: str = ""
+    """the providers' public keys (qbpk1:...): an answer counts only when one of them signed it"""
 
     def __repr__(self) -> str:  # the URL may carry a password
         return f"McpSettings(namespace={self.namespace!r}, transport={self.transport!r}, agent_id={self.agent_id!r})"
@@ -442,7 +444,9 @@ class _BrokerSlot:
         ``tried`` is set once the first attempt has ended, either way.
         """
         while True:
-            broker = Broker(self._settings.redis_url, self._settings.namespace)
+            broker = Broker(
+                self._settings.redis_url, self._settings.namespace, trusted_keys=self._settings.trusted_keys
+            )
             try:
                 await broker.__aenter__()
             except UserQuestionError as error:

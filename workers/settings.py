@@ -10,7 +10,7 @@ import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 if TYPE_CHECKING:  # the broker (redis-py) loads only when a command opens one: `--help` stays instant
@@ -24,6 +24,10 @@ ENV_VARS: Mapping[str, str] = {
     "lease_ttl": "QBROKER_LEASE_TTL",
     "log_level": "QBROKER_LOG_LEVEL",
     "log_json": "QBROKER_LOG_JSON",
+    "signing_key": "QBROKER_SIGNING_KEY",
+    "signing_key_file": "QBROKER_SIGNING_KEY_FILE",
+    "trusted_keys": "QBROKER_TRUSTED_KEYS",
+    "trusted_keys_file": "QBROKER_TRUSTED_KEYS_FILE",
 }
 _DEFAULTS: Mapping[str, str] = {
     "redis_url": "redis://localhost:6379/0",
@@ -31,6 +35,10 @@ _DEFAULTS: Mapping[str, str] = {
     "lease_ttl": "10",
     "log_level": "WARNING",
     "log_json": "",
+    "signing_key": "",
+    "signing_key_file": "",
+    "trusted_keys": "",
+    "trusted_keys_file": "",
 }
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -55,11 +63,16 @@ class Settings:
     lease_ttl: float = 10.0
     log_level: str = _DEFAULTS["log_level"]
     log_json: bool = False
+    signing_key: str = field(default="", repr=False)
+    """the answering side's secret key text (qbsk1:...), '' for none"""
+    trusted_keys: str = ""
+    """the public key texts (qbpk1:...) answers must be signed by, separated by commas or new lines"""
 
-    def __repr__(self) -> str:  # the URL may carry a password
+    def __repr__(self) -> str:  # the URL may carry a password, and the signing key is a secret
         return (
             f"Settings(redis_url={redact_url(self.redis_url)!r}, namespace={self.namespace!r}, "
-            f"lease_ttl={self.lease_ttl!r}, log_level={self.log_level!r}, log_json={self.log_json!r})"
+            f"lease_ttl={self.lease_ttl!r}, log_level={self.log_level!r}, log_json={self.log_json!r}, "
+            f"signing_key={'***' if self.signing_key else ''!r}, trusted_keys={self.trusted_keys!r})"
         )
 
     @classmethod
@@ -72,6 +85,11 @@ class Settings:
             if flag is not None:
                 return str(flag)
             return env.get(ENV_VARS[name]) or _DEFAULTS[name]
+
+        def key(name: str, what: str) -> str:
+            # A file named by a flag wins over the environment's inline key, as flags do.
+            inline = "" if getattr(args, f"{name}_file", None) is not None else pick(name)
+            return _key_text(inline, pick(f"{name}_file"), what)
 
         lease_ttl_text = pick("lease_ttl")
         try:
@@ -87,13 +105,35 @@ class Settings:
             lease_ttl=lease_ttl,
             log_level=pick("log_level").upper(),
             log_json=bool(log_json) if log_json is not None else pick("log_json").lower() in _TRUE,
+            signing_key=key("signing_key", "signing key"),
+            trusted_keys=key("trusted_keys", "trusted keys"),
         )
 
-    def broker(self, *, namespace: str | None = None) -> Broker:
-        """A broker on these settings (open it with ``async with``)."""
+    def broker(self, *, namespace: str | None = None, **options: Any) -> Broker:
+        """A broker on these settings, with their keys (open it with ``async with``)."""
         from broker import Broker
 
-        return Broker(self.redis_url, namespace or self.namespace, lease_ttl=self.lease_ttl)
+        return Broker(
+            self.redis_url,
+            namespace or self.namespace,
+            lease_ttl=self.lease_ttl,
+            trusted_keys=self.trusted_keys,
+            signing_key=self.signing_key or None,
+            **options,
+        )
+
+
+def _key_text(text: str, path: str, what: str) -> str:
+    """A key given inline or as a file (never both: which one counts would be a guess)."""
+    if text and path:
+        raise ValueError(f"the {what} is given both inline and as a file ({path}): give one")
+    if not path:
+        return text.strip()
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read().strip()
+    except OSError as error:
+        raise ValueError(f"cannot read the {what} file {path}: {error.strerror}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
@@ -125,6 +165,20 @@ def add_arguments(parser: argparse.ArgumentParser, *, suppress: bool = False) ->
         metavar="LEVEL",
         default=default,
         help=f"DEBUG, INFO, WARNING or ERROR, logged to stderr (env {ENV_VARS['log_level']}; default WARNING)",
+    )
+    group.add_argument(
+        "--signing-key-file",
+        metavar="FILE",
+        default=default,
+        help=f"a provider's secret signing key, made by `qbroker keys new` (env {ENV_VARS['signing_key_file']}, "
+        f"or the key itself in {ENV_VARS['signing_key']})",
+    )
+    group.add_argument(
+        "--trusted-keys-file",
+        metavar="FILE",
+        default=default,
+        help="the providers' public keys an asker accepts answers from, one a line "
+        f"(env {ENV_VARS['trusted_keys_file']}, or the keys themselves in {ENV_VARS['trusted_keys']})",
     )
     group.add_argument(
         "--log-json",

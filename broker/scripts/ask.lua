@@ -1,18 +1,24 @@
 #!lua
 -- ask: the caller gate and the enqueue, as one atomic step.
 -- KEYS[1] requests stream   KEYS[2] request hash   KEYS[3] agent record (the request hash when no agent)
--- KEYS[4] provider lease    KEYS[5] standbys zset  KEYS[6] audit stream
--- KEYS[7] a keyed ask's durable key (the request hash when unkeyed)
--- KEYS[8] the request hash the durable key named when the asker read it (KEYS[2] when it named none)
+-- KEYS[4] audit stream
+-- KEYS[5] a keyed ask's durable key (the request hash when unkeyed)
+-- KEYS[6] the request hash the durable key named when the asker read it (KEYS[2] when it named none)
+-- The keys an asker only reads (the lease, the standbys, the decisions) come in ARGV, not KEYS: Redis checks a
+-- script's KEYS for write access (EVAL may write any of them), and the asker's Redis user may only read these
+-- (broker/roles.py); every command on them is still checked against that user. They share the namespace's hash
+-- tag, so the script stays in one Cluster slot.
 -- ARGV[1] request id   ARGV[2] request JSON   ARGV[3] agent id ('' for none)   ARGV[4] agent token ('' for none)
 -- ARGV[5] client id    ARGV[6] request TTL ms ARGV[7] audit max length         ARGV[8] the asker's timeout ms ('' for none)
 -- ARGV[9] '1' to check the gate only, enqueueing nothing
 -- ARGV[10] the token's SHA-1, used only where the Lua runtime lacks redis.sha1hex (fakeredis)
 -- ARGV[11] the ask's key ('' for an unkeyed ask)   ARGV[12] its detach grace ms   ARGV[13] the request's digest
 -- ARGV[14] 'solo' when the asker opted out of coalescing (ask(coalesce=False)): the entry says coalesce '0'
--- (KEYS[9..] and ARGV[15..]: see the remembered decisions block below)
--- returns {'ok', entry id} | {'decided', outcome JSON} | {'err', CODE, message}, and for a keyed ask also
---   {'attached', previous client id} the key's pending request (KEYS[8]) is this asker's now
+-- (KEYS[7] and ARGV[15..]: see the remembered decisions block below)   ARGV[17] the provider lease key
+-- ARGV[18] the standbys zset key
+-- returns {'ok', entry id} | {'decided', outcome JSON, Redis time ms, records} | {'err', CODE, message}, and for a
+-- keyed ask also
+--   {'attached', previous client id} the key's pending request (KEYS[6]) is this asker's now
 --   {'settled', state}                 it was answered or cancelled while the asker was away: read its outcome
 --   {'retry'}                          the durable key changed since the asker read it: read it and call again
 -- The stream entry carries the request JSON too, so the provider presents it without reading the hash.
@@ -46,33 +52,33 @@ if ARGV[8] ~= '' then deadline = now + tonumber(ARGV[8]) end
 local key = ARGV[11] or ''
 -- A keyed ask: re-attach to the key's request while it lives (pending, or settled and not yet collected).
 if key ~= '' then
-  local named = redis.call('GET', KEYS[7])
+  local named = redis.call('GET', KEYS[5])
   local read_as = string.sub(KEYS[2], 1, #KEYS[2] - #ARGV[1]) .. (named or ARGV[1])
-  if read_as ~= KEYS[8] then
+  if read_as ~= KEYS[6] then
     return {'retry'}
   end
   if named then
-    local r = redis.call('HMGET', KEYS[8], 'state', 'digest', 'client', 'away', 'delivered', 'request', 'created')
+    local r = redis.call('HMGET', KEYS[6], 'state', 'digest', 'client', 'away', 'delivered', 'request', 'created')
     local live = r[1] == 'pending' or ((r[1] == 'answered' or r[1] == 'cancelled') and r[6])
     if live and r[2] ~= ARGV[13] then
       return {'err', 'BAD_REQUEST', 'key ' .. key .. ' names a different request, asked at ' .. r[7] ..
         ' (unix ms) and still ' .. r[1] .. '; ask it with a new key'}
     end
     if live and r[1] ~= 'pending' then
-      redis.call('HSET', KEYS[8], 'client', ARGV[5]) -- this asker collects it (settled_cleanup.lua)
+      redis.call('HSET', KEYS[6], 'client', ARGV[5]) -- this asker collects it (settled_cleanup.lua)
       return {'settled', r[1]}
     end
     if live then
-      redis.call('HSET', KEYS[8], 'client', ARGV[5], 'agent_fp', agent_fp, 'deadline', deadline)
+      redis.call('HSET', KEYS[6], 'client', ARGV[5], 'agent_fp', agent_fp, 'deadline', deadline)
       if r[4] then
-        redis.call('HDEL', KEYS[8], 'away')
+        redis.call('HDEL', KEYS[6], 'away')
       end
       if r[5] and (r[4] or r[3] ~= ARGV[5]) then
         -- the provider that shows it settles for the new client from now on
         redis.call('XADD', KEYS[1], '*', 'kind', 'back', 'rid', named, 'client', ARGV[5])
       end
       if r[3] ~= ARGV[5] then
-        redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[7], '*', 'event', 'attached', 'rid', named, 'agent', ARGV[3],
+        redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'event', 'attached', 'rid', named, 'agent', ARGV[3],
           'client', ARGV[5], 'key', key)
       end
       return {'attached', r[3]}
@@ -80,30 +86,39 @@ if key ~= '' then
   end
 end
 -- ---- remembered decisions (issue 15) -------------------------------------------------------------------------
--- KEYS[9] outcome key
--- then two keys per question i = 0, 1, ..., starting at KEYS[10 + 2i]: the agent's decision key for the question's
--- fingerprint (the namespace's key again when no agent), then the namespace's decision key
+-- KEYS[7] outcome key
 -- ARGV[15] '1' to look decisions up, '0' opted out (remember=False; the ask entry
--- says so, and no provider may remember its answer), absent: no lookup   ARGV[16] result TTL ms
--- ARGV[17 + i] question i's id
+-- says so, and no provider may remember its answer), 'x' no lookup (the asker refused what the lookup found) but
+-- rememberable, absent: no lookup   ARGV[16] result TTL ms
+-- ARGV[19] n, the number of questions looked up (0: no lookup)   ARGV[20 + i] question i's id, i = 0 .. n - 1
+-- then two keys per question, at ARGV[20 + n + 2i]: the agent's decision key for the question's fingerprint (the
+-- namespace's key again when no agent), then the namespace's decision key
 -- When every question has a live decision (the agent's first, then the namespace's), the request is settled here
 -- as answered (after a keyed ask's re-attach: its own request answers it), before the NO_PROVIDER check (a
 -- remembered decision answers with no provider up): request hash, outcome key, audit 'answered' by
--- 'decision:<id>[,<id>...]'; nothing is enqueued and the reply is {'decided', outcome JSON}. The answer echoes this request's question ids.
-if ARGV[15] == '1' and #KEYS > 9 then
-  local items, ids, setters = {}, {}, {}
-  for i = 0, (#KEYS - 9) / 2 - 1 do
-    local d = redis.call('HMGET', KEYS[10 + 2 * i], 'id', 'selected', 'by', 'provider')
-    if not d[1] and KEYS[11 + 2 * i] ~= KEYS[10 + 2 * i] then
-      d = redis.call('HMGET', KEYS[11 + 2 * i], 'id', 'selected', 'by', 'provider')
+-- 'decision:<id>[,<id>...]'; nothing is enqueued and the reply is {'decided', outcome JSON, now ms, records}: per
+-- question its decision's id, selected labels and signature (proof), which the asker verifies before the answer
+-- counts (a decision hash is only as trustworthy as its signature: broker/decisions.py verified_decisions).
+-- The answer echoes this request's question ids.
+local looked_up = tonumber(ARGV[19] or '0') or 0
+if ARGV[15] == '1' and looked_up > 0 then
+  local items, ids, setters, records = {}, {}, {}, {}
+  for i = 0, looked_up - 1 do
+    local mine, shared = ARGV[20 + looked_up + 2 * i], ARGV[21 + looked_up + 2 * i]
+    local d = redis.call('HMGET', mine, 'id', 'selected', 'by', 'provider', 'proof')
+    if not d[1] and shared ~= mine then
+      d = redis.call('HMGET', shared, 'id', 'selected', 'by', 'provider', 'proof')
     end
     if not d[1] then
       items = nil
       break
     end
-    items[#items + 1] = '{"id":' .. cjson.encode(ARGV[17 + i]) .. ',"selected":' .. d[2] .. '}'
+    items[#items + 1] = '{"id":' .. cjson.encode(ARGV[20 + i]) .. ',"selected":' .. d[2] .. '}'
     ids[#ids + 1] = d[1]
     setters[#setters + 1] = (d[3] or '') .. ' via ' .. (d[4] or '')
+    records[#records + 1] = d[1]
+    records[#records + 1] = d[2] or ''
+    records[#records + 1] = d[5] or ''
   end
   if items then
     local decided = '{"answer":{"answers":[' .. table.concat(items, ',') .. ']}}'
@@ -111,14 +126,14 @@ if ARGV[15] == '1' and #KEYS > 9 then
     redis.call('HSET', KEYS[2], 'state', 'answered', 'request', ARGV[2], 'agent', ARGV[3], 'agent_fp', agent_fp,
       'client', ARGV[5], 'created', now, 'deadline', '', 'by', by, 'settle_call', by)
     redis.call('PEXPIRE', KEYS[2], ARGV[16])
-    redis.call('SET', KEYS[9], decided, 'PX', ARGV[16])
-    redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[7], '*', 'event', 'answered', 'rid', ARGV[1], 'agent', ARGV[3],
+    redis.call('SET', KEYS[7], decided, 'PX', ARGV[16])
+    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'event', 'answered', 'rid', ARGV[1], 'agent', ARGV[3],
       'client', ARGV[5], 'by', by, 'decided_by', table.concat(setters, ', '), 'outcome', decided)
-    return {'decided', decided}
+    return {'decided', decided, now, records}
   end
 end
 -- ---- end of remembered decisions ------------------------------------------------------------------------------
-if redis.call('EXISTS', KEYS[4]) == 0 and redis.call('ZCOUNT', KEYS[5], now, '+inf') == 0 then
+if redis.call('EXISTS', ARGV[17]) == 0 and redis.call('ZCOUNT', ARGV[18], now, '+inf') == 0 then
   return {'err', 'NO_PROVIDER', 'no provider holds or stands by for this namespace'}
 end
 local fields = {'kind', 'ask', 'rid', ARGV[1], 'client', ARGV[5], 'agent', ARGV[3], 'request', ARGV[2],
@@ -134,9 +149,9 @@ redis.call('PEXPIRE', KEYS[2], ARGV[6])
 if key ~= '' then
   redis.call('HSET', KEYS[2], 'key', key, 'grace', ARGV[12], 'digest', ARGV[13])
   -- Outlives the request and a kept answer; a name whose request ended is simply asked anew.
-  redis.call('SET', KEYS[7], ARGV[1], 'PX', 2 * tonumber(ARGV[6]) + tonumber(ARGV[12]))
+  redis.call('SET', KEYS[5], ARGV[1], 'PX', 2 * tonumber(ARGV[6]) + tonumber(ARGV[12]))
 end
-redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[7], '*', 'event', 'asked', 'rid', ARGV[1], 'agent', ARGV[3],
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'event', 'asked', 'rid', ARGV[1], 'agent', ARGV[3],
   'client', ARGV[5])
 return {'ok', entry}
 end

@@ -10,8 +10,9 @@
 -- ARGV[7] '1' to hold the askers' notices back (the caller pushes them once replicas confirm; min_replicas)
 -- then per settlement, in order, after ARGV[7]: request id, new state ('answered' | 'cancelled'),
 -- outcome JSON, who, for the audit ('' when unknown), this call's unique id, D (the number of decisions to
--- remember with it, usually '0'), then four per decision: decision id, TTL ms, the selected labels (a JSON
--- array), a summary (JSON: scope, agent, fingerprint, question, header)
+-- remember with it, usually '0'), then five per decision: decision id, TTL ms, the selected labels (a JSON
+-- array), a summary (JSON: scope, agent, fingerprint, question, header), its signature (JSON, broker/decisions.py
+-- DecisionProof: what an asker checks before the decision answers it)
 -- returns {'err', 'LEASE_LOST', message} for the whole call, or {'ok', {one reply per settlement}}, each
 --   {'ok'} | {'err', CODE, message}
 -- A retry of the same call after a lost reply finds its own settlement and succeeds again. A decision is
@@ -78,7 +79,7 @@ while a <= #ARGV do
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', state, 'rid', rid,
       'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'outcome', outcome)
     for j = 0, decisions - 1 do
-      local key, d = KEYS[dk + j], da + 4 * j
+      local key, d = KEYS[dk + j], da + 5 * j
       local id, ttl = ARGV[d], tonumber(ARGV[d + 1])
       if not now then
         local t = redis.call('TIME')
@@ -91,7 +92,7 @@ while a <= #ARGV do
         redis.call('DEL', key)
       end
       redis.call('HSET', key, 'id', id, 'selected', ARGV[d + 2], 'summary', ARGV[d + 3], 'by', by,
-        'provider', ARGV[2], 'rid', rid, 'at', now, 'expires', now + ttl)
+        'provider', ARGV[2], 'rid', rid, 'at', now, 'expires', now + ttl, 'proof', ARGV[d + 4])
       redis.call('PEXPIRE', key, ttl)
       redis.call('HSET', KEYS[4], id, key)
       redis.call('ZADD', KEYS[5], now + ttl, id)
@@ -101,7 +102,7 @@ while a <= #ARGV do
     end
     replies[#replies + 1] = {'ok'}
   end
-  k, a = dk + decisions, da + 4 * decisions
+  k, a = dk + decisions, da + 5 * decisions
 end
 if remembered then
   -- the index never outgrows the live decisions: drop the expired, and let it expire with the last one

@@ -18,6 +18,7 @@ from typing import Any
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, Broker, PlanReviewIntent
+from tests.helpers import KEYS
 from tests.redis_server import RedisServer
 from tests.web.conftest import PASSWORDS, WebProcess, write_users_file
 from tests.web.test_browser import CHROMIUM, CHROMIUM_ARGS, LONG_DETAIL
@@ -50,7 +51,11 @@ async def take(out: Path) -> None:
     standby = WebProcess(redis.url, "shots", users, tmp / "b.log", name="web-b").start()
     asks: list[asyncio.Task[Any]] = []
     try:
-        async with Broker(redis.url, "shots") as asker, async_playwright() as playwright, asker.agent("builder-7"):
+        async with (
+            Broker(redis.url, "shots", **KEYS) as asker,
+            async_playwright() as playwright,
+            asker.agent("builder-7"),
+        ):
             browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
             def ask(*questions: AskUserQuestionItem, timeout: float | None = None, agent: str | None = None) -> None:

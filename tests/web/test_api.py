@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 
 from broker import AskUserQuestionAnswer, AskUserQuestionRequest, Broker, UserQuestionError
 from broker._keys import Keys
-from tests.helpers import one_question, question
+from tests.helpers import KEYS, one_question, question
 from tests.redis_server import RedisServer
 from tests.web.conftest import PASSWORDS, TOKEN, WebProcess, write_users_file
 
@@ -344,7 +344,7 @@ async def test_serves_again_after_redis_comes_back(
             # there until its next renewal fails and it takes the lease again. Ask once it is held.
             async with Redis.from_url(server.url, decode_responses=True) as redis:
                 await eventually(lambda: redis.exists(Keys(namespace).provider), "the lease is held again")
-            async with Broker(server.url, namespace) as asker:
+            async with Broker(server.url, namespace, **KEYS) as asker:
                 asked = asking(asker, one_question("yes", "no"))
                 request = await wait_request(client)
                 response = await client.post(

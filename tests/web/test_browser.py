@@ -28,6 +28,7 @@ from broker import (
     PlanReviewIntent,
     UserQuestionError,
 )
+from tests.helpers import KEYS
 from tests.redis_server import RedisServer
 from tests.web.conftest import PASSWORDS, WebProcess, qbroker, write_users_file
 
@@ -71,7 +72,7 @@ def web(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def asker(web: WebProcess) -> AsyncIterator[Broker]:
-    async with Broker(web.redis_url, web.namespace) as broker:
+    async with Broker(web.redis_url, web.namespace, **KEYS) as broker:
         yield broker
 
 
@@ -312,7 +313,7 @@ async def test_a_keyed_question_stays_with_asker_away_and_its_answer_reaches_the
     page = await people.page()
     question = AskUserQuestionItem(id="ship", question="Ship release 2.4.0?", options=options("ship", "hold"))
     request = AskUserQuestionRequest(questions=(question,))
-    first = Broker(web.redis_url, web.namespace)
+    first = Broker(web.redis_url, web.namespace, **KEYS)
     await first.__aenter__()
     asking = asyncio.create_task(first.ask(request, key="release-2.4.0"))
     shown = card(page, "Ship release 2.4.0?")
@@ -325,7 +326,7 @@ async def test_a_keyed_question_stays_with_asker_away_and_its_answer_reaches_the
     await expect(shown.locator(".away")).to_have_text("asker away")
     await page.screenshot(path=screenshots / "14-asker-away.png", full_page=True)
     await shown.locator("textarea.other").fill("after the freeze")  # the human is halfway through
-    async with Broker(web.redis_url, web.namespace) as restarted:
+    async with Broker(web.redis_url, web.namespace, **KEYS) as restarted:
         again = asyncio.create_task(restarted.ask(request, key="release-2.4.0"))
         await expect(shown.locator(".away")).to_be_hidden()  # re-attached: the same card, back
         await expect(card(page, "Ship release 2.4.0?")).to_have_count(1)
@@ -344,7 +345,7 @@ async def test_identical_questions_of_several_agents_are_one_card_and_one_answer
     async with contextlib.AsyncExitStack() as stack:
         asks = []
         for n in (1, 2, 3):
-            broker = await stack.enter_async_context(Broker(web.redis_url, web.namespace))
+            broker = await stack.enter_async_context(Broker(web.redis_url, web.namespace, **KEYS))
             agent = await stack.enter_async_context(broker.agent(f"builder-{n}"))
             item = AskUserQuestionItem(id=f"migrate-{n}", question=question, options=options("run", "wait"))
             asks.append(asyncio.create_task(agent.ask(AskUserQuestionRequest(questions=(item,)), timeout=50)))
@@ -535,7 +536,7 @@ async def test_disconnected_page_pauses_and_resumes(
     people = People(browser, web)
     try:
         page = await people.page()
-        async with Broker(redis_server.url, namespace) as asker:
+        async with Broker(redis_server.url, namespace, **KEYS) as asker:
             asked = ask(asker, AskUserQuestionItem(id="q", question="Still there?", options=options("yes", "no")))
             request = card(page, "Still there?")
             await request.locator("textarea.other").fill("typed before the crash")
@@ -754,7 +755,10 @@ async def test_one_page_for_several_namespaces(
     people = People(browser, both)
     try:
         page = await people.page()
-        async with Broker(redis_server.url, first) as asker_one, Broker(redis_server.url, second) as asker_two:
+        async with (
+            Broker(redis_server.url, first, **KEYS) as asker_one,
+            Broker(redis_server.url, second, **KEYS) as asker_two,
+        ):
             asked = ask(asker_two, AskUserQuestionItem(id="q", question="From the second?", options=options("ok")))
             elsewhere = ask(asker_one, AskUserQuestionItem(id="q", question="From the first?", options=options("ok")))
             request = card(page, "From the second?")

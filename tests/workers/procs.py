@@ -9,10 +9,19 @@ import signal
 import sys
 from typing import Any
 
+from tests.helpers import SIGNING_KEY
+
 
 def env_for(url: str, namespace: str, **extra: str) -> dict[str, str]:
+    """The environment of a qbroker process: the tests' Redis, namespace and keys, and ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_")}
-    env.update(QBROKER_REDIS_URL=url, QBROKER_NAMESPACE=namespace, **extra)
+    env.update(
+        QBROKER_REDIS_URL=url,
+        QBROKER_NAMESPACE=namespace,
+        QBROKER_SIGNING_KEY=SIGNING_KEY.to_text(),
+        QBROKER_TRUSTED_KEYS=SIGNING_KEY.public_text,
+    )
+    env.update(extra)
     return env
 
 

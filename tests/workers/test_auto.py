@@ -11,7 +11,7 @@ import pytest
 
 from broker import AskUserQuestionRequest, Broker
 from broker._keys import Keys
-from tests.helpers import answer, question
+from tests.helpers import KEYS, answer, question
 from tests.workers.procs import Worker, run_qbroker
 
 pytestmark = pytest.mark.slow
@@ -174,7 +174,7 @@ async def test_survives_a_redis_restart(redis_factory, namespace, rules_file, st
     again = await worker.expect(r"holding the lease .* \(epoch \d+\)", after=len(worker.lines))  # taken anew
     # the epoch still increases: it is at least the Redis clock, not only a lost counter
     assert int(re.search(r"epoch (\d+)", again.string).group(1)) > int(re.search(r"epoch (\d+)", first.string).group(1))
-    async with Broker(server.url, namespace) as asker:
+    async with Broker(server.url, namespace, **KEYS) as asker:
         assert await asker.ask(_ask("after the restart?"), timeout=15) == answer(("q1", ("yes",), None))
 
 
@@ -187,7 +187,7 @@ async def test_started_while_redis_is_down_it_waits_for_it(redis_factory, namesp
     await worker.expect(r"Redis unavailable .*; retrying in")
     server.start()
     await worker.expect(r"holding the lease .* as A")
-    async with Broker(server.url, namespace) as asker:
+    async with Broker(server.url, namespace, **KEYS) as asker:
         assert await asker.ask(_ask("now?"), timeout=15) == answer(("q1", ("yes",), None))
 
 

@@ -117,10 +117,10 @@ ASKER = textwrap.dedent(
     """
     import asyncio, sys
     from broker import Broker
-    from tests.helpers import one_question
+    from tests.helpers import KEYS, one_question
 
     async def main():
-        async with Broker(sys.argv[1], sys.argv[2], agent_ttl=1.0, client_ttl=1.0) as broker:
+        async with Broker(sys.argv[1], sys.argv[2], agent_ttl=1.0, client_ttl=1.0, **KEYS) as broker:
             async with broker.agent("doomed") as agent:
                 tasks = [asyncio.create_task(agent.ask(one_question())) for _ in range(3)]
                 print("asked", flush=True)

@@ -31,7 +31,7 @@ from broker import (
     UserQuestionError,
 )
 from broker.types import convert_request
-from tests.helpers import pick
+from tests.helpers import KEYS, pick
 from tests.redis_server import RedisServer
 from workers.mcp_server import parse_arguments
 
@@ -394,7 +394,7 @@ async def test_started_while_redis_is_down_it_serves_and_recovers(redis_factory,
         assert result.is_error
         assert structured(result)["code"] == "BROKER_UNAVAILABLE"
         await asyncio.to_thread(server.start)
-        async with Broker(server.url, namespace) as broker, provider(broker, pick_first):
+        async with Broker(server.url, namespace, **KEYS) as broker, provider(broker, pick_first):
             for _ in range(20):  # the server re-opens its broker within a few seconds
                 result = await asyncio.wait_for(session.call_tool("ask_user_question", YES_NO), 15)
                 if not result.is_error:

@@ -37,6 +37,8 @@ EXIT_STATUS: Final[Mapping[str, int]] = {
     "NOT_PENDING": 14,
     "LEASE_LOST": 15,
     "DUPLICATE_PROVIDER": 16,
+    "NO_TRUSTED_KEY": 17,
+    "NO_SIGNING_KEY": 18,
 }
 
 

@@ -70,9 +70,16 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
     )
     if args.timeout is not None and args.timeout <= 0:
         raise ValueError(f"--timeout must be positive, not {args.timeout}")
+    if shared is None:
+        from ..settings import Settings
+
+        shared_keys = Settings.build(argparse.Namespace(), env).trusted_keys
+    else:
+        shared_keys = shared.trusted_keys
     return McpSettings(
         redis_url=url,
         namespace=namespace,
+        trusted_keys=shared_keys,
         transport=args.transport,
         agent_id=args.agent_id,
         timeout=args.timeout,

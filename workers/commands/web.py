@@ -110,6 +110,8 @@ def _log_json(args: argparse.Namespace) -> bool:
 
 async def run(args: argparse.Namespace) -> int:
     from broker import Broker, UserQuestionError
+    from broker.signing import SigningKey
+    from workers.commands.ask import EXIT_STATUS
     from workers.web import ConfigError, WebConfig, hash_password, load_credentials
     from workers.web.render import safe_url
     from workers.web.throttle import parse_networks
@@ -134,6 +136,18 @@ async def run(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError, UserQuestionError) as error:
         print(f"qbroker web: {error}", file=sys.stderr)
         return 2
+    if not settings.signing_key:
+        print(
+            "qbroker web: NO_SIGNING_KEY: the page answers, and answers are signed: give it the namespace's key"
+            " (--signing-key-file FILE or QBROKER_SIGNING_KEY_FILE; make one with `qbroker keys new`)",
+            file=sys.stderr,
+        )
+        return EXIT_STATUS["NO_SIGNING_KEY"]
+    try:
+        SigningKey.from_text(settings.signing_key)
+    except UserQuestionError as error:
+        print(f"qbroker web: {error}", file=sys.stderr)
+        return 2
     config = WebConfig(
         redis_url=settings.redis_url,
         namespace=settings.namespace,
@@ -147,6 +161,7 @@ async def run(args: argparse.Namespace) -> int:
         session_max_age=args.session_hours * 3600,
         trusted_proxies=proxies,
         public_url=args.public_url,
+        signing_key=settings.signing_key,
     )
     return await _serve(config, log_json=_log_json(args))
 

@@ -178,7 +178,9 @@ def create_app(config: WebConfig) -> Starlette:
             services: dict[str, WebProvider] = {}
             for namespace in config.namespaces:
                 broker = await stack.enter_async_context(
-                    Broker(config.redis_url, namespace, lease_ttl=config.lease_ttl)
+                    Broker(
+                        config.redis_url, namespace, lease_ttl=config.lease_ttl, signing_key=config.signing_key or None
+                    )
                 )
                 services[namespace] = WebProvider(
                     broker, name=config.name, keys=WebKeys(namespace), public_url=config.public_url

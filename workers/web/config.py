@@ -153,6 +153,8 @@ class WebConfig:
     throttle: ThrottleLimits = field(default_factory=ThrottleLimits)
     public_url: str = ""
     """where people reach this server's page (``--public-url``); a standby's page links the holder's"""
+    signing_key: str = field(default="", repr=False)
+    """the secret key (qbsk1:...) this server signs its answers with, for every namespace it serves"""
 
     @property
     def namespaces(self) -> tuple[str, ...]:

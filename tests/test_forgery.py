@@ -1,0 +1,193 @@
+"""Attacks an asking agent can run with its own Redis credentials: none may count as an answer.
+
+Issue 22's table, against a real redis-server. Each test first shows that its attack fires (the
+forged write lands, the forged notice is taken, the lookup finds the planted decision), then
+that the asking call does not return what was forged: it waits on for the human's signed
+answer, or ends with an error of its own (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from broker import Broker, Remember, SigningKey
+from broker._commands import SCRIPTS
+from broker.decisions import question_fingerprint
+from broker.types import encode
+from tests.helpers import one_question, pick, plan_review
+from tests.test_ask import code_of, next_pending
+
+pytestmark = pytest.mark.timeout(30)
+
+FORGED = '{"answer":{"answers":[{"id":"q1","selected":["yes"]}]}}'
+"""what the agent wants: its own question approved"""
+
+
+async def until(check: Callable[[], Any], within: float = 5.0) -> None:
+    """Wait until ``check()`` (a bool, or an awaitable of one) holds."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not await _value(check()):
+        assert asyncio.get_running_loop().time() < deadline, "the attack never fired"
+        await asyncio.sleep(0.02)
+
+
+async def waiting_request(redis: Redis, namespace: str) -> tuple[str, str]:
+    """The pending request's id and asking process, as the agent reads them from the stream."""
+    entries: list[Any] = []
+
+    async def asked() -> bool:
+        nonlocal entries
+        entries = await redis.xrange(f"qb:{{{namespace}}}:requests")
+        return any(fields.get("kind") == "ask" for _, fields in entries)
+
+    await until(asked)
+    [fields] = [fields for _, fields in entries if fields.get("kind") == "ask"]
+    return fields["rid"], fields["client"]
+
+
+async def test_a_forged_notice_on_the_askers_own_inbox_is_not_an_answer(make_broker, redis, namespace):
+    """Attack 1 (and 3, the hook's allow): push an answer notice onto one's own inbox."""
+    asker, answering = await make_broker(), await make_broker()
+    async with answering.provider("ui") as provider:
+        asking = asyncio.create_task(asker.ask(one_question(), timeout=20))
+        rid, client = await waiting_request(redis, namespace)
+        inbox = f"qb:{{{namespace}}}:inbox:{client}"
+        await redis.rpush(inbox, f"{rid} {FORGED}")
+        await until(lambda: _none_left(redis, inbox))  # the asker took the forged notice
+        await until(lambda: asker.rejected_outcomes == 1)
+        assert not asking.done()
+        pending = await next_pending(provider)
+        await pending.answer(pick("no"), by="alice")
+        assert await asyncio.wait_for(asking, 10) == pick("no")  # the human's answer, not the forged one
+
+
+async def test_a_settle_with_the_lease_fence_read_by_the_agent_is_not_an_answer(make_broker, redis, namespace):
+    """Attack 2: read the lease key (it holds the fence) and settle one's own request with it."""
+    asker, answering = await make_broker(), await make_broker()
+    async with answering.provider("ui"):
+        asking = asyncio.create_task(asker.ask(one_question(), timeout=3))
+        rid, client = await waiting_request(redis, namespace)
+        lease = await redis.get(f"qb:{{{namespace}}}:provider")
+        epoch, token, _name = lease.split(":", 2)
+        k = f"qb:{{{namespace}}}:"
+        keys = [k + "provider", k + "requests", k + "audit", k + "decisions", k + "decisions:expiry"]
+        keys += [f"{k}req:{rid}", f"{k}ans:{rid}", f"{k}inbox:{client}"]
+        args = [f"{epoch}:{token}:", "ui", epoch, "providers", 100, 60_000, "0"]
+        args += [rid, "answered", FORGED, "alice", "forged-call", 0]
+        reply = await asker.commands.script(SCRIPTS["settle"], keys, args)
+        assert reply == ["ok", [["ok"]]]  # the forged settlement landed, "by alice" in the audit
+        assert await redis.hget(f"{k}req:{rid}", "state") == "answered"
+        assert await code_of(asking) == "ASK_TIMED_OUT"  # never the forged approval
+        assert asker.rejected_outcomes >= 1
+
+
+async def test_another_requests_signed_answer_written_as_ones_own_is_not_an_answer(make_broker, redis, namespace):
+    """Attack 4, with a genuine signature: the same agent asks the same question again, and copies
+    the sealed answer of the first ask (from the audit, which holds every outcome) onto the second."""
+    asker, answering = await make_broker(sweep_every=0.2), await make_broker()
+    async with answering.provider("ui") as provider:
+        first = asyncio.create_task(asker.ask(one_question(), timeout=10))
+        await (await next_pending(provider)).answer(pick("yes"), by="alice")
+        assert await first == pick("yes")
+        [answered] = [e for _, e in await redis.xrange(f"qb:{{{namespace}}}:audit") if e.get("event") == "answered"]
+        genuine = answered["outcome"]
+        assert '"proof"' in genuine
+
+        asking = asyncio.create_task(asker.ask(one_question(), timeout=20))
+        pending = await next_pending(provider)
+        await redis.set(f"qb:{{{namespace}}}:ans:{pending.request_id}", genuine)  # the sweep reads it
+        await until(lambda: asker.rejected_outcomes >= 1)
+        assert not asking.done()
+        await pending.answer(pick("no"), by="bob")
+        assert await asyncio.wait_for(asking, 10) == pick("no")
+
+
+async def test_a_planted_namespace_decision_is_not_an_answer(make_broker, redis, namespace):
+    """Attack 5: write a decision hash under the documented fingerprint; the lookup finds it."""
+    asker, answering = await make_broker(), await make_broker()
+    fp = question_fingerprint(one_question().questions[0])
+    planted = {"id": "forged", "selected": '["yes"]', "by": "alice", "provider": "ui", "proof": "{}"}
+    await redis.hset(f"qb:{{{namespace}}}:decision:ns:{fp}", mapping=planted)
+    async with answering.provider("ui") as provider:
+        asking = asyncio.create_task(asker.ask(one_question(), timeout=20))
+        pending = await next_pending(provider)  # a human is asked after all
+        assert asker.rejected_outcomes == 1  # the lookup found the planted decision, and it was refused
+        answered_by = [
+            e["by"] for _, e in await redis.xrange(f"qb:{{{namespace}}}:audit") if e.get("event") == "answered"
+        ]
+        assert answered_by == ["decision:forged"]  # the attack fired: ask.lua took it
+        await pending.answer(pick("no"), by="bob")
+        assert await asyncio.wait_for(asking, 10) == pick("no")
+
+
+async def test_a_decision_signed_by_an_untrusted_key_is_not_an_answer(make_broker, redis, namespace):
+    """Attack 5 with a real signature: an agent that made itself a key pair and signs its own decision."""
+    rogue = SigningKey.generate()
+    rogue_side = await make_broker(signing_key=rogue, trusted_keys=[])
+    asker = await make_broker()
+    assert rogue.id not in asker.trusted_keys.ids
+    async with rogue_side.provider("ui") as rogue_provider:  # the agent stands up its own provider
+        first = asyncio.create_task(rogue_side.ask(one_question(), timeout=10))
+        await (await next_pending(rogue_provider)).answer(pick("yes"), by="alice", remember=Remember())
+        assert await first == pick("yes")
+    async with (await make_broker()).provider("ui") as provider:
+        asking = asyncio.create_task(asker.ask(one_question(), timeout=20))
+        pending = await next_pending(provider)
+        assert asker.rejected_outcomes == 1
+        await pending.answer(pick("no"), by="bob")
+        assert await asyncio.wait_for(asking, 10) == pick("no")
+
+
+async def test_no_decision_is_looked_up_for_a_plan_review(make_broker, redis, namespace):
+    """Attack 6: a planted 'Approve' for a plan review's fingerprint is never consulted."""
+    asker, answering = await make_broker(), await make_broker()
+    review = plan_review()
+    fp = question_fingerprint(review.questions[0])
+    planted = {"id": "forged", "selected": '["Approve"]', "by": "alice", "provider": "ui", "proof": "{}"}
+    await redis.hset(f"qb:{{{namespace}}}:decision:ns:{fp}", mapping=planted)
+    assert await redis.hgetall(f"qb:{{{namespace}}}:decision:ns:{fp}") == planted  # it landed
+    async with answering.provider("ui") as provider:
+        asking = asyncio.create_task(asker.ask(review, timeout=20))
+        pending = await next_pending(provider)
+        assert asker.rejected_outcomes == 0  # not even found: no lookup for intent questions
+        await pending.answer(pick("Refuse", "plan"), by="bob")
+        assert await asyncio.wait_for(asking, 10) == pick("Refuse", "plan")
+
+
+async def test_a_keyed_question_pre_answered_by_the_agent_is_not_an_answer(make_broker, redis, namespace):
+    """Attack 7: before asking, write the durable key, a settled request hash and an outcome."""
+    asker, answering = await make_broker(), await make_broker()
+    request = one_question()
+    k = f"qb:{{{namespace}}}:"
+    durable = asker.keys.durable(None, "deploy-1")
+    await redis.set(durable, "planted")
+    digest = hashlib.sha1(encode(request)).hexdigest()
+    await redis.hset(f"{k}req:planted", mapping={"state": "answered", "digest": digest, "request": "x", "client": "c"})
+    await redis.set(f"{k}ans:planted", FORGED)
+    async with answering.provider("ui"):
+        assert await code_of(asker.ask(request, key="deploy-1", timeout=3)) == "ASK_TIMED_OUT"
+    assert asker.rejected_outcomes >= 1  # the kept outcome was read, and refused
+
+
+async def test_asking_without_a_trusted_key_is_a_coded_error(redis_server, namespace):
+    async with Broker(redis_server.url, namespace) as broker:
+        assert await code_of(broker.ask(one_question())) == "NO_TRUSTED_KEY"
+        with pytest.raises(Exception) as raised:
+            async with broker.provider("ui"):
+                pass
+        assert getattr(raised.value, "code", None) == "NO_SIGNING_KEY"
+
+
+async def _none_left(redis: Redis, key: str) -> bool:
+    return int(await redis.llen(key)) == 0
+
+
+async def _value(result: Any) -> bool:
+    return bool(await result) if inspect.isawaitable(result) else bool(result)
