@@ -32,7 +32,8 @@ from redis.asyncio import Redis
 from redis.exceptions import NoPermissionError
 
 from broker import Broker
-from tests.helpers import one_question, pick
+from broker.roles import ROLES, acl_rule
+from tests.helpers import KEYS, one_question, pick
 from tests.redis_server import REDIS_SERVER, free_port
 from workers.cli import build_parser
 from workers.rules import parse_rules
@@ -326,7 +327,8 @@ def test_configmap_and_secret_carry_redis_url_tokens_and_webhook_secret():
         deployment = k8s_object("Deployment", name)
         for container in deployment["spec"]["template"]["spec"]["containers"]:
             sources = [next(iter(s.values()))["name"] for s in container["envFrom"]]
-            assert sources == ["qbroker-config", "qbroker-secrets", f"{name}-redis"]
+            signing = ["qbroker-signing-key"] if name == "qbroker-web" else []  # the answering side's only
+            assert sources == ["qbroker-config", "qbroker-secrets", f"{name}-redis", *signing]
 
 
 def test_web_and_worker_connect_as_their_own_acl_users():
@@ -338,15 +340,23 @@ def test_web_and_worker_connect_as_their_own_acl_users():
         data = k8s_object("Secret", name)["stringData"]
         assert set(data) == {"QBROKER_REDIS_URL"}
         users[name] = urlsplit(data["QBROKER_REDIS_URL"]).username
-    assert users == {"qbroker-web-redis": "team-a", "qbroker-worker-redis": "worker-team-a"}
+    assert users == {"qbroker-web-redis": "team-a-answerer", "qbroker-worker-redis": "team-a-maintenance"}
     assert "QBROKER_REDIS_URL" not in k8s_object("Secret", "qbroker-secrets")["stringData"]
     conf = (DEPLOY / "redis" / "redis.conf").read_text()
     config = k8s_object("ConfigMap", "qbroker-config")["data"]
     namespace, queue = config["QBROKER_NAMESPACE"], config["QBROKER_ARQ_QUEUE"]
-    web_rule = next(line for line in conf.splitlines() if line.startswith("user team-a "))
-    worker_rule = next(line for line in conf.splitlines() if line.startswith("user worker-team-a "))
+    web_rule = next(line for line in conf.splitlines() if line.startswith("user team-a-answerer "))
+    worker_rule = next(line for line in conf.splitlines() if line.startswith("user team-a-maintenance "))
     assert f"~qb:{{{namespace}}}:*" in web_rule and "~arq:" not in web_rule
     assert f"~qb:{{{namespace}}}:*" in worker_rule and f"~{queue}*" in worker_rule
+
+
+def test_redis_conf_holds_exactly_the_rules_qbroker_acl_makes():
+    """deploy/redis/redis.conf is not a second copy of the roles to drift: its rules are broker/roles.py's."""
+    conf = (DEPLOY / "redis" / "redis.conf").read_text()
+    for namespace, role in [("team-a", r) for r in ROLES] + [("team-b", "asker")]:
+        line = next(line for line in conf.splitlines() if line.startswith(f"user {namespace}-{role} "))
+        assert line.split(" ", 4)[4] == acl_rule(namespace, role)
 
 
 def test_the_readiness_probe_reads_a_status_the_web_provider_reports():
@@ -449,14 +459,15 @@ async def test_redis_conf_starts_redis_with_aof_and_fenced_users(configured_redi
         assert config["appendonly"] == "yes" and config["appendfsync"] == "everysec"
         assert (await admin.config_get("maxmemory-policy"))["maxmemory-policy"] == "noeviction"
         users = await admin.acl_users()
-        assert {"team-a", "team-b", "worker-team-a", "admin"} <= set(users)
+        assert {"team-a-asker", "team-a-answerer", "team-a-maintenance", "team-b-asker", "admin"} <= set(users)
         default = await admin.acl_getuser("default")
         assert "off" in default["flags"]
     finally:
         await admin.aclose()
 
-    url_a = f"redis://team-a:change-me-team-a@127.0.0.1:{port}/0"
-    async with Broker(url_a, "team-a") as asking, Broker(url_a, "team-a") as answering:
+    asker_url = f"redis://team-a-asker:change-me-team-a-asker@127.0.0.1:{port}/0"
+    answerer_url = f"redis://team-a-answerer:change-me-team-a-answerer@127.0.0.1:{port}/0"
+    async with Broker(asker_url, "team-a", **KEYS) as asking, Broker(answerer_url, "team-a", **KEYS) as answering:
         async with asking.agent("root") as agent, answering.provider("ui") as provider:
             task = asyncio.create_task(agent.ask(one_question()))
             async for pending in provider:
@@ -464,7 +475,9 @@ async def test_redis_conf_starts_redis_with_aof_and_fenced_users(configured_redi
                 break
             assert await asyncio.wait_for(task, 10) == pick("yes")
 
-        intruder = Redis(port=port, username="team-a", password="change-me-team-a", decode_responses=True)
+        intruder = Redis(
+            port=port, username="team-a-answerer", password="change-me-team-a-answerer", decode_responses=True
+        )
         try:
             for attempt in (
                 intruder.set("qb:{team-b}:provider", "1:x:thief"),
@@ -510,4 +523,4 @@ def test_kubectl_kustomize_renders_the_manifests():
     result = subprocess.run(["kubectl", "kustomize", str(DEPLOY / "k8s")], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     kinds = sorted(doc["kind"] for doc in yaml.safe_load_all(result.stdout) if doc)
-    assert kinds == ["ConfigMap", "Deployment", "Deployment", "Secret", "Secret", "Secret", "Service"]
+    assert kinds == ["ConfigMap", "Deployment", "Deployment", "Secret", "Secret", "Secret", "Secret", "Service"]

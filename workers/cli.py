@@ -26,7 +26,20 @@ from .settings import Settings, add_arguments
 
 __all__ = ["COMMANDS", "build_parser", "configure_logging", "main"]
 
-COMMANDS = ("provide", "auto", "ask", "status", "decisions", "web", "worker", "mcp", "claude-hook", "bench")
+COMMANDS = (
+    "provide",
+    "auto",
+    "ask",
+    "status",
+    "decisions",
+    "web",
+    "worker",
+    "mcp",
+    "claude-hook",
+    "keys",
+    "acl",
+    "bench",
+)
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,75 @@
+"""Who may write each key of a namespace: one Redis ACL user per role (docs/security.md).
+
+Three roles, each its own Redis user:
+
+- **asker**: the agents (the library's asking side, ``qbroker ask``, ``mcp``, ``claude-hook``).
+  It writes only what asking needs: its requests and their hashes, the outcome keys it collects,
+  keyed asks' durable keys, agent records and liveness, inboxes, the away set, and (until the
+  answering side writes it) the audit. It may read the lease and standbys (``NO_PROVIDER``) and
+  the decisions (``ask.lua``'s lookup, whose finds it verifies), and nothing else: not the lease,
+  the epoch, the decisions, the web's sessions and throttles, the maintenance worker's keys.
+- **answerer**: providers (``qbroker web``, ``provide``, ``auto``): the whole namespace.
+- **maintenance**: ``qbroker worker`` and operators' ``qbroker status`` / ``decisions``: the
+  whole namespace, and arq's queue when it shares the Redis.
+
+Every role is refused ``SCAN`` (ACLs do not filter it by key), ``FUNCTION`` (its subcommands are
+in ``@write``; ``FUNCTION FLUSH`` would drop every tenant's library), ``KEYS`` and everything
+``@dangerous``. Where an ACL cannot tell a forged value from a genuine one (an asker may write
+the outcome keys and inboxes it reads), signatures do (broker/signing.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final, Literal
+
+from ._keys import Keys
+
+__all__ = ["ROLES", "Role", "acl_rule", "acl_user"]
+
+Role = Literal["asker", "answerer", "maintenance"]
+ROLES: Final[tuple[Role, ...]] = ("asker", "answerer", "maintenance")
+
+_COMMANDS: Final = (
+    "-@all +@read +@write +@stream +@list +@hash +@string +@keyspace +@sortedset "
+    "+evalsha +eval +ping +time +client|setname +client|id -@dangerous -scan -keys -function"
+)
+_ASKER_WRITES: Final = (
+    "requests",
+    "req:*",
+    "ans:*",
+    "key:*",
+    "agent:*",
+    "agents",
+    "client:*",
+    "inbox:*",
+    "away",
+    "audit",
+)
+"""the key families an asker writes (relative to the namespace's prefix); the audit until issue 22's chained audit"""
+_ASKER_READS: Final = ("provider", "standbys", "decision:*", "decisions", "decisions:expiry")
+"""what an asker reads and never writes: the lease and standbys, the remembered decisions"""
+_ARQ: Final = "~qbroker:{namespace}* ~arq:* +@transaction +info"
+"""the maintenance worker's arq queue and job keys, MULTI/EXEC/WATCH, and INFO, when arq shares the Redis"""
+
+
+def acl_rule(namespace: str, role: Role) -> str:
+    """The ACL rule (key patterns and commands) of ``role`` in ``namespace``, without user or password."""
+    prefix = Keys(namespace).prefix
+    if role == "asker":
+        patterns = [f"~{prefix}{family}" for family in _ASKER_WRITES]
+        patterns += [f"%R~{prefix}{family}" for family in _ASKER_READS]
+    elif role in ("answerer", "maintenance"):
+        patterns = [f"~{prefix}*"]
+    else:
+        raise ValueError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
+    rule = " ".join(patterns) + " " + _COMMANDS
+    if role == "maintenance":
+        rule += " " + _ARQ.format(namespace=namespace)
+    return rule
+
+
+def acl_user(namespace: str, role: Role, password: str) -> str:
+    """A ``user`` line for redis.conf or an aclfile; the password is stored as its SHA-256 only."""
+    digest = hashlib.sha256(password.encode()).hexdigest()
+    return f"user {namespace}-{role} on #{digest} {acl_rule(namespace, role)}"
