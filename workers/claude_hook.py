@@ -147,7 +147,7 @@ async def hook(args: argparse.Namespace) -> int:
         return 0
     asking = asking_for(payload, remember=bool(args.remember), destination=args.remember_in)
     if asking is None:
-        _say(f"the {payload.tool_name} input is not the shape it expects: passes through")
+        _say(f"the {payload.tool_name} input is not the shape it expects: Claude Code asks locally")
         return _print(event, Verdict("ask", f"question-broker could not read the {payload.tool_name} input"))
     try:
         answer = await _ask(settings, asking, agent_id_for(payload, args.agent), args.timeout)

@@ -562,3 +562,12 @@ def test_the_documented_settings_hook_exactly_the_intended_tools(source):
 
 def test_the_doc_and_the_example_say_the_same():
     assert _documented_settings() == json.loads(EXAMPLE.read_text())
+
+
+async def test_a_question_input_it_cannot_read_is_asked_locally(redis_server, namespace):
+    payload = {**QUESTIONS, "tool_input": {"questions": "Which framework?"}}
+    status, out, err = await run_qbroker(
+        "claude-hook", url=redis_server.url, namespace=namespace, stdin=json.dumps(payload).encode()
+    )
+    assert status == 0, err
+    assert _pre_tool_use(out)["permissionDecision"] == "ask" and b"asks locally" in err
