@@ -271,9 +271,22 @@ def test_json_snippets(snippet):
         assert document == example
     elif "hookSpecificOutput" in document:
         from workers.claude_hook import hook_output
+        from workers.claude_questions import Verdict
 
         output = document["hookSpecificOutput"]
-        assert document == hook_output(output["permissionDecision"], output["permissionDecisionReason"])
+        if "decision" in output:  # PermissionRequest
+            decision = output["decision"]
+            verdict = Verdict(
+                decision["behavior"],
+                decision.get("message", ""),
+                decision.get("updatedInput"),
+                decision.get("updatedPermissions"),
+            )
+        else:  # PreToolUse
+            verdict = Verdict(
+                output["permissionDecision"], output["permissionDecisionReason"], output.get("updatedInput")
+            )
+        assert document == hook_output(output["hookEventName"], verdict)
     else:  # a webhook body (maintenance.md): decodes as the notice the worker sends
         from workers.webhooks import Notice
 

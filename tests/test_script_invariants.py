@@ -85,8 +85,10 @@ class Namespace:
         reply = await self.script(
             "ask",
             [k.requests, k.request(rid), k.agent(agent) if agent else k.request(rid), k.audit],
-            [rid, request, agent, token, client, RESULT_MS, AUDIT_MAX, "", "1" if gate_only else "0", ""]
-            + ["", "", "", "", "", RESULT_MS, k.provider, k.standbys, 0],
+            [
+                *(rid, request, agent, token, client, RESULT_MS, AUDIT_MAX, "", "1" if gate_only else "0", ""),
+                *("", "", "", "", "", RESULT_MS, k.provider, k.standbys, 0),  # ARGV[11..19]: unkeyed, no lookup
+            ],
         )
         return list(reply)
 

@@ -6,8 +6,13 @@ withdrawal work as for a Python agent. Each tool call runs its ask in a task own
 the service; a client that cancels the call or goes away cancels that task, which
 withdraws the question (the UI takes it down).
 
-Failures are tool errors (``isError``) whose content is ``{name, code, message}``, so
-the model can route on the code.
+Failures of an ask are tool errors (``isError``) whose content is ``{name, code, message}``, so
+the model can route on the code; a call of a tool it does not have is a JSON-RPC error, as the MCP
+specification says. An answer is structured content that fits the tool's ``outputSchema``. While a
+human takes their time, a call that asked for progress (a ``progressToken``) gets a progress
+notification every few seconds, so clients that reset their timeout on progress keep waiting. When
+nobody can answer (``NO_PROVIDER``) and the client declared elicitation, the client's own user is
+asked instead (``workers.mcp_elicit``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import json
 import logging
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -29,13 +34,26 @@ import msgspec
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
 from redis.exceptions import ConnectionError, TimeoutError
 
 from broker import Agent, AskUserQuestionAnswer, AskUserQuestionRequest, Broker, UserQuestionError
-from broker.errors import BAD_REQUEST, BROKER_UNAVAILABLE
+from broker.errors import ASK_TIMED_OUT, BAD_REQUEST, BROKER_UNAVAILABLE, NO_PROVIDER
 from broker.types import convert_request, encode
 
-__all__ = ["INPUT_SCHEMA", "TOOL_NAME", "AskService", "McpSettings", "build_server", "parse_arguments", "serve"]
+from .mcp_elicit import answer_from, form_for, message_for, supports_elicitation
+
+__all__ = [
+    "INPUT_SCHEMA",
+    "OUTPUT_SCHEMA",
+    "TOOL_NAME",
+    "AskService",
+    "Caller",
+    "McpSettings",
+    "build_server",
+    "parse_arguments",
+    "serve",
+]
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +142,32 @@ INPUT_SCHEMA: dict[str, Any] = {
         },
     },
     "required": ["questions"],
+}
+
+
+OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "answers": {
+            "type": "array",
+            "description": "one item per question, in question order",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "the question's id (generated: q1, q2, ...)"},
+                    "selected": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "the chosen option labels; empty with no custom: skipped",
+                    },
+                    "custom": {"type": "string", "description": "free text the human typed instead"},
+                    "question": {"type": "string", "description": "the question's text, when it came without an id"},
+                },
+                "required": ["id", "selected"],
+            },
+        }
+    },
+    "required": ["answers"],
 }
 
 
@@ -248,6 +292,17 @@ def derived_agent_id(client_name: str | None) -> str:
     return f"mcp-{slug}-{secrets.token_hex(3)}"
 
 
+@dataclass(frozen=True)
+class Caller:
+    """The MCP side of one tool call: its client, and what that client can do while a human takes their time."""
+
+    client_name: str | None = None
+    report_progress: Callable[[float, float | None, str], Awaitable[None]] | None = None
+    """send a progress notification (progress, total, message); None: the call asked for none"""
+    elicit: Callable[[AskUserQuestionRequest], Awaitable[AskUserQuestionAnswer]] | None = None
+    """ask the client's own user; None: the client cannot"""
+
+
 class AskService:
     """Asks on behalf of MCP clients; an async context manager that owns its tasks."""
 
@@ -258,12 +313,14 @@ class AskService:
         agent_id: str | None = None,
         default_timeout: float | None = None,
         withdraw_grace: float = 5.0,
+        progress_interval: float = 10.0,
     ) -> None:
         # A callable gives the broker once it is open (it raises BROKER_UNAVAILABLE until then).
         self._broker = broker if callable(broker) and not isinstance(broker, Broker) else (lambda: broker)
         self.agent_id = agent_id
         self.default_timeout = default_timeout
         self.withdraw_grace = withdraw_grace
+        self.progress_interval = progress_interval
         self._agents: dict[str, tuple[asyncio.Future[Agent], asyncio.Event]] = {}
         self._agent_ids: dict[str, str] = {}
         self._lock = asyncio.Lock()
@@ -322,11 +379,12 @@ class AskService:
             if not ready.done():  # cancelled while registering: nobody waits forever
                 ready.cancel()
 
-    async def call(self, arguments: dict[str, Any] | None, client_name: str | None) -> types.CallToolResult:
+    async def call(self, arguments: dict[str, Any] | None, caller: Caller | None = None) -> types.CallToolResult:
         """Run one tool call; cancelling it withdraws the question (detaches it, when keyed)."""
+        caller = caller or Caller()
         try:
             parsed = parse_arguments(arguments)
-            agent = await self.agent_for(client_name)
+            agent = await self.agent_for(caller.client_name)
         except UserQuestionError as error:
             return error_result(error)
         except _REDIS_DOWN as error:
@@ -334,7 +392,7 @@ class AskService:
         timeout = parsed.timeout if parsed.timeout is not None else self.default_timeout
         task = self.tasks.create_task(self._ask(agent, parsed, timeout), name="qb-mcp-ask")
         try:
-            outcome = await asyncio.shield(task)
+            outcome = await self._wait(task, timeout, caller)
         except BaseException:
             # The client cancelled the call or went away: one cancel of the ask task
             # withdraws the question; wait for that, shielded from the caller's own scope.
@@ -342,9 +400,29 @@ class AskService:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.withdraw_grace):
                 await asyncio.wait({task})
             raise
+        if isinstance(outcome, UserQuestionError) and outcome.code == NO_PROVIDER and caller.elicit is not None:
+            outcome = await _elicited(caller.elicit, parsed.request, timeout)
         if isinstance(outcome, UserQuestionError):
             return error_result(outcome)
         return _result(answer_payload(outcome, parsed.generated))
+
+    async def _wait(
+        self, task: asyncio.Task[AskUserQuestionAnswer | UserQuestionError], limit_s: float | None, caller: Caller
+    ) -> AskUserQuestionAnswer | UserQuestionError:
+        """The ask's outcome; meanwhile a progress notification every ``progress_interval``, if asked for."""
+        if caller.report_progress is None:
+            return await asyncio.shield(task)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=self.progress_interval)  # never cancels the task
+            if done:
+                return task.result()
+            waited = loop.time() - started
+            try:
+                await caller.report_progress(waited, limit_s, f"waiting for a human to answer ({waited:.0f} s)")
+            except Exception as error:  # a client that cannot take it still gets its answer
+                log.debug("progress notification failed: %r", error)
 
     async def _ask(
         self, agent: Agent, parsed: ParsedCall, limit_s: float | None
@@ -362,6 +440,24 @@ class AskService:
             return UserQuestionError(f"the ask failed: {error!r}", BROKER_UNAVAILABLE)
 
 
+async def _elicited(
+    elicit: Callable[[AskUserQuestionRequest], Awaitable[AskUserQuestionAnswer]],
+    request: AskUserQuestionRequest,
+    limit_s: float | None,
+) -> AskUserQuestionAnswer | UserQuestionError:
+    """Nobody in the namespace can answer: ask the client's own user instead."""
+    try:
+        async with asyncio.timeout(limit_s):
+            return await elicit(request)
+    except UserQuestionError as error:
+        return error
+    except TimeoutError:
+        return UserQuestionError("the user of the MCP client did not answer in time", ASK_TIMED_OUT)
+    except Exception as error:  # the client refused or failed the elicitation: nobody could answer
+        log.warning("elicitation failed: %r", error)
+        return UserQuestionError(f"no provider runs, and the MCP client could not ask its user: {error}", NO_PROVIDER)
+
+
 # -- the MCP server -------------------------------------------------------------------------
 
 
@@ -370,6 +466,7 @@ TOOL = types.Tool(
     title="Ask the user",
     description=_DESCRIPTION,
     input_schema=INPUT_SCHEMA,
+    output_schema=OUTPUT_SCHEMA,
     annotations=types.ToolAnnotations(
         title="Ask the user", read_only_hint=True, destructive_hint=False, open_world_hint=False
     ),
@@ -385,10 +482,9 @@ def build_server(service: AskService) -> Server[Any]:
         return types.ListToolsResult(tools=[TOOL])
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
-        if params.name != TOOL_NAME:
-            return error_result(UserQuestionError(f"unknown tool {params.name!r}", BAD_REQUEST))
-        client = ctx.session.client_params
-        return await service.call(params.arguments, client.client_info.name if client is not None else None)
+        if params.name != TOOL_NAME:  # a protocol error, not a tool's failure (MCP spec, "Error Handling")
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
+        return await service.call(params.arguments, _caller(ctx))
 
     return Server(
         "question-broker",
@@ -396,6 +492,27 @@ def build_server(service: AskService) -> Server[Any]:
         instructions="Use ask_user_question to ask the human structured questions and wait for the answer.",
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+    )
+
+
+def _caller(ctx: ServerRequestContext[Any]) -> Caller:
+    session = ctx.session
+    client = session.client_params
+    meta = ctx.meta or {}
+    wants_progress = meta.get("progress_token", meta.get("progressToken")) is not None
+
+    async def report(progress: float, total: float | None, message: str) -> None:
+        await session.report_progress(progress, total, message)
+
+    async def elicit(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
+        result = await session.elicit_form(message_for(request), form_for(request), related_request_id=ctx.request_id)
+        return answer_from(request, result)
+
+    can_elicit = supports_elicitation(session.client_capabilities) and session.can_send_request
+    return Caller(
+        client_name=client.client_info.name if client is not None and client.client_info is not None else None,
+        report_progress=report if wants_progress else None,
+        elicit=elicit if can_elicit else None,
     )
 
 
@@ -419,6 +536,7 @@ class McpSettings:
     port: int = 8765
     trusted_keys: str = ""
     """the providers' public keys (qbpk1:...): an answer counts only when one of them signed it"""
+    progress_interval: float = 10.0
 
     def __repr__(self) -> str:  # the URL may carry a password
         return f"McpSettings(namespace={self.namespace!r}, transport={self.transport!r}, agent_id={self.agent_id!r})"
@@ -471,7 +589,12 @@ async def running_service(settings: McpSettings) -> AsyncIterator[AskService]:
     holder = asyncio.create_task(slot.hold(tried), name="qb-mcp-broker")
     try:
         await tried.wait()  # then serve either way: calls fail coded until Redis answers
-        async with AskService(slot, agent_id=settings.agent_id, default_timeout=settings.timeout) as service:
+        async with AskService(
+            slot,
+            agent_id=settings.agent_id,
+            default_timeout=settings.timeout,
+            progress_interval=settings.progress_interval,
+        ) as service:
             yield service
     finally:
         holder.cancel()

@@ -69,17 +69,18 @@ async def test_example_runs_offline(auto, redis_server, namespace, name, module,
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 async def test_claude_code_example_payload_is_allowed(auto, redis_server, namespace):
-    payload = (EXAMPLES / "claude_code" / "pre_tool_use.json").read_bytes()
+    payload = (EXAMPLES / "claude_code" / "permission_request.json").read_bytes()
     status, out, err = await run_qbroker("claude-hook", url=redis_server.url, namespace=namespace, stdin=payload)
     assert status == 0, err
-    assert json.loads(out)["hookSpecificOutput"]["permissionDecision"] == "allow"
+    assert json.loads(out)["hookSpecificOutput"]["decision"]["behavior"] == "allow"
 
 
 def test_claude_code_settings_name_a_valid_command():
     settings = json.loads((EXAMPLES / "claude_code" / "settings.json").read_text())
-    (entry,) = settings["hooks"]["PreToolUse"]
-    (hook,) = entry["hooks"]
-    argv = shlex.split(hook["command"])
-    assert argv[:2] == ["qbroker", "claude-hook"]
-    args = build_parser().parse_args(argv[1:])
-    assert args.timeout < hook["timeout"]  # answer (or fall back) before Claude Code kills the hook
+    entries = [entry for event in ("PermissionRequest", "PreToolUse") for entry in settings["hooks"][event]]
+    for entry in entries:
+        (hook,) = entry["hooks"]
+        argv = shlex.split(hook["command"])
+        assert argv[:2] == ["qbroker", "claude-hook"]
+        args = build_parser().parse_args(argv[1:])
+        assert args.timeout < hook["timeout"]  # answer (or fall back) before Claude Code kills the hook

@@ -1,42 +1,110 @@
-"""``qbroker claude-hook`` as Claude Code runs it: a PreToolUse payload on stdin, a decision on stdout."""
+"""``qbroker claude-hook`` as Claude Code runs it: a hook payload on stdin, the event's decision on stdout.
+
+The payloads are shaped as Claude Code's hooks reference documents them (code.claude.com/docs/en/hooks):
+``PermissionRequest`` (no ``tool_use_id``; ``permission_suggestions``), and ``PreToolUse`` for the two
+tools that wait for the user, ``AskUserQuestion`` and ``ExitPlanMode``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+import sys
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
-from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, Remember
-from tests.workers.procs import run_qbroker
+from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, PlanReviewIntent, Remember
+from broker.housekeeping import reap_abandoned
+from tests.workers.procs import env_for, run_qbroker
 from workers.redis_server import free_port
 
-# Shaped as Claude Code's hooks reference documents a PreToolUse input.
-BASH = {
+COMMON = {
     "session_id": "abc123",
     "transcript_path": "/home/u/.claude/projects/p/abc123.jsonl",
     "cwd": "/home/u/project",
     "permission_mode": "default",
-    "hook_event_name": "PreToolUse",
+}
+# PermissionRequest: fires only when Claude Code would show its permission dialog.
+BASH = {
+    **COMMON,
+    "hook_event_name": "PermissionRequest",
     "tool_name": "Bash",
     "tool_input": {"command": "rm -rf build", "description": "Remove the build directory"},
-    "tool_use_id": "toolu_01ABC",
+    "permission_suggestions": [
+        {
+            "type": "addRules",
+            "rules": [{"toolName": "Bash", "ruleContent": "rm -rf build"}],
+            "behavior": "allow",
+            "destination": "localSettings",
+        }
+    ],
 }
 EDIT = {
-    **BASH,
+    **COMMON,
+    "hook_event_name": "PermissionRequest",
     "tool_name": "Edit",
     "tool_input": {"file_path": "/home/u/project/app.py", "old_string": "x = 1", "new_string": "x = 2"},
-    "tool_use_id": "toolu_02DEF",
 }
-MCP = {**BASH, "tool_name": "mcp__github__create_issue", "tool_input": {"title": "Bug", "body": "It `breaks`"}}
+MCP = {
+    **COMMON,
+    "hook_event_name": "PermissionRequest",
+    "tool_name": "mcp__github__create_issue",
+    "tool_input": {"title": "Bug", "body": "It `breaks`"},
+}
+# PreToolUse: AskUserQuestion and ExitPlanMode, answered through updatedInput.
+QUESTIONS = {
+    **COMMON,
+    "hook_event_name": "PreToolUse",
+    "tool_name": "AskUserQuestion",
+    "tool_use_id": "toolu_01ASK",
+    "tool_input": {
+        "questions": [
+            {
+                "question": "Which framework?",
+                "header": "Framework",
+                "options": [{"label": "React", "description": "the usual"}, {"label": "Vue"}],
+                "multiSelect": False,
+            },
+            {
+                "question": "Which checks?",
+                "header": "CI",
+                "options": [{"label": "lint"}, {"label": "types"}, {"label": "tests"}],
+                "multiSelect": True,
+            },
+        ]
+    },
+}
+PLAN = {
+    **COMMON,
+    "permission_mode": "plan",
+    "hook_event_name": "PreToolUse",
+    "tool_name": "ExitPlanMode",
+    "tool_use_id": "toolu_01PLAN",
+    "tool_input": {"plan": "# Plan\n1. add the column\n2. backfill it"},
+}
 
 
-def _decision(out: bytes) -> tuple[str, str]:
-    output = json.loads(out)["hookSpecificOutput"]
-    assert output["hookEventName"] == "PreToolUse"
-    return output["permissionDecision"], output["permissionDecisionReason"]
+def _output(out: bytes) -> dict[str, Any]:
+    decoded: dict[str, Any] = json.loads(out)
+    return decoded
+
+
+def _permission(out: bytes) -> dict[str, Any]:
+    """The decision of a PermissionRequest output."""
+    specific = _output(out)["hookSpecificOutput"]
+    assert specific["hookEventName"] == "PermissionRequest"
+    decision: dict[str, Any] = specific["decision"]
+    return decision
+
+
+def _pre_tool_use(out: bytes) -> dict[str, Any]:
+    specific: dict[str, Any] = _output(out)["hookSpecificOutput"]
+    assert specific["hookEventName"] == "PreToolUse"
+    return specific
 
 
 async def _hook_answered_by(make_broker, redis_server, namespace, payload, respond, *args: str):
@@ -56,7 +124,7 @@ async def _hook_answered_by(make_broker, redis_server, namespace, payload, respo
         await respond(pending)
         status, out, err = await asyncio.wait_for(hooking, 15)
     assert status == 0, err
-    return pending.request, _decision(out)
+    return pending.request, out
 
 
 def _reply(selected: tuple[str, ...] = (), custom: str | None = None) -> Any:
@@ -67,62 +135,244 @@ def _reply(selected: tuple[str, ...] = (), custom: str | None = None) -> Any:
     return respond
 
 
+# -- PermissionRequest: a tool call Claude Code would ask about -------------------------------
+
+
 @pytest.mark.parametrize(
-    ("payload", "question", "in_detail"),
+    ("payload", "question", "labels", "in_detail"),
     [
-        pytest.param(BASH, "Allow Bash: `rm -rf build`?", "Remove the build directory", id="bash"),
-        pytest.param(EDIT, "Allow Edit: `/home/u/project/app.py`?", '"new_string": "x = 2"', id="edit"),
+        pytest.param(BASH, "Allow Bash: `rm -rf build`?", ("Allow", "Allow and remember", "Deny"),
+                     "Remove the build directory", id="bash"),
+        pytest.param(EDIT, "Allow Edit: `/home/u/project/app.py`?", ("Allow", "Deny"), '"new_string": "x = 2"',
+                     id="edit-no-suggestion"),
         pytest.param(MCP, "Allow mcp__github__create_issue: `{\"body\": \"It 'breaks'\", \"title\": \"Bug\"}`?",
-                     '"title": "Bug"', id="mcp-tool"),
+                     ("Allow", "Allow and remember", "Deny"), '"title": "Bug"', id="mcp-tool"),
     ],
 )  # fmt: skip
-async def test_allow(make_broker, redis_server, namespace, payload, question, in_detail):
-    request, decision = await _hook_answered_by(make_broker, redis_server, namespace, payload, _reply(("Allow",)))
+async def test_permission_request_allowed(make_broker, redis_server, namespace, payload, question, labels, in_detail):
+    request, out = await _hook_answered_by(make_broker, redis_server, namespace, payload, _reply(("Allow",)))
     item = request.questions[0]
-    assert (item.question, item.header, item.labels, item.multi_select) == (
-        question, "Claude Code", ("Allow", "Deny"), False,
-    )  # fmt: skip
-    assert in_detail in (item.detail or "") and "/home/u/project" in (item.detail or "")
-    assert request.agent == f"claude-code-{payload['tool_use_id']}"  # a live root: withdrawn if the hook dies
-    assert decision == ("allow", "allowed by the user through question-broker")
+    assert (item.question, item.header, item.labels, item.multi_select) == (question, "Claude Code", labels, False)
+    assert in_detail in (item.detail or "")
+    # the card says where and for whom: the directory, the session, the permission mode
+    assert all(text in (item.detail or "") for text in ("/home/u/project", "abc123", "default"))
+    assert request.agent == "claude-code-abc123"  # one agent per Claude Code session
+    assert _permission(out) == {"behavior": "allow"}
 
 
-async def test_deny(make_broker, redis_server, namespace):
-    _, decision = await _hook_answered_by(make_broker, redis_server, namespace, BASH, _reply(("Deny",)))
-    assert decision == ("deny", "denied by the user through question-broker")
+async def test_deny_tells_claude(make_broker, redis_server, namespace):
+    _, out = await _hook_answered_by(make_broker, redis_server, namespace, BASH, _reply(("Deny",)))
+    assert _permission(out) == {"behavior": "deny", "message": "denied by the user through question-broker"}
 
 
 async def test_a_note_denies_and_tells_claude_why(make_broker, redis_server, namespace):
-    _, decision = await _hook_answered_by(
-        make_broker, redis_server, namespace, BASH, _reply(custom="use `make clean` instead")
-    )
-    assert decision == ("deny", "The user says: use `make clean` instead")
+    _, out = await _hook_answered_by(make_broker, redis_server, namespace, BASH, _reply(custom="use `make clean`"))
+    assert _permission(out) == {"behavior": "deny", "message": "The user says: use `make clean`"}
 
 
 async def test_a_cancelled_question_denies(make_broker, redis_server, namespace):
     async def cancel(pending: Any) -> None:
         await pending.cancel("not during the release", by="alice")
 
-    _, decision = await _hook_answered_by(make_broker, redis_server, namespace, BASH, cancel)
-    assert decision[0] == "deny" and "not during the release" in decision[1]
+    _, out = await _hook_answered_by(make_broker, redis_server, namespace, BASH, cancel)
+    decision = _permission(out)
+    assert decision["behavior"] == "deny" and "not during the release" in decision["message"]
 
 
-async def test_a_skipped_question_falls_back_to_the_local_prompt(make_broker, redis_server, namespace):
-    _, decision = await _hook_answered_by(make_broker, redis_server, namespace, BASH, _reply())
-    assert decision[0] == "ask"
+async def test_a_skipped_question_leaves_the_dialog_to_claude_code(make_broker, redis_server, namespace):
+    _, out = await _hook_answered_by(make_broker, redis_server, namespace, BASH, _reply())
+    output = _output(out)
+    assert "hookSpecificOutput" not in output and "skipped" in output["systemMessage"]
 
 
 @pytest.mark.parametrize(
-    ("args", "expected"),
-    [pytest.param((), "ask", id="default-ask"), pytest.param(("--on-unavailable", "deny"), "deny", id="deny")],
+    ("args", "destination"),
+    [pytest.param((), "session", id="default-session"),
+     pytest.param(("--remember-in", "localSettings"), "localSettings", id="local-settings")],
+)  # fmt: skip
+async def test_allow_and_remember_writes_the_suggested_rule_back(
+    make_broker, redis_server, namespace, args, destination
+):
+    request, out = await _hook_answered_by(
+        make_broker, redis_server, namespace, BASH, _reply(("Allow and remember",)), *args
+    )
+    [remember] = [o for o in request.questions[0].options if o.label == "Allow and remember"]
+    assert "Bash(rm -rf build)" in (remember.description or "")
+    assert _permission(out) == {
+        "behavior": "allow",
+        "updatedPermissions": [
+            {
+                "type": "addRules",
+                "rules": [{"toolName": "Bash", "ruleContent": "rm -rf build"}],
+                "behavior": "allow",
+                "destination": destination,
+            }
+        ],
+    }
+
+
+async def test_allow_and_remember_an_mcp_tool_is_a_rule_for_that_tool(make_broker, redis_server, namespace):
+    _, out = await _hook_answered_by(make_broker, redis_server, namespace, MCP, _reply(("Allow and remember",)))
+    assert _permission(out)["updatedPermissions"] == [
+        {
+            "type": "addRules",
+            "rules": [{"toolName": "mcp__github__create_issue"}],
+            "behavior": "allow",
+            "destination": "session",
+        }
+    ]
+
+
+async def test_a_subagent_asks_as_its_session_and_the_card_names_its_type(make_broker, redis_server, namespace):
+    payload = {**BASH, "agent_id": "agent-7f3", "agent_type": "Explore"}
+    request, _ = await _hook_answered_by(make_broker, redis_server, namespace, payload, _reply(("Allow",)))
+    assert request.agent == "claude-code-abc123"  # an owned agent could not ask a human at all
+    assert "Explore" in (request.questions[0].detail or "")
+
+
+# -- PreToolUse: AskUserQuestion and ExitPlanMode ---------------------------------------------
+
+
+async def test_ask_user_question_becomes_the_question_itself(make_broker, redis_server, namespace):
+    async def answer(pending: Any) -> None:
+        first, second = pending.request.questions
+        items = (
+            AskUserQuestionAnswerItem(id=first.id, selected=("Vue",)),
+            AskUserQuestionAnswerItem(id=second.id, selected=("lint", "tests")),
+        )
+        await pending.answer(AskUserQuestionAnswer(answers=items), by="alice")
+
+    request, out = await _hook_answered_by(make_broker, redis_server, namespace, QUESTIONS, answer)
+    first, second = request.questions
+    assert (first.question, first.header, first.labels, first.multi_select) == (
+        "Which framework?", "Framework", ("React", "Vue"), False,
+    )  # fmt: skip
+    assert first.options[0].description == "the usual"
+    assert (second.question, second.labels, second.multi_select) == ("Which checks?", ("lint", "types", "tests"), True)
+    assert "abc123" in (first.detail or "") and "/home/u/project" in (first.detail or "")
+    specific = _pre_tool_use(out)
+    assert specific["permissionDecision"] == "allow"
+    assert specific["updatedInput"] == {
+        **QUESTIONS["tool_input"],
+        "answers": {"Which framework?": "Vue", "Which checks?": "lint, tests"},
+    }
+
+
+async def test_ask_user_question_typed_text_is_the_answer(make_broker, redis_server, namespace):
+    async def answer(pending: Any) -> None:
+        first, second = pending.request.questions
+        items = (
+            AskUserQuestionAnswerItem(id=first.id, selected=(), custom="Svelte"),
+            AskUserQuestionAnswerItem(id=second.id, selected=()),  # skipped
+        )
+        await pending.answer(AskUserQuestionAnswer(answers=items), by="alice")
+
+    _, out = await _hook_answered_by(make_broker, redis_server, namespace, QUESTIONS, answer)
+    assert _pre_tool_use(out)["updatedInput"]["answers"] == {"Which framework?": "Svelte"}
+
+
+async def test_ask_user_question_through_permission_request(make_broker, redis_server, namespace):
+    payload = {**QUESTIONS, "hook_event_name": "PermissionRequest"}
+    del payload["tool_use_id"]
+
+    async def answer(pending: Any) -> None:
+        first, second = pending.request.questions
+        items = (
+            AskUserQuestionAnswerItem(id=first.id, selected=("React",)),
+            AskUserQuestionAnswerItem(id=second.id, selected=("types",)),
+        )
+        await pending.answer(AskUserQuestionAnswer(answers=items), by="alice")
+
+    _, out = await _hook_answered_by(make_broker, redis_server, namespace, payload, answer)
+    decision = _permission(out)
+    assert decision["behavior"] == "allow"
+    assert decision["updatedInput"]["answers"] == {"Which framework?": "React", "Which checks?": "types"}
+
+
+async def test_exit_plan_mode_is_a_plan_review(make_broker, redis_server, namespace):
+    async def approve(pending: Any) -> None:
+        [item] = pending.request.questions
+        assert isinstance(item.intent, PlanReviewIntent)
+        await pending.answer(pick(item.id, item.intent.approve), by="alice")
+
+    request, out = await _hook_answered_by(make_broker, redis_server, namespace, PLAN, approve)
+    [item] = request.questions
+    assert item.intent == PlanReviewIntent(approve="Approve")
+    assert (item.detail or "").startswith("# Plan\n1. add the column\n2. backfill it")
+    specific = _pre_tool_use(out)
+    assert (specific["permissionDecision"], specific["updatedInput"]) == ("allow", PLAN["tool_input"])
+
+
+async def test_a_plan_declined_with_a_note_keeps_planning(make_broker, redis_server, namespace):
+    async def decline(pending: Any) -> None:
+        [item] = pending.request.questions
+        await pending.answer(pick(item.id, custom="split step 2"), by="alice")
+
+    _, out = await _hook_answered_by(make_broker, redis_server, namespace, PLAN, decline)
+    specific = _pre_tool_use(out)
+    assert specific["permissionDecision"] == "deny" and "split step 2" in specific["permissionDecisionReason"]
+
+
+def pick(qid: str, *selected: str, custom: str | None = None) -> AskUserQuestionAnswer:
+    return AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id=qid, selected=selected, custom=custom),))
+
+
+# -- events it does not ask about ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param({**BASH, "hook_event_name": "PreToolUse", "tool_use_id": "toolu_1"}, id="pretooluse-bash"),
+        pytest.param({**COMMON, "hook_event_name": "PostToolUse", "tool_name": "Bash", "tool_input": {}},
+                     id="posttooluse"),
+        pytest.param({**COMMON, "hook_event_name": "Stop"}, id="stop"),
+        pytest.param({"tool_name": "Bash", "tool_input": {"command": "ls"}}, id="no-event-name"),
+    ],
+)  # fmt: skip
+async def test_an_event_it_does_not_ask_about_passes_through(redis_server, namespace, payload):
+    status, out, err = await run_qbroker(
+        "claude-hook", url=redis_server.url, namespace=namespace, stdin=json.dumps(payload).encode()
+    )
+    # no decision (an ask would have printed NO_PROVIDER): Claude Code goes on as without the hook
+    assert (status, out) == (0, b"")
+    assert b"passes through" in err
+
+
+@pytest.mark.parametrize("stdin", [b"not json", b"[]", b'{"tool_name": 3}'], ids=["not-json", "array", "bad-name"])
+async def test_a_payload_it_cannot_read_passes_through(redis_server, namespace, stdin):
+    status, out, err = await run_qbroker("claude-hook", url=redis_server.url, namespace=namespace, stdin=stdin)
+    assert (status, out) == (0, b"")
+    assert b"not a Claude Code hook payload" in err
+
+
+# -- nobody can answer --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "deny"),
+    [pytest.param((), False, id="default-ask"), pytest.param(("--on-unavailable", "deny"), True, id="deny")],
 )
-async def test_no_provider_falls_back(redis_server, namespace, args, expected):
+async def test_no_provider_falls_back(redis_server, namespace, args, deny):
     status, out, err = await run_qbroker(
         "claude-hook", *args, url=redis_server.url, namespace=namespace, stdin=json.dumps(BASH).encode()
     )
     assert status == 0, err
-    decision, reason = _decision(out)
-    assert (decision, "NO_PROVIDER" in reason) == (expected, True)
+    output = _output(out)
+    if deny:
+        decision = _permission(out)
+        assert decision["behavior"] == "deny" and "NO_PROVIDER" in decision["message"]
+    else:  # no decision: Claude Code shows its own dialog, with a word on why
+        assert "hookSpecificOutput" not in output and "NO_PROVIDER" in output["systemMessage"]
+
+
+async def test_no_provider_for_a_question_asks_locally(redis_server, namespace):
+    status, out, err = await run_qbroker(
+        "claude-hook", url=redis_server.url, namespace=namespace, stdin=json.dumps(QUESTIONS).encode()
+    )
+    assert status == 0, err
+    specific = _pre_tool_use(out)
+    assert specific["permissionDecision"] == "ask" and "NO_PROVIDER" in specific["permissionDecisionReason"]
 
 
 async def test_a_timeout_falls_back(make_broker, redis_server, namespace):
@@ -133,8 +383,7 @@ async def test_a_timeout_falls_back(make_broker, redis_server, namespace):
             stdin=json.dumps(BASH).encode(),
         )  # fmt: skip
     assert status == 0, err
-    decision, reason = _decision(out)
-    assert decision == "ask" and "ASK_TIMED_OUT" in reason
+    assert "ASK_TIMED_OUT" in _output(out)["systemMessage"]
 
 
 async def test_redis_unreachable_falls_back(namespace):
@@ -142,15 +391,79 @@ async def test_redis_unreachable_falls_back(namespace):
         "claude-hook", url=f"redis://127.0.0.1:{free_port()}/0", namespace=namespace, stdin=json.dumps(BASH).encode()
     )
     assert status == 0, err
-    decision, reason = _decision(out)
-    assert decision == "ask" and "BROKER_UNAVAILABLE" in reason
+    assert "BROKER_UNAVAILABLE" in _output(out)["systemMessage"]
 
 
-@pytest.mark.parametrize("stdin", [b"not json", b"{}", b'{"tool_name": 3}'], ids=["not-json", "empty", "bad-name"])
-async def test_a_payload_it_cannot_read_falls_back(redis_server, namespace, stdin):
-    status, out, err = await run_qbroker("claude-hook", url=redis_server.url, namespace=namespace, stdin=stdin)
-    assert status == 0, err
-    assert _decision(out)[0] == "ask" and b"not a PreToolUse payload" in err
+def test_the_default_wait_fits_claude_codes_hook_timeout():
+    from workers.cli import build_parser
+
+    args = build_parser().parse_args(["claude-hook"])
+    assert 500 <= args.timeout < 600  # Claude Code kills a command hook after 600 s unless told otherwise
+
+
+# -- one session, several calls -------------------------------------------------------------------
+
+
+async def _start_hook(redis_server, namespace, payload) -> asyncio.subprocess.Process:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "workers", "claude-hook",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=env_for(redis_server.url, namespace),
+    )  # fmt: skip
+    assert process.stdin is not None
+    process.stdin.write(json.dumps(payload).encode())
+    process.stdin.close()
+    return process
+
+
+async def test_two_calls_of_one_session_wait_together_and_each_gets_its_answer(make_broker, redis_server, namespace):
+    broker = await make_broker()
+    other = {**EDIT, "agent_id": "agent-1", "agent_type": "general-purpose"}  # a subagent, at the same time
+    async with broker.provider("test-provider") as provider:
+        first = await _start_hook(redis_server, namespace, BASH)
+        seen = aiter(provider)
+        pending_first = await asyncio.wait_for(anext(seen), 15)
+        second = await _start_hook(redis_server, namespace, other)
+        pending_second = await asyncio.wait_for(anext(seen), 15)
+        assert pending_first.agent_id == pending_second.agent_id == "claude-code-abc123"
+        # the second hook's registration replaced the first's agent instance: housekeeping finds the
+        # first card's asker gone, and only marks it away (keyed) rather than withdrawing it
+        await reap_abandoned(broker)
+        await pending_second.answer(pick("permission", "Deny"), by="alice")
+        await pending_first.answer(pick("permission", "Allow"), by="alice")
+        out_first, _ = await asyncio.wait_for(first.communicate(), 15)
+        out_second, _ = await asyncio.wait_for(second.communicate(), 15)
+    assert _permission(out_first)["behavior"] == "allow"
+    assert _permission(out_second)["behavior"] == "deny"
+
+
+async def test_a_restarted_hook_reattaches_to_its_tool_calls_question(make_broker, redis_server, namespace):
+    broker = await make_broker()
+    async with broker.provider("test-provider") as provider:
+        killed = await _start_hook(redis_server, namespace, QUESTIONS)
+        seen = aiter(provider)
+        pending = await asyncio.wait_for(anext(seen), 15)
+        killed.kill()  # SIGKILL: no chance to withdraw
+        await killed.wait()
+        again = await _start_hook(redis_server, namespace, QUESTIONS)  # the same tool_use_id
+        await asyncio.sleep(1.0)
+        await reap_abandoned(broker)
+        assert [rid for _, rid in pending.askers] == [pending.request_id]  # re-attached, not a second ask
+        first, second = pending.request.questions
+        await pending.answer(
+            AskUserQuestionAnswer(
+                answers=(
+                    AskUserQuestionAnswerItem(id=first.id, selected=("React",)),
+                    AskUserQuestionAnswerItem(id=second.id, selected=("lint",)),
+                )
+            ),
+            by="alice",
+        )
+        out, err = await asyncio.wait_for(again.communicate(), 15)  # the answer to the first card
+    assert _pre_tool_use(out)["updatedInput"]["answers"] == {"Which framework?": "React", "Which checks?": "lint"}, err
+
+
+# -- the broker's own remembered decisions (--remember) ----------------------------------------
 
 
 def _remember_allow() -> Any:
@@ -165,26 +478,25 @@ def _remember_allow() -> Any:
 async def test_with_remember_a_remembered_allow_answers_the_same_call_in_the_same_directory(
     make_broker, redis_server, namespace
 ):
-    request, decision = await _hook_answered_by(
-        make_broker, redis_server, namespace, BASH, _remember_allow(), "--remember"
-    )
+    request, out = await _hook_answered_by(make_broker, redis_server, namespace, BASH, _remember_allow(), "--remember")
     assert request.questions[0].question == "Allow Bash: `rm -rf build` in `/home/u/project`?"
-    assert decision[0] == "allow"
+    assert _permission(out)["behavior"] == "allow"
 
-    async def hook(payload: dict[str, Any], *args: str) -> tuple[str, str]:
+    async def hook(payload: dict[str, Any], *args: str) -> dict[str, Any]:
         status, out, err = await run_qbroker(
             "claude-hook", *args, url=redis_server.url, namespace=namespace, stdin=json.dumps(payload).encode()
         )
         assert status == 0, err
-        return _decision(out)
+        return _output(out)
 
-    # no provider now: the remembered decision answers the same call (another tool_use_id) at once...
-    assert (await hook({**BASH, "tool_use_id": "toolu_09"}, "--remember"))[0] == "allow"
+    # no provider now: the remembered decision answers the same call (another session) at once...
+    decided = await hook({**BASH, "session_id": "other"}, "--remember")
+    assert decided["hookSpecificOutput"]["decision"]["behavior"] == "allow"
     # ...but not without --remember, nor in another directory, nor another command
-    assert "NO_PROVIDER" in (await hook({**BASH, "tool_use_id": "toolu_10"}))[1]
-    assert "NO_PROVIDER" in (await hook({**BASH, "cwd": "/etc"}, "--remember"))[1]
+    assert "NO_PROVIDER" in (await hook({**BASH, "session_id": "s2"}))["systemMessage"]
+    assert "NO_PROVIDER" in (await hook({**BASH, "cwd": "/etc"}, "--remember"))["systemMessage"]
     other = {**BASH, "tool_input": {"command": "rm -rf build/../.."}}
-    assert "NO_PROVIDER" in (await hook(other, "--remember"))[1]
+    assert "NO_PROVIDER" in (await hook(other, "--remember"))["systemMessage"]
 
 
 @pytest.mark.parametrize(
@@ -198,6 +510,64 @@ async def test_with_remember_a_remembered_allow_answers_the_same_call_in_the_sam
     ],
 )
 def test_only_a_call_the_question_names_whole_may_be_remembered(payload, whole):
-    from workers.claude_hook import HookPayload, names_the_whole_call
+    from workers.claude_questions import HookPayload, names_the_whole_call
 
     assert names_the_whole_call(msgspec.convert(payload, HookPayload)) is whole
+
+
+# -- the settings in docs/integrations.md ------------------------------------------------------------
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "claude_code" / "settings.json"
+ASKED = {"Bash", "PowerShell", "Edit", "Write", "NotebookEdit", "Read", "Glob", "Grep", "WebFetch", "WebSearch",
+         "Skill", "EnterPlanMode", "mcp__github__create_issue", "mcp__memory__delete_entities"}  # fmt: skip
+NOT_ASKED = {"TodoWrite", "Task", "Agent", "MultiEdit", "BashOutput", "XBash", "Bashful", "mcp__question-broker__ask_user_question"}  # fmt: skip
+
+
+def _documented_settings() -> dict[str, Any]:
+    text = DOC.read_text()
+    section = text[text.index("### Claude Code") : text.index("### LangGraph")]
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", section, re.S)]
+    [settings] = [b for b in blocks if "hooks" in b]
+    return settings
+
+
+def _matches(matcher: str, tool: str) -> bool:
+    """Claude Code's rule: letters, digits, '_' and '|' are exact names; anything else is a JS regex (searched)."""
+    if matcher in ("", "*"):
+        return True
+    if re.fullmatch(r"[A-Za-z0-9_|]+", matcher):
+        return tool in matcher.split("|")
+    return re.search(matcher, tool) is not None  # the regex uses only syntax JS and Python share
+
+
+def _hooked(settings: dict[str, Any], event: str) -> set[str]:
+    tools = ASKED | NOT_ASKED | {"AskUserQuestion", "ExitPlanMode"}
+    groups = settings["hooks"].get(event, [])
+    return {t for t in tools for g in groups if _matches(g.get("matcher", ""), t)}
+
+
+@pytest.mark.parametrize("source", ["doc", "example"])
+def test_the_documented_settings_hook_exactly_the_intended_tools(source):
+    settings = _documented_settings() if source == "doc" else json.loads(EXAMPLE.read_text())
+    assert _hooked(settings, "PermissionRequest") == ASKED
+    assert _hooked(settings, "PreToolUse") == {"AskUserQuestion", "ExitPlanMode"}
+    for group in (g for groups in settings["hooks"].values() for g in groups):
+        [handler] = group["hooks"]
+        assert handler["type"] == "command" and handler["command"].startswith("qbroker claude-hook")
+        # the hook's own wait (--timeout, default 590) ends before Claude Code kills it
+        wait = re.search(r"--timeout (\d+)", handler["command"])
+        assert float(wait.group(1) if wait else 590) < handler["timeout"] <= 600
+
+
+def test_the_doc_and_the_example_say_the_same():
+    assert _documented_settings() == json.loads(EXAMPLE.read_text())
+
+
+async def test_a_question_input_it_cannot_read_is_asked_locally(redis_server, namespace):
+    payload = {**QUESTIONS, "tool_input": {"questions": "Which framework?"}}
+    status, out, err = await run_qbroker(
+        "claude-hook", url=redis_server.url, namespace=namespace, stdin=json.dumps(payload).encode()
+    )
+    assert status == 0, err
+    assert _pre_tool_use(out)["permissionDecision"] == "ask" and b"asks locally" in err

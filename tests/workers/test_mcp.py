@@ -20,6 +20,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from broker import (
     AskUserQuestionAnswer,
@@ -431,3 +432,150 @@ def test_a_key_must_be_a_string() -> None:
     assert parse_arguments({**YES_NO, "key": "k"}).key == "k"
     with pytest.raises(UserQuestionError):
         parse_arguments({**YES_NO, "key": 7})
+
+
+# -- what MCP clients expect: an output schema, progress, protocol errors, elicitation ------------
+
+
+async def test_the_tool_declares_its_output_schema(redis_server: RedisServer, namespace: str) -> None:
+    async with mcp_client(redis_server, namespace) as session:
+        [tool] = (await session.list_tools()).tools
+    schema = tool.output_schema
+    assert schema is not None and schema["required"] == ["answers"]
+    item = schema["properties"]["answers"]["items"]
+    assert set(item["properties"]) == {"id", "selected", "custom", "question"}
+    # the answers of the other tests are checked against it by the SDK's client (call_tool validates)
+
+
+async def test_an_unknown_tool_is_a_protocol_error(redis_server: RedisServer, namespace: str) -> None:
+    async with mcp_client(redis_server, namespace) as session:
+        with pytest.raises(MCPError) as caught:
+            await session.call_tool("no_such_tool", {})
+        assert caught.value.code == types.INVALID_PARAMS and "no_such_tool" in caught.value.message
+        assert structured(await session.call_tool("ask_user_question", {"questions": []}))["code"] == "EMPTY_QUESTIONS"
+
+
+async def test_progress_is_reported_while_a_human_takes_their_time(
+    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    reports: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reports.append((progress, total, message))
+
+    async def slow(pending: PendingRequest) -> None:
+        await asyncio.sleep(1.5)
+        await pick_first(pending)
+
+    broker = await make_broker()
+    async with (
+        provider(broker, slow),
+        mcp_client(redis_server, namespace, "--progress-interval", "0.3") as session,
+    ):
+        arguments = {**YES_NO, "timeoutSeconds": 60}
+        result = await asyncio.wait_for(
+            session.call_tool("ask_user_question", arguments, progress_callback=on_progress), 20
+        )
+        silent = await asyncio.wait_for(
+            session.call_tool("ask_user_question", YES_NO), 20
+        )  # no progressToken: waits all the same
+    assert structured(result) == {"answers": [{"id": "deploy", "selected": ["yes"]}]}
+    assert not silent.is_error
+    assert len(reports) >= 2, reports
+    assert [p for p, _, _ in reports] == sorted({p for p, _, _ in reports})  # strictly increasing
+    assert all(total == 60 for _, total, _ in reports)
+    assert "waiting for a human" in (reports[0][2] or "")
+
+
+async def _elicit_answering(
+    content: dict[str, Any] | None, action: str = "accept", seen: list[Any] | None = None
+) -> Any:
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        if seen is not None:
+            seen.append(params)
+        return types.ElicitResult(action=action, content=content)  # type: ignore[arg-type]
+
+    return elicit
+
+
+@contextlib.asynccontextmanager
+async def eliciting_client(redis_server: RedisServer, namespace: str, elicit: Any) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "workers.commands.mcp", "--redis-url", redis_server.url, "--namespace", namespace],
+    )
+    async with (
+        stdio_client(params) as (read_stream, write_stream),
+        ClientSession(
+            read_stream, write_stream, elicitation_callback=elicit,
+            client_info=types.Implementation(name="local", version="1"),
+        ) as session,
+    ):  # fmt: skip
+        await session.initialize()
+        yield session
+
+
+BATCH = {
+    "questions": [
+        {"id": "deploy", "question": "Deploy now?", "header": "Release", "options": ["yes", "no"]},
+        {"id": "checks", "question": "Which checks?", "options": ["lint", "types", "tests"], "multiSelect": True},
+        {"id": "note", "question": "Anything else?"},
+    ]
+}
+
+
+async def test_no_provider_asks_the_local_user_through_elicitation(redis_server: RedisServer, namespace: str) -> None:
+    seen: list[Any] = []
+    content = {"deploy": "no", "checks": ["lint", "tests"], "note": "ship on Monday"}
+    async with eliciting_client(redis_server, namespace, await _elicit_answering(content, seen=seen)) as session:
+        result = await session.call_tool("ask_user_question", BATCH)
+    assert not result.is_error, result
+    assert structured(result) == {
+        "answers": [
+            {"id": "deploy", "selected": ["no"]},
+            {"id": "checks", "selected": ["lint", "tests"]},
+            {"id": "note", "selected": [], "custom": "ship on Monday"},
+        ]
+    }
+    [params] = seen
+    assert "Deploy now?" in params.message and "Which checks?" in params.message
+    properties = params.requested_schema["properties"]
+    assert properties["deploy"]["enum"] == ["yes", "no"]
+    assert properties["checks"]["items"]["enum"] == ["lint", "types", "tests"]
+    assert properties["note"]["type"] == "string"
+
+
+async def test_elicitation_typed_text_and_skips(redis_server: RedisServer, namespace: str) -> None:
+    content = {"deploy_other": "after the freeze"}
+    async with eliciting_client(redis_server, namespace, await _elicit_answering(content)) as session:
+        result = await session.call_tool("ask_user_question", BATCH)
+    assert structured(result) == {
+        "answers": [
+            {"id": "deploy", "selected": [], "custom": "after the freeze"},
+            {"id": "checks", "selected": []},
+            {"id": "note", "selected": []},
+        ]
+    }
+
+
+@pytest.mark.parametrize("action", ["decline", "cancel"])
+async def test_a_declined_elicitation_is_a_dismissed_question(
+    redis_server: RedisServer, namespace: str, action: str
+) -> None:
+    async with eliciting_client(redis_server, namespace, await _elicit_answering(None, action)) as session:
+        result = await session.call_tool("ask_user_question", YES_NO)
+    assert result.is_error and structured(result)["code"] == "ASK_CANCELLED"
+
+
+async def test_with_a_provider_the_team_answers_not_the_local_user(
+    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    seen: list[Any] = []
+    broker = await make_broker()
+    async with (
+        provider(broker, pick_first),
+        eliciting_client(redis_server, namespace, await _elicit_answering({"deploy": "no"}, seen=seen)) as session,
+    ):
+        result = await session.call_tool("ask_user_question", YES_NO)
+    assert structured(result) == {"answers": [{"id": "deploy", "selected": ["yes"]}]}
+    assert seen == []

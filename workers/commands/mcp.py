@@ -50,6 +50,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="default time to wait for an answer before ASK_TIMED_OUT (a call's timeoutSeconds wins)",
     )
+    parser.add_argument(
+        "--progress-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="while a human takes their time, send a call that asked for progress a notification this often "
+        "(default 10)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     parser.add_argument("--redis-url", metavar="URL", default=argparse.SUPPRESS, help=f"Redis URL (env {_ENV_URL})")
@@ -70,6 +78,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
     )
     if args.timeout is not None and args.timeout <= 0:
         raise ValueError(f"--timeout must be positive, not {args.timeout}")
+    if args.progress_interval <= 0:
+        raise ValueError(f"--progress-interval must be positive, not {args.progress_interval}")
     if shared is None:
         from ..settings import Settings
 
@@ -85,6 +95,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
         timeout=args.timeout,
         host=args.host,
         port=args.port,
+        progress_interval=args.progress_interval,
     )
 
 
