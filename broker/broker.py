@@ -289,13 +289,14 @@ class Broker:
         ask = self._asks.get(request_id)
         return True if ask is None else ask.accepts(outcome)
 
-    def _rejected(self, request_id: str, what: str) -> None:
+    def _rejected(self, request_id: str, what: str, then: str = "still waiting") -> None:
         self.rejected_outcomes += 1
         log.warning(
             "request %s: ignored %s that no trusted key signed for it (a forgery, or a provider with an"
-            " untrusted key); still waiting",
+            " untrusted key); %s",
             request_id,
             what,
+            then,
         )
 
     def _track(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
@@ -819,7 +820,7 @@ class _Ask:
             if decided is not None:
                 return decided
             # No trusted key signed what the lookup found for this request: a human answers, as a new request.
-            broker._rejected(self.request_id, "a remembered decision")
+            broker._rejected(self.request_id, "a remembered decision", "asking a human instead")
             self.request_id = broker._request_ids.next()
             self.routing = dataclasses.replace(self.routing, lookup=False)
             return await self.remote()

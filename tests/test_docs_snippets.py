@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from broker.types import decode_outcome
+from tests.helpers import SIGNING_KEY
 from tests.workers.procs import Worker, env_for
 from workers.cli import build_parser
 from workers.rules import parse_rules
@@ -183,9 +184,12 @@ async def test_python_fragments_define_what_they_show(snippet, redis_server, tmp
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("snippet", _of("shell-script"), ids=_ids(_of("shell-script")))
-async def test_shell_scripts_run_as_written(snippet, auto, redis_server):
-    code = snippet.code.replace(LOCAL, redis_server.url)
-    status, out, err = await _run(["bash", "-euo", "pipefail", "-c", code], redis_server.url, limit=60)
+async def test_shell_scripts_run_as_written(snippet, auto, redis_server, tmp_path):
+    trusted = tmp_path / "team-a.pub"  # the documented keys/team-a.pub, holding the tests' public key
+    trusted.write_text(SIGNING_KEY.public_text + "\n")
+    code = snippet.code.replace(LOCAL, redis_server.url).replace("keys/team-a.pub", str(trusted))
+    argv = ["bash", "-euo", "pipefail", "-c", code]
+    status, out, err = await _run(argv, redis_server.url, limit=60, QBROKER_TRUSTED_KEYS="")
     assert status == 0, err
     answers = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert len(answers) == 2 and answers[-1]["answers"][0]["selected"] == ["Approve"], out

@@ -18,7 +18,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -32,7 +32,7 @@ from broker import (
     UserQuestionError,
 )
 from broker.types import convert_request
-from tests.helpers import KEYS, pick
+from tests.helpers import KEYS, SIGNING_KEY, pick
 from tests.redis_server import RedisServer
 from workers.mcp_server import parse_arguments
 
@@ -48,6 +48,10 @@ async def mcp_client(
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "workers.commands.mcp", "--redis-url", redis_server.url, "--namespace", namespace, *args],
+        env={
+            **get_default_environment(),
+            "QBROKER_TRUSTED_KEYS": SIGNING_KEY.public_text,
+        },  # as a client config sets it
     )
     async with (
         stdio_client(params) as (read_stream, write_stream),
@@ -503,6 +507,7 @@ async def eliciting_client(redis_server: RedisServer, namespace: str, elicit: An
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "workers.commands.mcp", "--redis-url", redis_server.url, "--namespace", namespace],
+        env={**get_default_environment(), "QBROKER_TRUSTED_KEYS": SIGNING_KEY.public_text},
     )
     async with (
         stdio_client(params) as (read_stream, write_stream),
