@@ -24,6 +24,7 @@ class Keys:
 
     __slots__ = (
         "agents",
+        "asklog",
         "audit",
         "away",
         "dead",
@@ -49,6 +50,10 @@ class Keys:
         self.standbys = self.prefix + "standbys"
         self.lease_signal = self.prefix + "lease-released"
         self.audit = self.prefix + "audit"
+        """capped stream: what the answering side and the maintenance worker did (askers may not write it)"""
+        self.asklog = self.prefix + "asklog"
+        """capped stream: what askers say they did (asked, withdrew, detached, re-attached, answered by a
+        remembered decision); written with asking credentials, so a claim, never evidence (docs/security.md)"""
         self.dead = self.prefix + "dead"
         self.agents = self.prefix + "agents"
         """a zset of agent ids scored by when their record expires (unix ms): read without SCAN"""

@@ -515,7 +515,7 @@ class Broker:
             keys.requests,
             request_key,
             keys.agent(agent.id) if agent is not None else request_key,
-            keys.audit,
+            keys.asklog,
             keys.durable(request.agent, durable.key) if durable is not None else request_key,
             keys.request(named) if named else request_key,
         ]
@@ -965,7 +965,7 @@ class _Ask:
             # A keyed ask is given up only by an abort or a timeout; otherwise it is detached.
             reply = await broker.commands.script(
                 SCRIPTS["detach"],
-                [keys.request(self.request_id), keys.requests, keys.away, keys.audit],
+                [keys.request(self.request_id), keys.requests, keys.away, keys.asklog],
                 [self.request_id, broker.client_id, broker._provider_settings.audit_maxlen],
             )
             if reply[0] != "settled":
@@ -975,7 +975,7 @@ class _Ask:
             return outcome if outcome is not None and self.accepts(outcome) else _outcome_of(future)
         reply = await broker.commands.script(
             SCRIPTS["withdraw"],
-            [keys.request(self.request_id), keys.requests, keys.audit],
+            [keys.request(self.request_id), keys.requests, keys.asklog],
             [
                 self.request_id,
                 self.withdrawal,

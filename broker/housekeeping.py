@@ -243,9 +243,11 @@ async def expire_overdue(broker: Broker) -> list[str]:
 
 
 async def trim_audit(broker: Broker, maxlen: int | None = None) -> int:
-    """Cap the audit stream exactly at ``maxlen`` (the broker's ``audit_maxlen`` by default)."""
+    """Cap the audit stream and the askers' log exactly at ``maxlen`` (the broker's ``audit_maxlen`` by default)."""
     limit = broker._provider_settings.audit_maxlen if maxlen is None else maxlen
-    trimmed: int = await broker.commands.call("XTRIM", broker.keys.audit, "MAXLEN", limit)
+    trimmed = 0
+    for stream in (broker.keys.audit, broker.keys.asklog):
+        trimmed += int(await broker.commands.call("XTRIM", stream, "MAXLEN", limit))
     return trimmed
 
 
@@ -372,17 +374,32 @@ class Settled:
 async def digest_audit(broker: Broker, *, batch: int = 1000, pages: int = 10) -> list[Settled] | None:
     """The requests that ended since the last digest, each reported to exactly one caller.
 
-    The read position is shared by every maintenance worker (a compare-and-set cursor), so a
-    fleet of workers counts each end once. Returns None when another worker took this batch.
-    Ask times are kept in a sorted set until the request ends (or the request TTL passes).
+    Read from the askers' log (asks, and the ends askers bring about: withdrawals, decisions),
+    then from the audit (the answering side's and housekeeping's ends). Each stream's read
+    position is shared by every maintenance worker (a compare-and-set cursor), so a fleet of
+    workers counts each end once. Returns None when another worker took both batches. Ask
+    times are kept in a sorted set until the request ends (or the request TTL passes).
     """
     keys = broker.keys
-    cursor_key = f"{keys.prefix}maint:audit-cursor"
-    asked_key = f"{keys.prefix}maint:asked"
+    ended: list[Settled] = []
+    raced = False
+    for stream, cursor in ((keys.asklog, "asklog-cursor"), (keys.audit, "audit-cursor")):
+        found = await _digest_stream(broker, stream, f"{keys.prefix}maint:{cursor}", batch, pages)
+        if found is None:
+            raced = True
+        else:
+            ended += found
+    horizon = await redis_time_ms(broker) - int(broker.request_ttl * 1000)
+    await broker.commands.call("ZREMRANGEBYSCORE", f"{keys.prefix}maint:asked", "-inf", horizon)
+    return None if raced and not ended else ended
+
+
+async def _digest_stream(broker: Broker, stream: str, cursor_key: str, batch: int, pages: int) -> list[Settled] | None:
+    asked_key = f"{broker.keys.prefix}maint:asked"
     ended: list[Settled] = []
     for _ in range(pages):
         cursor: str | None = await broker.commands.call("GET", cursor_key)
-        page = await broker.commands.call("XRANGE", keys.audit, f"({cursor}" if cursor else "-", "+", "COUNT", batch)
+        page = await broker.commands.call("XRANGE", stream, f"({cursor}" if cursor else "-", "+", "COUNT", batch)
         if not page:
             break
         if not await broker.commands.script(_CURSOR, [cursor_key], [cursor or "", page[-1][0]]):
@@ -414,8 +431,6 @@ async def digest_audit(broker: Broker, *, batch: int = 1000, pages: int = 10) ->
             await broker.commands.call("ZREM", asked_key, *earlier)
         if len(page) < batch:
             break
-    horizon = await redis_time_ms(broker) - int(broker.request_ttl * 1000)
-    await broker.commands.call("ZREMRANGEBYSCORE", asked_key, "-inf", horizon)
     return ended
 
 

@@ -4,10 +4,11 @@ Three roles, each its own Redis user:
 
 - **asker**: the agents (the library's asking side, ``qbroker ask``, ``mcp``, ``claude-hook``).
   It writes only what asking needs: its requests and their hashes, the outcome keys it collects,
-  keyed asks' durable keys, agent records and liveness, inboxes, the away set, and (until the
-  answering side writes it) the audit. It may read the lease and standbys (``NO_PROVIDER``) and
-  the decisions (``ask.lua``'s lookup, whose finds it verifies), and nothing else: not the lease,
-  the epoch, the decisions, the web's sessions and throttles, the maintenance worker's keys.
+  keyed asks' durable keys, agent records and liveness, inboxes, the away set, and its own log
+  (``asklog``: what askers say they did). It may read the lease and standbys (``NO_PROVIDER``)
+  and the decisions (``ask.lua``'s lookup, whose finds it verifies), and nothing else: it cannot
+  write the lease, the epoch or the decisions, nor read or write the audit (every agent's
+  questions and answers), the web's sessions and throttles, or the maintenance worker's keys.
 - **answerer**: providers (``qbroker web``, ``provide``, ``auto``): the whole namespace.
 - **maintenance**: ``qbroker worker`` and operators' ``qbroker status`` / ``decisions``: the
   whole namespace, and arq's queue when it shares the Redis.
@@ -44,9 +45,9 @@ _ASKER_WRITES: Final = (
     "client:*",
     "inbox:*",
     "away",
-    "audit",
+    "asklog",
 )
-"""the key families an asker writes (relative to the namespace's prefix); the audit until issue 22's chained audit"""
+"""the key families an asker writes (relative to the namespace's prefix): its own log, never the audit"""
 _ASKER_READS: Final = ("provider", "standbys", "decision:*", "decisions", "decisions:expiry")
 """what an asker reads and never writes: the lease and standbys, the remembered decisions"""
 _ARQ: Final = "~qbroker:{namespace}* ~arq:* +@transaction +info"

@@ -65,6 +65,14 @@ def pick(label: str, qid: str = "q1") -> AskUserQuestionAnswer:
     return answer((qid, (label,), None))
 
 
+async def trail(redis: Any, keys: Any) -> list[dict[str, str]]:
+    """The namespace's audit and askers' log together, oldest first; each event says its ``source``."""
+    audit = [(i, {**f, "source": "audit"}) for i, f in await redis.xrange(keys.audit)]
+    asklog = [(i, {**f, "source": "asker"}) for i, f in await redis.xrange(keys.asklog)]
+    merged = sorted(audit + asklog, key=lambda e: tuple(int(part) for part in e[0].split("-", 1)))
+    return [fields for _, fields in merged]
+
+
 async def request_residue(redis: Any, namespace: str, *, within: float = 2.0) -> list[str]:
     """Per-request keys left beyond the asker's clean-up: outcome keys, and request hashes that
     still hold their request or outlive the slim tombstone (settled_cleanup.lua).

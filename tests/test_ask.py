@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import AskUserQuestionRequest, Broker, PendingRequest, PlanReviewIntent, Provider, UserQuestionError
-from tests.helpers import KEYS, answer, one_question, pick, plan_review, question
+from tests.helpers import KEYS, answer, one_question, pick, plan_review, question, trail
 
 
 async def next_pending(provider: Provider, timeout: float = 5) -> PendingRequest:
@@ -254,7 +254,7 @@ async def test_a_timeout_withdraws_as_timed_out_in_the_audit(make_broker, answer
     task = asyncio.create_task(broker.ask(one_question(), timeout=0.3))
     pending = await next_pending(answering)
     assert await code_of(task) == "ASK_TIMED_OUT"
-    events = [f for _, f in await redis.xrange(broker.keys.audit) if f.get("rid") == pending.request_id]
+    events = [f for f in await trail(redis, broker.keys) if f.get("rid") == pending.request_id]
     assert [e["event"] for e in events] == ["asked", "timed_out"]
 
 
@@ -266,7 +266,7 @@ async def test_cancelling_an_ask_with_a_timeout_withdraws_and_stays_a_cancellati
     with pytest.raises(asyncio.CancelledError):
         await task
     await asyncio.wait_for(pending.withdrawn.wait(), 5)
-    events = [f for _, f in await redis.xrange(broker.keys.audit) if f.get("rid") == pending.request_id]
+    events = [f for f in await trail(redis, broker.keys) if f.get("rid") == pending.request_id]
     assert [e["event"] for e in events] == ["asked", "withdrawn"]
 
 

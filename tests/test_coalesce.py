@@ -23,7 +23,7 @@ from broker import (
     Remember,
     UserQuestionError,
 )
-from tests.helpers import answer, options, pick, plan_review
+from tests.helpers import answer, options, pick, plan_review, trail
 from tests.redis_server import RedisServer
 from tests.test_ask import code_of, next_pending
 
@@ -61,7 +61,7 @@ async def until(condition: Callable[[], bool], within: float = 5.0) -> None:
 
 
 async def audit_events(redis: Redis, broker: Broker, event: str) -> list[dict[str, str]]:
-    return [fields for _, fields in await redis.xrange(broker.keys.audit) if fields["event"] == event]
+    return [fields for fields in await trail(redis, broker.keys) if fields["event"] == event]
 
 
 @pytest.fixture

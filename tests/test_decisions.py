@@ -28,8 +28,9 @@ from broker import (
     UserQuestionError,
     question_fingerprint,
 )
+from broker._keys import Keys
 from broker.errors import BAD_ANSWER, BAD_REQUEST, NO_PROVIDER
-from tests.helpers import answer, pick
+from tests.helpers import answer, pick, trail
 from tests.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +128,8 @@ async def provider_process(redis_server: RedisServer, namespace: str) -> AsyncIt
 
 
 async def audit(redis: Redis, namespace: str, event: str) -> list[dict[str, str]]:
-    return [fields for _, fields in await redis.xrange(f"qb:{{{namespace}}}:audit") if fields["event"] == event]
+    """``event``s of the audit and the askers' log (a decision's answer is an asker's claim)."""
+    return [fields for fields in await trail(redis, Keys(namespace)) if fields["event"] == event]
 
 
 # -- the fingerprint -----------------------------------------------------------------------------

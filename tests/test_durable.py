@@ -14,7 +14,7 @@ import pytest
 
 from broker import PendingRequest, Provider, UserQuestionError
 from broker.housekeeping import end_away, reap_abandoned
-from tests.helpers import one_question, pick
+from tests.helpers import one_question, pick, trail
 from tests.test_ask import code_of, next_pending
 
 KEY = "deploy-2.4.0"
@@ -32,7 +32,7 @@ async def until(predicate: Callable[[], Awaitable[bool] | bool], timeout: float 
 
 
 async def audit_events(redis: Any, broker: Any, rid: str) -> list[str]:
-    entries = await redis.xrange(broker.keys.audit)
+    entries = [("", fields) for fields in await trail(redis, broker.keys)]
     return [fields["event"] for _, fields in entries if fields.get("rid") == rid]
 
 

@@ -119,10 +119,9 @@ async def test_a_planted_namespace_decision_is_not_an_answer(make_broker, redis,
         asking = asyncio.create_task(asker.ask(one_question(), timeout=20))
         pending = await next_pending(provider)  # a human is asked after all
         assert asker.rejected_outcomes == 1  # the lookup found the planted decision, and it was refused
-        answered_by = [
-            e["by"] for _, e in await redis.xrange(f"qb:{{{namespace}}}:audit") if e.get("event") == "answered"
-        ]
-        assert answered_by == ["decision:forged"]  # the attack fired: ask.lua took it
+        asklog = await redis.xrange(f"qb:{{{namespace}}}:asklog")
+        answered_by = [e["by"] for _, e in asklog if e.get("event") == "answered"]
+        assert answered_by == ["decision:forged"]  # the attack fired: ask.lua took it (the asker's own log says so)
         await pending.answer(pick("no"), by="bob")
         assert await asyncio.wait_for(asking, 10) == pick("no")
 

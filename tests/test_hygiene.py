@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.helpers import one_question, pick, request_residue
+from tests.helpers import one_question, pick, request_residue, trail
 from tests.test_ask import next_pending
 
 
@@ -55,7 +55,7 @@ async def test_the_audit_records_who_asked_and_who_answered_under_which_epoch(ma
         pending = await next_pending(provider)
         await pending.answer(pick("yes"), by="alice")
         await task
-    events = [f for _, f in await redis.xrange(asking.keys.audit) if f.get("rid") == pending.request_id]
+    events = [f for f in await trail(redis, asking.keys) if f.get("rid") == pending.request_id]
     assert [e["event"] for e in events] == ["asked", "answered"]  # who was given it: the hash's `delivered`
     assert events[0]["agent"] == "root"
     assert events[1]["provider"] == "ui" and events[1]["epoch"] == str(provider.epoch) and events[1]["by"] == "alice"

@@ -118,6 +118,11 @@ async def _refused(attempt: Callable[[Redis], Awaitable[Any]], server: RedisServ
         pytest.param(lambda r: r.hset(P + "decisions", "forged", "x"), id="5-plant-into-the-index"),
         pytest.param(lambda r: r.hset(P + "web:session:abc", mapping={"user": "alice"}), id="15-forge-a-session"),
         pytest.param(lambda r: r.set(P + "web:throttle:user:alice", "1000"), id="16-lock-alice-out"),
+        pytest.param(
+            lambda r: r.xadd(P + "audit", {"event": "answered", "rid": "r1", "by": "alice"}), id="14-write-the-audit"
+        ),
+        pytest.param(lambda r: r.xtrim(P + "audit", maxlen=0), id="14-erase-the-audit"),
+        pytest.param(lambda r: r.xrange(P + "audit"), id="13-read-the-audit"),
     ],
 )
 async def test_the_askers_user_cannot_write_what_only_answerers_may(roles_server, attack) -> None:

@@ -1,7 +1,7 @@
 #!lua
 -- ask: the caller gate and the enqueue, as one atomic step.
 -- KEYS[1] requests stream   KEYS[2] request hash   KEYS[3] agent record (the request hash when no agent)
--- KEYS[4] audit stream
+-- KEYS[4] the askers' log (qb:{NS}:asklog: the asker may not write the audit, which is the answering side's)
 -- KEYS[5] a keyed ask's durable key (the request hash when unkeyed)
 -- KEYS[6] the request hash the durable key named when the asker read it (KEYS[2] when it named none)
 -- The keys an asker only reads (the lease, the standbys, the decisions) come in ARGV, not KEYS: Redis checks a
@@ -9,7 +9,7 @@
 -- (broker/roles.py); every command on them is still checked against that user. They share the namespace's hash
 -- tag, so the script stays in one Cluster slot.
 -- ARGV[1] request id   ARGV[2] request JSON   ARGV[3] agent id ('' for none)   ARGV[4] agent token ('' for none)
--- ARGV[5] client id    ARGV[6] request TTL ms ARGV[7] audit max length         ARGV[8] the asker's timeout ms ('' for none)
+-- ARGV[5] client id    ARGV[6] request TTL ms ARGV[7] log max length           ARGV[8] the asker's timeout ms ('' for none)
 -- ARGV[9] '1' to check the gate only, enqueueing nothing
 -- ARGV[10] the token's SHA-1, used only where the Lua runtime lacks redis.sha1hex (fakeredis)
 -- ARGV[11] the ask's key ('' for an unkeyed ask)   ARGV[12] its detach grace ms   ARGV[13] the request's digest
@@ -95,7 +95,7 @@ end
 -- namespace's key again when no agent), then the namespace's decision key
 -- When every question has a live decision (the agent's first, then the namespace's), the request is settled here
 -- as answered (after a keyed ask's re-attach: its own request answers it), before the NO_PROVIDER check (a
--- remembered decision answers with no provider up): request hash, outcome key, audit 'answered' by
+-- remembered decision answers with no provider up): request hash, outcome key, askers' log 'answered' by
 -- 'decision:<id>[,<id>...]'; nothing is enqueued and the reply is {'decided', outcome JSON, now ms, records}: per
 -- question its decision's id, selected labels and signature (proof), which the asker verifies before the answer
 -- counts (a decision hash is only as trustworthy as its signature: broker/decisions.py verified_decisions).

@@ -1,8 +1,8 @@
 #!lua
 -- detach: a keyed ask's caller stops waiting without giving the question up (its task was cancelled, or
 -- its broker closed); the request stays pending, its asker away, for its detach grace.
--- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] away zset   KEYS[4] audit stream
--- ARGV[1] request id   ARGV[2] the detaching process's client id   ARGV[3] audit max length
+-- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] away zset   KEYS[4] the askers' log (qb:{NS}:asklog)
+-- ARGV[1] request id   ARGV[2] the detaching process's client id   ARGV[3] log max length
 -- returns {'ok'} | {'settled', state} (read the outcome) | {'gone'} | {'other'} (another process re-attached)
 -- Idempotent: a retry after a lost reply finds the asker already away and changes nothing.
 local r = redis.call('HMGET', KEYS[1], 'state', 'client', 'away', 'delivered', 'grace')

@@ -1,8 +1,8 @@
 #!lua
 -- withdraw: the asker goes away (abort, timeout, cancellation); the first terminal transition wins.
--- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] audit stream
+-- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] the askers' log (qb:{NS}:asklog)
 -- ARGV[1] request id   ARGV[2] state ('withdrawn' | 'aborted' | 'timed_out' | 'expired')   ARGV[3] reason
--- ARGV[4] group        ARGV[5] audit max length
+-- ARGV[4] group        ARGV[5] log max length
 -- returns {'ok'} | {'settled', state} | {'gone'}
 -- The request hash is deleted: nobody waits for it any more. A provider that showed it gets
 -- a withdraw notice on the stream so its UI takes the card down.

@@ -1,9 +1,11 @@
-"""Recently settled requests, read from the namespace's audit stream (read-only).
+"""Recently settled requests, read from the namespace's audit stream and askers' log (read-only).
 
-Who answered what and when: the audit stream's terminal events (answered, cancelled,
-withdrawn, expired, dead-lettered), newest first. The audit stream holds ids, not the
-questions' text: that comes from the requests this server showed (``known``) or, while it
-still exists, the request hash; otherwise only question ids are shown.
+Who answered what and when: the terminal events (answered, cancelled, withdrawn, expired,
+dead-lettered), newest first, of the audit (the answering side's and housekeeping's: a human's
+answer, a cancel, a reap) and of the askers' log (what askers say they did: a withdrawal, an
+answer by a remembered decision), each entry saying which (``source``: ``audit`` or ``asker``).
+The streams hold ids, not the questions' text: that comes from the requests this server showed
+(``known``) or, while it still exists, the request hash; otherwise only question ids are shown.
 """
 
 from __future__ import annotations
@@ -15,13 +17,29 @@ from typing import Any
 
 from broker import Broker
 
-__all__ = ["TERMINAL", "find_settlement", "read_history"]
+__all__ = ["TERMINAL", "find_settlement", "outcome_json", "read_history"]
 
 TERMINAL = frozenset({"answered", "cancelled", "withdrawn", "expired", "dead-lettered"})
 _SEARCH_DEPTH = 2_000
 """audit events searched for one request's settlement (newest first)"""
 _SCAN_FACTOR = 6
 """audit events read per history entry wanted (asks and deliveries sit between settlements)"""
+
+
+async def _newest(broker: Broker, count: int) -> list[tuple[str, dict[str, str]]]:
+    """The newest ``count`` events of the audit and the askers' log together, newest first.
+
+    Entry ids of one Redis server order across streams; each event's fields gain ``_source``.
+    """
+    call = broker.commands.call
+    audit, asklog = await asyncio.gather(
+        call("XREVRANGE", broker.keys.audit, "+", "-", "COUNT", count),
+        call("XREVRANGE", broker.keys.asklog, "+", "-", "COUNT", count),
+    )
+    merged = [(entry_id, {**_pairs(flat), "_source": "audit"}) for entry_id, flat in audit]
+    merged += [(entry_id, {**_pairs(flat), "_source": "asker"}) for entry_id, flat in asklog]
+    merged.sort(key=lambda entry: tuple(int(part) for part in entry[0].split("-", 1)), reverse=True)
+    return merged[:count]
 
 
 def _pairs(flat: Any) -> dict[str, str]:
@@ -39,8 +57,17 @@ def _json(text: str | None) -> Any:
         return None
 
 
+def outcome_json(text: str | None) -> dict[str, Any]:
+    """An outcome's JSON object, a sealed one unwrapped (``{"signed": <outcome JSON>, "proof": ...}``);
+    ``{}`` when it does not parse. For showing only: askers verify the seal, this does not."""
+    outcome = _json(text)
+    if isinstance(outcome, dict) and isinstance(outcome.get("signed"), str):
+        outcome = _json(outcome["signed"])
+    return outcome if isinstance(outcome, dict) else {}
+
+
 def _entry(entry_id: str, fields: dict[str, str], request: Any) -> dict[str, Any]:
-    outcome = _json(fields.get("outcome")) or {}
+    outcome = outcome_json(fields.get("outcome"))
     answers = {}
     if isinstance(outcome.get("answer"), dict):
         answers = {a.get("id"): a for a in outcome["answer"].get("answers", ()) if isinstance(a, dict)}
@@ -65,6 +92,7 @@ def _entry(entry_id: str, fields: dict[str, str], request: Any) -> dict[str, Any
     return {
         "id": fields.get("rid", ""),
         "event": fields.get("event", ""),
+        "source": fields.get("_source", "audit"),
         "atMs": int(entry_id.split("-", 1)[0]),
         "by": fields.get("by") or None,
         "provider": fields.get("provider") or None,
@@ -79,8 +107,8 @@ async def read_history(
 ) -> list[dict[str, Any]]:
     """The last ``limit`` settlements of the namespace, newest first."""
     call = broker.commands.call
-    raw = await call("XREVRANGE", broker.keys.audit, "+", "-", "COUNT", limit * _SCAN_FACTOR)
-    settled = [(entry_id, fields) for entry_id, flat in raw if (fields := _pairs(flat)).get("event") in TERMINAL]
+    raw = await _newest(broker, limit * _SCAN_FACTOR)
+    settled = [(entry_id, fields) for entry_id, fields in raw if fields.get("event") in TERMINAL]
     settled = settled[:limit]
     shown = [known(fields.get("rid", "")) for _, fields in settled]
     stored = await asyncio.gather(
@@ -99,11 +127,8 @@ async def read_history(
 
 async def find_settlement(broker: Broker, request_id: str) -> tuple[str, str, Any] | None:
     """``(event, by, answer)`` of a request's settlement among the recent audit events, if there."""
-    raw = await broker.commands.call("XREVRANGE", broker.keys.audit, "+", "-", "COUNT", _SEARCH_DEPTH)
-    for _entry_id, flat in raw:
-        fields = _pairs(flat)
+    for _entry_id, fields in await _newest(broker, _SEARCH_DEPTH):
         if fields.get("rid") == request_id and fields.get("event") in TERMINAL:
-            outcome = _json(fields.get("outcome"))
-            answer = outcome.get("answer") if isinstance(outcome, dict) else None
+            answer = outcome_json(fields.get("outcome")).get("answer")
             return str(fields["event"]), fields.get("by") or "", answer
     return None

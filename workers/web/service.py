@@ -23,7 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from broker import AskUserQuestionAnswer, Broker, PendingRequest, Provider, Remember, UserQuestionError
 from workers.metrics import lease_acquired, lease_lost
 
-from .history import find_settlement
+from .history import find_settlement, outcome_json
 from .keys import WebKeys
 from .render import asking_view, request_view, safe_url
 
@@ -216,11 +216,7 @@ class WebProvider:
             return None
         if state == "pending":
             return None
-        answer = None
-        if outcome:
-            with suppress(msgspec.DecodeError):
-                answer = msgspec.json.decode(outcome).get("answer")
-        return _Settled(str(state), str(by or ""), answer)
+        return _Settled(str(state), str(by or ""), outcome_json(outcome).get("answer"))
 
     def _settle(self, request_id: str, state: str, by: str, answer: Any = None) -> None:
         settled = _Settled(state, by, answer)
