@@ -819,3 +819,34 @@ async def test_answer_and_remember_then_list_and_revoke(people: People, asker: B
     await request.get_by_text("no", exact=True).click()
     await request.get_by_role("button", name="Send answer").click()
     assert (await opted).answers[0].selected == ("no",)
+
+
+async def test_a_stray_key_never_approves_a_plan(people: People, asker: Broker) -> None:
+    # The plan arrives first (first in arrival order), the urgent question second (first on screen).
+    planned = ask(asker, plan("Run the 25-step migration?", "Approve", "Request changes", approve="Approve"))
+    page = await people.page()
+    await expect(card(page, "Run the 25-step migration?")).to_be_visible()
+    urgent = ask(
+        asker,
+        AskUserQuestionItem(id="q", question="Restart the cache now?", options=options("restart", "wait")),
+        priority="urgent",
+    )
+    first = card(page, "Restart the cache now?")
+    await expect(page.locator("article.card").first).to_contain_text("Restart the cache now?")
+    await page.keyboard.press("1")  # nothing focused: the first card on screen
+    await page.keyboard.press("Enter")
+    await page.wait_for_timeout(500)
+    assert not planned.done()
+    assert not urgent.done()
+    await expect(first.locator("input.option").first).to_be_checked()
+    # Inside the plan card, digits and Enter do not approve it either.
+    review = card(page, "Run the 25-step migration?")
+    await review.locator(".question-text").click()
+    for key in ("1", "Enter", "1", "Enter", "Space"):
+        await page.keyboard.press(key)
+    await page.wait_for_timeout(500)
+    assert not planned.done()
+    await expect(review).to_be_visible()
+    planned.cancel()
+    urgent.cancel()
+    await asyncio.gather(planned, urgent, return_exceptions=True)

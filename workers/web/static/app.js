@@ -548,9 +548,9 @@
     card.root.classList.add("plan-card");
     const review = question.planReview;
     card.root.append(questionHeading(question), detailNode(question));
-    const approve = el("button", { type: "button", class: "primary approve", "data-key": "1", onclick: () => sendPlan(card, question, review.approve) }, labelNode(review.approve));
+    const approve = el("button", { type: "button", class: "primary approve", onclick: () => sendPlan(card, question, review.approve) }, labelNode(review.approve));
     const refuse = review.refuse === null ? null
-      : el("button", { type: "button", class: "refuse", "data-key": "2", "aria-expanded": "false", onclick: () => openDecline(card, question, review.refuse) }, labelNode(review.refuse));
+      : el("button", { type: "button", class: "refuse", "aria-expanded": "false", onclick: () => openDecline(card, question, review.refuse) }, labelNode(review.refuse));
     const hintId = "chat-hint-" + card.id;
     const chat = el("button", { type: "button", class: "cancel", text: "Chat about it", title: CHAT_HINT, "aria-describedby": hintId,
       onclick: () => cancelBatch(card, state.user + " wants to talk about this plan in your chat instead of answering here; ask there.") });
@@ -766,14 +766,11 @@
     if (event.ctrlKey || event.metaKey || event.altKey || !/^[1-9]$/.test(event.key)) return;
     const target = event.target;
     if (target.tagName === "TEXTAREA" || (target.tagName === "INPUT" && !["radio", "checkbox"].includes(target.type))) return;
-    const card = [...state.cards.values()].find((c) => c.root.contains(target)) || [...state.cards.values()].find((c) => !c.closed);
-    if (!card || card.closed || card.submitting) return;
+    // The card the focus is in, else the first one on screen: never one further down, out of sight.
+    const card = [...state.cards.values()].find((c) => c.root.contains(target)) || firstOnScreen();
+    // A plan is approved (or refused) only with its own buttons: a digit never moves to them.
+    if (!card || card.closed || card.submitting || card.kind === "plan") return;
     const index = Number(event.key) - 1;
-    if (card.kind === "plan") {
-      const button = card.actions.querySelector('[data-key="' + event.key + '"]');
-      if (button && !button.disabled) { button.focus(); event.preventDefault(); }
-      return;
-    }
     const fieldset = target.closest ? target.closest("fieldset.question") : null;
     const scope = fieldset && card.root.contains(fieldset) ? fieldset : card.root.querySelector("fieldset.question");
     const option = scope ? scope.querySelectorAll("input.option")[index] : null;
@@ -783,6 +780,14 @@
     else option.checked = true;
     option.focus();
     card.dirty = true;
+  }
+
+  function firstOnScreen() {
+    for (const node of $("requests").children) {
+      const card = state.cards.get(node.dataset.id);
+      if (card && !card.closed && !node.hidden) return card;
+    }
+    return null;
   }
 
   // -- history ---------------------------------------------------------------------------------
