@@ -60,6 +60,8 @@
     $("show-history").addEventListener("click", () => showView("history"));
     $("show-remembered").addEventListener("click", () => showView("remembered"));
     $("notify").addEventListener("click", toggleNotify);
+    for (const name of FILTERS) $("filter-" + name).addEventListener("change", applyFilters);
+    $("filter-clear").addEventListener("click", clearFilters);
     document.addEventListener("keydown", onKey);
     setInterval(refreshTimes, 10000);
     state.notify = localStorage.getItem("qb-notify") === "on" && "Notification" in window && Notification.permission === "granted";
@@ -207,7 +209,11 @@
     const live = new Set(snapshot.requests.map((r) => r.id));
     for (const [id, card] of state.cards)
       if (card.request.namespace === snapshot.namespace && !live.has(id) && !card.closed) closeOrDrop(id, "gone", "", null);
-    for (const request of snapshot.requests) addCard(request);
+    state.batching = true;  // one arrange and one filter pass for the lot, not one per card
+    try { for (const request of snapshot.requests) addCard(request); }
+    finally { state.batching = false; }
+    arrange();
+    renderEmpty();
     setConnected(true);
   }
 
@@ -228,7 +234,71 @@
       : "No pending questions. New ones appear here as agents ask.";
     $("keys-hint").hidden = open === 0;
     $("pending-count").textContent = open ? "(" + open + ")" : "";
+    renderFilters();
     updateTitle();
+  }
+
+  // -- filters over what is loaded ------------------------------------------------------------
+
+  const FILTERS = ["agent", "priority", "kind"];
+
+  function kindOf(request) {
+    const kinds = new Set(request.questions.map((q) => q.intent || "question"));
+    return kinds.size === 1 ? [...kinds][0] : "question";
+  }
+
+  function facets(card) {
+    return { agent: card.request.agent || "", priority: card.request.priority || "normal", kind: kindOf(card.request) };
+  }
+
+  const KIND_NAMES = { question: "Questions", "plan-review": "Plan reviews" };
+  const PRIORITY_NAMES = { urgent: "Urgent", normal: "Normal", low: "Low" };
+
+  function renderFilters() {
+    if (state.batching) return;
+    const box = $("filters");
+    const seen = { agent: new Set(), priority: new Set(), kind: new Set() };
+    for (const card of state.cards.values()) {
+      const f = facets(card);
+      for (const name of FILTERS) seen[name].add(f[name]);
+    }
+    let active = false;
+    for (const name of FILTERS) {
+      const select = $("filter-" + name);
+      const chosen = select.value;
+      const values = [...seen[name]].sort((a, b) => name === "priority" ? (LEVELS[a] ?? 1) - (LEVELS[b] ?? 1) : a.localeCompare(b));
+      if (chosen && !values.includes(chosen)) values.push(chosen);  // keep a choice whose cards are gone
+      const wanted = ["", ...values].join("\n");
+      if (select.dataset.values !== wanted) {
+        select.dataset.values = wanted;
+        const all = { agent: "All agents", priority: "Any priority", kind: "Any kind" }[name];
+        select.replaceChildren(el("option", { value: "", text: all }), ...values.map((value) => el("option", { value,
+          text: name === "agent" ? (value || "anonymous agent") : name === "priority" ? PRIORITY_NAMES[value] || value : KIND_NAMES[value] || value })));
+        select.value = chosen;
+      }
+      active = active || Boolean(chosen);
+    }
+    box.hidden = !active && state.cards.size < 2;
+    applyFilters();
+  }
+
+  function applyFilters() {
+    const wanted = Object.fromEntries(FILTERS.map((name) => [name, $("filter-" + name).value]));
+    let shown = 0;
+    for (const card of state.cards.values()) {
+      const f = facets(card);
+      const hide = FILTERS.some((name) => wanted[name] && f[name] !== wanted[name]);
+      if (card.root.hidden !== hide) card.root.hidden = hide;
+      if (!hide) shown += 1;
+    }
+    const active = FILTERS.some((name) => wanted[name]);
+    $("filter-count").textContent = active ? shown + " of " + state.cards.size + " shown" : "";
+    $("filter-clear").hidden = !active;
+  }
+
+  function clearFilters() {
+    for (const name of FILTERS) $("filter-" + name).value = "";
+    renderFilters();
   }
 
   function openCount() {
@@ -479,8 +549,7 @@
       known.request.priority = request.priority;
       renderAway(known);
       renderAsking(known);
-      arrange();
-      renderEmpty();
+      if (!state.batching) { arrange(); renderEmpty(); }
       return;
     }
     const count = request.questions.length;
@@ -513,19 +582,42 @@
     if (only && only.planReview) renderPlan(card, only);
     else renderForm(card, false);
     $("requests").append(root);
-    arrange();
-    renderEmpty();
+    if (!state.batching) { arrange(); renderEmpty(); }
   }
 
   function clearBody(card) {
     while (card.root.childNodes.length > 1) card.root.lastChild.remove();
   }
 
-  function detailNode(question) {
+  const SHOWN_LINES = 6;
+
+  function lineCount(node) {
+    // Lines as a reader counts them (paragraphs, list items, table rows, code lines), without layout.
+    let lines = node.querySelectorAll("p, li, h1, h2, h3, h4, h5, h6, tr, blockquote").length;
+    for (const pre of node.querySelectorAll("pre")) lines += pre.textContent.replace(/\n$/, "").split("\n").length;
+    return lines;
+  }
+
+  // The detail, collapsed to its first lines when long; `card.planRead` says whether all of it was shown.
+  function detailNode(question, card) {
     if (question.detailHtml === null || question.detailHtml === undefined) return null;
-    const node = el("div", { class: "detail" });
-    node.innerHTML = question.detailHtml;  // sanitised by the server (raw HTML off, safe links only)
-    for (const table of node.querySelectorAll("table")) table.replaceWith(el("div", { class: "table-scroll" }, table.cloneNode(true)));
+    const body = el("div", { class: "detail-body" });
+    body.innerHTML = question.detailHtml;  // sanitised by the server (raw HTML off, safe links only)
+    for (const table of body.querySelectorAll("table")) table.replaceWith(el("div", { class: "table-scroll" }, table.cloneNode(true)));
+    const lines = lineCount(body);
+    const node = el("div", { class: "detail" }, body);
+    if (lines <= SHOWN_LINES + 2) { if (card) card.planRead = true; return node; }
+    body.id = "detail-" + card.id + "-" + question.id;
+    body.classList.add("collapsed");
+    const toggle = el("button", { type: "button", class: "link show-all", "aria-expanded": "false", "aria-controls": body.id, text: "Show all " + lines + " lines" });
+    toggle.addEventListener("click", () => {
+      const open = body.classList.toggle("collapsed") === false;
+      toggle.setAttribute("aria-expanded", String(open));
+      toggle.textContent = open ? "Show less" : "Show all " + lines + " lines";
+      if (open) card.planRead = true;
+    });
+    card.showAll = () => { if (body.classList.contains("collapsed")) toggle.click(); };
+    node.append(toggle);
     return node;
   }
 
@@ -536,10 +628,19 @@
     return node;
   }
 
+  // `code` spans in a question (Claude Code's "Allow Bash: `make test`?") as code, the rest as text.
+  function inlineCode(text) {
+    const node = el("span", {});
+    const parts = text.split("`");
+    if (parts.length < 3 || parts.length % 2 === 0) { node.textContent = text; return node; }
+    parts.forEach((part, i) => { if (part) node.append(i % 2 ? el("code", { text: part }) : part); });
+    return node;
+  }
+
   function questionHeading(question, tag) {
     return el(tag || "h2", { class: "question-text" },
       question.header ? el("span", { class: "header-chip", text: question.header }) : null,
-      el("span", { text: question.question }));
+      inlineCode(question.question));
   }
 
   function renderPlan(card, question) {
@@ -547,8 +648,10 @@
     card.kind = "plan";
     card.root.classList.add("plan-card");
     const review = question.planReview;
-    card.root.append(questionHeading(question), detailNode(question));
-    const approve = el("button", { type: "button", class: "primary approve", onclick: () => sendPlan(card, question, review.approve) }, labelNode(review.approve));
+    card.planRead = false;
+    card.showAll = null;
+    card.root.append(questionHeading(question), detailNode(question, card));
+    const approve = el("button", { type: "button", class: "primary approve", onclick: () => approvePlan(card, question, review.approve) }, labelNode(review.approve));
     const refuse = review.refuse === null ? null
       : el("button", { type: "button", class: "refuse", "aria-expanded": "false", onclick: () => openDecline(card, question, review.refuse) }, labelNode(review.refuse));
     const hintId = "chat-hint-" + card.id;
@@ -558,8 +661,18 @@
     card.actions = el("div", { class: "actions" }, approve, refuse, chat, full);
     card.decline = el("div", { class: "decline", hidden: true });
     card.notice = el("p", { class: "notice", role: "alert" });
-    card.root.append(card.actions, el("p", { class: "hint muted small", id: hintId, text: "Chat about it: " + CHAT_HINT }), card.decline, card.notice);
+    card.root.append(card.actions, el("p", { class: "visually-hidden", id: hintId, text: CHAT_HINT }), card.decline, card.notice);
     arm(card);
+  }
+
+  function approvePlan(card, question, label) {
+    // Approving what was not shown is not a decision: the first press shows the whole plan.
+    if (!card.planRead) {
+      card.showAll();
+      notice(card, "The whole plan is shown now: read it, then press " + label.replace(RECOMMENDED, "") + " again.");
+      return;
+    }
+    sendPlan(card, question, label);
   }
 
   function openDecline(card, question, refuseLabel) {
@@ -594,11 +707,12 @@
     const send = el("button", { type: "submit", class: "primary send", text: count === 1 ? "Send answer" : "Send " + count + " answers" });
     const cancel = el("button", { type: "button", class: "danger cancel", text: count === 1 ? "Dismiss question" : "Dismiss all " + count, onclick: () => confirmCancel(card, cancel) });
     const back = fromPlan ? el("button", { type: "button", class: "link back", text: "Back to the plan", onclick: () => renderPlan(card, card.request.questions[0]) }) : null;
-    card.actions = el("div", { class: "actions" }, send, cancel, back);
-    card.notice = el("p", { class: "notice", role: "alert" });
     const remember = rememberNode(card);
-    if (remember) form.append(remember);
-    form.append(card.actions, card.notice);
+    card.actions = el("div", { class: "actions" }, send, cancel, back, remember ? remember.toggle : null);
+    card.notice = el("p", { class: "notice", role: "alert" });
+    form.append(card.actions);
+    if (remember) form.append(remember.panel);
+    form.append(card.notice);
     form.addEventListener("submit", (event) => {
       event.preventDefault();
       // Enter sends only from the Send button itself, never implicitly from an option.
@@ -628,8 +742,16 @@
     scope.addEventListener("change", () => { ttl.hidden = !scope.value; card.dirty = true; });
     card.remember = { scope, ttl, forAgent };
     renderRememberScope(card);
-    return el("div", { class: "remember" },
+    const panelId = "remember-" + card.id;
+    const panel = el("div", { class: "remember", id: panelId, hidden: true },
       el("label", {}, el("span", { class: "small", text: "Don't ask again? " }), scope), ttl);
+    const toggle = el("button", { type: "button", class: "link remember-toggle", "aria-expanded": "false", "aria-controls": panelId, text: "Don't ask again…" });
+    toggle.addEventListener("click", () => {
+      panel.hidden = !panel.hidden;
+      toggle.setAttribute("aria-expanded", String(!panel.hidden));
+      if (!panel.hidden) scope.focus();
+    });
+    return { panel, toggle };
   }
 
   function confirmCancel(card, button) {
@@ -652,7 +774,7 @@
     const fieldset = el("fieldset", { class: "question", "data-qid": question.id });
     fieldset.append(el("legend", { class: "visually-hidden", text: question.question }));
     fieldset.append(questionHeading(question, "h2"));
-    const detail = detailNode(question);
+    const detail = detailNode(question, card);
     if (detail) fieldset.append(detail);
     const choices = el("div", { class: "choices" });
     const type = question.multiSelect ? "checkbox" : "radio";
@@ -666,9 +788,16 @@
     });
     const other = el("textarea", { class: "other", name: name + ":other", "aria-label": question.options.length ? "Other answer to: " + question.question : "Your answer to: " + question.question, placeholder: question.options.length ? "Other…" : "Your answer" });
     if (question.options.length) {
+      // The free-text box only once "Other…" is picked: a card is its options, not an open text box.
       const otherBox = el("input", { type, name, value: "", class: "other-choice", "aria-label": "Other" });
-      choices.append(el("label", { class: "choice" }, otherBox, el("span", { class: "choice-text", text: "Other" })));
-      other.addEventListener("input", () => { if (other.value.trim()) otherBox.checked = true; });
+      choices.append(el("label", { class: "choice" }, otherBox, el("span", { class: "choice-text", text: "Other…" })));
+      other.hidden = true;
+      const follow = () => {
+        const was = other.hidden;
+        other.hidden = !otherBox.checked;
+        if (was && !other.hidden && document.activeElement === otherBox) other.focus();
+      };
+      for (const input of choices.querySelectorAll("input")) input.addEventListener("change", follow);
     }
     choices.append(other);
     fieldset.append(choices);
