@@ -11,7 +11,7 @@ import contextlib
 import os
 import re
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -960,3 +960,43 @@ async def test_phone_header_is_whole_and_no_digit_badges(
         await asyncio.gather(asked, return_exceptions=True)
     finally:
         await context.close()
+
+
+async def test_a_redis_outage_is_named_at_once_and_a_card_withdrawn_meanwhile_leaves_a_note(
+    browser: Browser, redis_factory: Callable[..., RedisServer], tmp_path: Path, screenshots: Path
+) -> None:
+    redis = redis_factory()
+    namespace = f"outage{os.getpid()}"
+    web = WebProcess(redis.url, namespace, write_users_file(tmp_path / "u.toml"), tmp_path / "w.log").start()
+    people = People(browser, web)
+    try:
+        page = await people.page()
+        async with Broker(redis.url, namespace) as asker:
+            stays = ask(
+                asker, AskUserQuestionItem(id="q", question="Still wanted later?", options=options("yes", "no"))
+            )
+            goes = ask(asker, AskUserQuestionItem(id="q", question="Withdrawn meanwhile?", options=options("yes")))
+            await expect(page.locator("article.card")).to_have_count(2)
+            banner = page.locator("#banner")
+            redis.pause()  # the web server is fine; its Redis stops answering
+            try:
+                await expect(banner).to_contain_text("The server is up, but its Redis", timeout=6_000)
+                await expect(banner).not_to_contain_text("Disconnected from the server")
+                still = card(page, "Still wanted later?")
+                await expect(still.get_by_role("button", name="Send answer")).to_be_disabled()
+                await page.screenshot(path=screenshots / "24-redis-down.png", full_page=True)
+                goes.cancel()  # the agent gives up while Redis is away
+            finally:
+                redis.resume()
+            await expect(page.locator(".settled-note")).to_contain_text(
+                "Withdrawn meanwhile? — The agent withdrew this question.", timeout=20_000
+            )
+            await expect(banner).to_be_hidden()
+            await expect(still.get_by_role("button", name="Send answer")).to_be_enabled(timeout=20_000)
+            await still.get_by_text("yes", exact=True).click()
+            await still.get_by_role("button", name="Send answer").click()
+            assert (await asyncio.wait_for(stays, 10)).answers[0].selected == ("yes",)
+            await asyncio.gather(goes, return_exceptions=True)
+    finally:
+        await people.close()
+        web.stop()

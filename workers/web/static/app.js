@@ -68,7 +68,7 @@
     try {
       start(await call("GET", "/api/session"));
     } catch (error) {
-      showSignIn();
+      showSignIn(error.code === "BROKER_UNAVAILABLE" ? "The server is up, but its Redis does not answer; reload in a moment." : "");
     }
   }
 
@@ -139,6 +139,7 @@
     source.addEventListener("error", async () => {
       if (state.source !== source) return;
       setConnected(false);
+      probeServer();
       if (source.readyState !== EventSource.CLOSED) return;  // the browser retries by itself
       // Closed for good (the server answered with an error): is the session still valid?
       setTimeout(async () => {
@@ -146,10 +147,26 @@
         try { await call("GET", "/api/session"); connect(session); }
         catch (error) {
           if (error.code === "UNAUTHENTICATED") showSignIn("Your session ended; sign in again.");
-          else connect(session);
+          else {
+            if (error.code === "BROKER_UNAVAILABLE") { state.serverUp = true; state.redisDown = true; renderBanner(); }
+            connect(session);
+          }
         }
       }, 2000);
     });
+  }
+
+  // The stream broke: is the server gone, or is it up without its Redis? The banner says which.
+  async function probeServer() {
+    let health = null;
+    try {
+      const response = await fetch("/healthz", { credentials: "same-origin", cache: "no-store" });
+      health = await response.json();
+    } catch (e) { health = null; }
+    if (state.connected) return;
+    state.serverUp = health !== null;
+    state.redisDown = Boolean(health && health.redis === "down");
+    renderBanner();
   }
 
   // -- connection and provider status ------------------------------------------------------
@@ -159,6 +176,11 @@
     document.body.dataset.connected = connected ? "yes" : "no";
     renderBanner();
     for (const card of state.cards.values()) arm(card);
+  }
+
+  function redisOf(namespace) {
+    const status = state.statuses.get(namespace);
+    return status && status.redis === "down" ? "down" : "ok";
   }
 
   function statusOf(namespace) {
@@ -179,9 +201,15 @@
     const banner = $("banner");
     banner.replaceChildren();
     let bad = false;
-    if (!state.connected) {
+    const redisDown = state.connected ? state.namespaces.some((n) => redisOf(n) === "down") : state.serverUp && state.redisDown;
+    if (redisDown) {
       bad = true;
-      banner.append("Disconnected from the server; reconnecting… Sending is paused, and what you typed stays here.");
+      banner.append("The server is up, but its Redis (the broker's store) does not answer; waiting for it… Sending is paused, and what you typed stays here.");
+    } else if (!state.connected) {
+      bad = true;
+      banner.append(state.serverUp
+        ? "Reconnecting to the server… Sending is paused, and what you typed stays here."
+        : "Disconnected from the server; reconnecting… Sending is paused, and what you typed stays here.");
     } else if (!state.namespaces.length) {
       bad = true;
       banner.append("You may not answer in any namespace this server serves; ask an operator to add you in [namespaces] of its users file.");
@@ -207,8 +235,8 @@
     state.connected = true;
     onStatus(snapshot.status);
     const live = new Set(snapshot.requests.map((r) => r.id));
-    for (const [id, card] of state.cards)
-      if (card.request.namespace === snapshot.namespace && !live.has(id) && !card.closed) closeOrDrop(id, "gone", "", null);
+    const missing = [...state.cards.values()].filter((card) => card.request.namespace === snapshot.namespace && !live.has(card.id) && !card.closed);
+    if (missing.length) explainGone(missing.map((card) => card.id));
     state.batching = true;  // one arrange and one filter pass for the lot, not one per card
     try { for (const request of snapshot.requests) addCard(request); }
     finally { state.batching = false; }
@@ -217,8 +245,26 @@
     setConnected(true);
   }
 
+  // Cards that went while this page was not listening: the history says why, and a note says it.
+  async function explainGone(ids) {
+    let entries = [];
+    try { entries = (await call("GET", "/api/history?limit=200")).entries; } catch (e) { entries = []; }
+    for (const id of ids) {
+      const entry = entries.find((e) => e.id === id);
+      const settled = entry && entry.event === "answered"
+        ? { answer: { answers: entry.questions.map((q) => ({ id: q.id, selected: q.selected || [], custom: q.custom || undefined })) } } : null;
+      const card = state.cards.get(id);
+      if (card && !card.closed && !card.submitting) closeOrDrop(id, entry ? entry.event : "gone", entry ? entry.by : "", settled);
+    }
+  }
+
   function onStatus(status) {
     state.statuses.set(status.namespace, status);
+    if (status.status === "standby" || status.status === "stopped") {
+      // Another server serves the namespace now: what this one lost goes there.
+      for (const card of [...state.cards.values()])
+        if (card.lost && card.request.namespace === status.namespace) { card.lost = false; closeOrDrop(card.id, "moved", "", null); }
+    }
     document.body.dataset.status = [...state.statuses.values()].map((s) => s.status).join(" ");
     renderBanner();
     for (const card of state.cards.values()) arm(card);
@@ -413,7 +459,17 @@
     if (state.view === "history") loadHistory();
     const card = state.cards.get(event.id);
     if (!card || card.submitting) return;  // our own submission settles the card itself
+    if (event.reason === "lost") { pause(card); return; }
     closeOrDrop(event.id, event.reason, event.by, event.settled);
+  }
+
+  function pause(card) {
+    // The server lost its lease (Redis went away, say): the card stays, paused, until the request
+    // is delivered again or the server says what became of it.
+    card.lost = true;
+    card.root.classList.add("lost");
+    notice(card, "Paused: this server is reconnecting to the broker. The question comes back here, or a note says what became of it.");
+    arm(card);
   }
 
   function answerText(card, settled) {
@@ -435,7 +491,10 @@
       answered: "Already answered" + who + (answer ? ": " + answer : "") + ".",
       cancelled: "Already dismissed" + who + ".",
       withdrawn: "The agent withdrew this question.",
+      expired: "It expired: the agent stopped waiting.",
+      "dead-lettered": "It could not be shown and was set aside.",
       lost: "This server lost the lease; the question goes to the server that takes over.",
+      moved: "Another server serves this namespace now; answer it there.",
     }[reason] || "This question is no longer pending.";
   }
 
@@ -445,17 +504,19 @@
     const why = reasonText(card, reason, by, settled);
     if (!card.dirty) {
       // Untouched: no card to keep, but say what became of it rather than vanish silently.
-      if (reason === "answered" || reason === "cancelled" || reason === "withdrawn") {
-        const first = card.request.questions[0];
-        const note = el("p", { class: "note settled-note" },
-          el("span", { class: "note-question", text: (first ? first.question : "A question") + " — " }), why);
-        $("settled-notes").prepend(note);
-        setTimeout(() => note.remove(), 20000);
-      }
+      const first = card.request.questions[0];
+      addNote(el("span", { class: "note-question", text: (first ? first.question : "A question") + " — " }), why);
       dropCard(id);
       return;
     }
     closeCard(card, why);  // keep what the person typed; say why it can no longer be sent
+  }
+
+  function addNote(...parts) {
+    const note = el("p", { class: "note settled-note" }, ...parts);
+    $("settled-notes").prepend(note);
+    setTimeout(() => note.remove(), 20000);
+    return note;
   }
 
   function closeCard(card, message) {
@@ -533,7 +594,8 @@
   function reopen(card) {
     // Served again (by this server after a restart, say): what was typed can be sent now.
     card.closed = false;
-    card.root.classList.remove("closed");
+    card.lost = false;
+    card.root.classList.remove("closed", "lost");
     const dismiss = card.root.querySelector(".dismiss");
     if (dismiss) dismiss.remove();
     notice(card, "");
@@ -543,7 +605,7 @@
   function addCard(request) {
     const known = state.cards.get(request.id);
     if (known) {
-      if (known.closed && !known.submitting) reopen(known);
+      if ((known.closed || known.lost) && !known.submitting) reopen(known);
       known.request.askerAway = request.askerAway;
       known.request.askers = request.askers;
       known.request.priority = request.priority;
@@ -575,7 +637,7 @@
     renderTimes(card);
     root.addEventListener("input", () => {
       card.dirty = true;
-      if (!card.closed && !card.submitting && card.notice) notice(card, "");
+      if (!card.closed && !card.lost && !card.submitting && card.notice) notice(card, "");
     });
     state.cards.set(request.id, card);
     const only = count === 1 ? request.questions[0] : null;
@@ -838,7 +900,8 @@
   }
 
   function arm(card) {
-    const off = card.closed || card.submitting || statusOf(card.request.namespace) !== "active" || !state.connected;
+    const off = card.closed || card.lost || card.submitting || statusOf(card.request.namespace) !== "active"
+      || redisOf(card.request.namespace) === "down" || !state.connected;
     for (const button of card.root.querySelectorAll(".actions button:not(.dismiss):not(.link):not(.back):not(.keep)")) button.disabled = off;
     card.root.classList.toggle("paused", off && !card.closed);
   }
