@@ -1000,3 +1000,59 @@ async def test_a_redis_outage_is_named_at_once_and_a_card_withdrawn_meanwhile_le
     finally:
         await people.close()
         web.stop()
+
+
+async def test_own_send_is_confirmed_and_a_dismissal_carries_its_reason(people: People, asker: Broker) -> None:
+    page = await people.page()
+    async with asker.agent("builder-9"):
+        asked = ask(asker, AskUserQuestionItem(id="q", question="Tag the release?", options=options("tag", "hold")),
+                    agent="builder-9")  # fmt: skip
+        request = card(page, "Tag the release?")
+        await request.get_by_text("tag", exact=True).click()
+        await request.get_by_role("button", name="Send answer").click()
+        await expect(request).to_have_count(0)
+        await expect(page.locator(".sent-note")).to_have_text("Tag the release? — Sent to builder-9: tag.")
+        assert (await asked).answers[0].selected == ("tag",)
+    dismissed = ask(asker, AskUserQuestionItem(id="q", question="Drop the cache?", options=options("yes", "no")))
+    request = card(page, "Drop the cache?")
+    await request.get_by_role("button", name="Dismiss question").click()
+    await request.get_by_label("Reason for dismissing (optional)").fill("ask again after the freeze")
+    await request.get_by_role("button", name="Yes, dismiss it").click()
+    await expect(request).to_have_count(0)
+    await expect(page.locator(".sent-note").first).to_have_text(
+        "Drop the cache? — Dismissed: ask again after the freeze."
+    )
+    with pytest.raises(UserQuestionError) as caught:
+        await dismissed
+    assert caught.value.code == "ASK_CANCELLED"
+    assert "alice dismissed the question: ask again after the freeze" in caught.value.message
+
+
+async def test_a_load_asks_for_nothing_missing_and_inline_code_is_code(people: People, asker: Broker) -> None:
+    missing: list[str] = []
+    page = await people.page(user=None)
+    page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
+    await page.reload()
+    await page.fill("#user", "alice")
+    await page.fill("#password", PASSWORDS["alice"])
+    await page.click("#sign-in-button")
+    item = AskUserQuestionItem(
+        id="q",
+        question="Allow Bash: `make test` in `/srv/app`?",
+        header="Claude Code",
+        options=options("Allow", "Deny"),
+    )
+    asked = ask(asker, item)
+    request = card(page, "Allow Bash")
+    await expect(request.locator(".question-text code")).to_have_text(["make test", "/srv/app"])
+    assert "`" not in await request.locator(".question-text").inner_text()
+    await page.wait_for_load_state("networkidle")
+    assert missing == []
+    # Chromium does not report its favicon fetch to the page: ask for what it would.
+    icon = await page.locator("link[rel=icon]").evaluate("link => link.href")
+    for url in (icon, people.web.url + "/favicon.ico"):
+        response = await page.request.get(url)
+        assert response.status == 200, url
+        assert response.headers["content-type"].startswith("image/"), url
+    asked.cancel()
+    await asyncio.gather(asked, return_exceptions=True)

@@ -235,6 +235,10 @@ def create_app(config: WebConfig) -> Starlette:
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
 
+    async def favicon(request: Request) -> Response:
+        # Browsers ask for /favicon.ico whatever the page links; answer rather than log a 404 each time.
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
     async def metrics(request: Request) -> Response:
         await auth_of(request).identify(request)  # a bearer token for Prometheus (bearer_token_file)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
@@ -394,6 +398,7 @@ def create_app(config: WebConfig) -> Starlette:
     routes = [
         Route("/", page),
         Route("/healthz", healthz),
+        Route("/favicon.ico", favicon),
         Route("/metrics", metrics),
         Route("/api/session", get_session, methods=["GET"]),
         Route("/api/session", sign_in, methods=["POST"]),

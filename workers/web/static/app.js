@@ -820,11 +820,13 @@
     if (card.confirming) return;
     card.confirming = true;
     const count = card.request.questions.length;
+    const reason = el("input", { type: "text", class: "dismiss-reason", maxlength: "500", "aria-label": "Reason for dismissing (optional)", placeholder: "Why? (optional)" });
     const yes = el("button", { type: "button", class: "danger confirm-cancel", text: count === 1 ? "Yes, dismiss it" : "Yes, dismiss all " + count,
-      onclick: () => { card.confirming = false; cancelBatch(card); } });
+      onclick: () => { card.confirming = false; cancelBatch(card, null, reason.value.trim()); } });
+    reason.addEventListener("keydown", (event) => { if (event.key === "Enter") { event.preventDefault(); } });
     const no = el("button", { type: "button", class: "keep", text: "Keep", onclick: () => restore() });
     const ask = el("span", { class: "confirm", role: "group", "aria-label": "Confirm dismissal" },
-      el("span", { class: "small", text: "The agent is told you dismissed it. " }), yes, no);
+      el("span", { class: "small", text: "The agent is told you dismissed it. " }), reason, yes, no);
     function restore() { card.confirming = false; ask.replaceWith(button); button.focus(); }
     button.replaceWith(ask);
     arm(card);
@@ -906,12 +908,18 @@
     card.root.classList.toggle("paused", off && !card.closed);
   }
 
-  async function settle(card, path, body) {
+  async function settle(card, path, body, reason) {
     card.submitting = true;
     notice(card, "Sending…");
     arm(card);
     try {
-      await call("POST", "/api/requests/" + encodeURIComponent(card.id) + path, body);
+      const reply = await call("POST", "/api/requests/" + encodeURIComponent(card.id) + path, body);
+      const first = card.request.questions[0];
+      const to = card.request.agent ? " to " + card.request.agent : "";
+      const what = path === "/answer" ? "Sent" + to + ": " + (answerText(card, reply) || "your answer")
+        : "Dismissed" + (reason ? ": " + reason : "");
+      addNote(el("span", { class: "note-question", text: (first ? first.question : "A question") + " — " }), what + ".")
+        .classList.add("sent-note");
       dropCard(card.id);
     } catch (error) {
       card.submitting = false;
@@ -947,9 +955,10 @@
     settle(card, "/answer", { answers: [{ id: question.id, selected: [label] }] });
   }
 
-  function cancelBatch(card, message) {
+  function cancelBatch(card, message, reason) {
     card.dirty = true;
-    settle(card, "/cancel", message ? { message } : {});
+    if (reason) message = state.user + " dismissed the question: " + reason;
+    settle(card, "/cancel", message ? { message } : {}, reason);
   }
 
   // -- keyboard ------------------------------------------------------------------------------
