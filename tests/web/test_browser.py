@@ -865,6 +865,22 @@ async def test_a_stray_key_never_approves_a_plan(people: People, asker: Broker) 
     await asyncio.gather(planned, urgent, return_exceptions=True)
 
 
+async def test_keys_act_on_the_first_card_in_the_window_not_one_scrolled_away(people: People, asker: Broker) -> None:
+    page = await people.page()
+    await page.set_viewport_size({"width": 1000, "height": 400})
+    asks = [
+        ask(asker, AskUserQuestionItem(id="q", question=f"Scrolled {n}?", options=options("x", "y"))) for n in (1, 2, 3)
+    ]
+    await expect(page.locator("article.card")).to_have_count(3)
+    await card(page, "Scrolled 2?").evaluate("node => node.scrollIntoView({block: 'start'})")
+    await page.keyboard.press("2")
+    await expect(card(page, "Scrolled 2?").locator("input.option").nth(1)).to_be_checked()
+    await expect(card(page, "Scrolled 1?").locator("input.option:checked")).to_have_count(0)
+    for task in asks:
+        task.cancel()
+    await asyncio.gather(*asks, return_exceptions=True)
+
+
 STEPS = "# Migration\n\n" + "\n".join(
     f"{n}. step {n}: move table t{n} to the new schema and check it" for n in range(1, 26)
 )

@@ -984,11 +984,19 @@
   }
 
   function firstOnScreen() {
+    // The first open card that starts in the window, else the first one showing any part; one
+    // scrolled out of sight is never the one a key acts on.
+    let partly = null;
     for (const node of $("requests").children) {
       const card = state.cards.get(node.dataset.id);
-      if (card && !card.closed && !node.hidden) return card;
+      if (!card || card.closed || node.hidden) continue;
+      const box = node.getBoundingClientRect();
+      if (box.bottom <= 0) continue;
+      if (box.top >= window.innerHeight) break;
+      if (box.top >= -4) return card;  // a few pixels of slack for scrolled-to positions
+      partly = partly || card;
     }
-    return null;
+    return partly;
   }
 
   // -- history ---------------------------------------------------------------------------------
