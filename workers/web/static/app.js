@@ -260,7 +260,7 @@
 
   function onStatus(status) {
     state.statuses.set(status.namespace, status);
-    if (status.status === "standby" || status.status === "stopped") {
+    if (status.status === "standby") {
       // Another server serves the namespace now: what this one lost goes there.
       for (const card of [...state.cards.values()])
         if (card.lost && card.request.namespace === status.namespace) { card.lost = false; closeOrDrop(card.id, "moved", "", null); }
@@ -669,7 +669,8 @@
     const lines = lineCount(body);
     const node = el("div", { class: "detail" }, body);
     if (lines <= SHOWN_LINES + 2) { if (card) card.planRead = true; return node; }
-    body.id = "detail-" + card.id + "-" + question.id;
+    state.nodeIds = (state.nodeIds || 0) + 1;
+    body.id = "detail-" + state.nodeIds;  // not the question id: an asker's text makes a poor id
     body.classList.add("collapsed");
     const toggle = el("button", { type: "button", class: "link show-all", "aria-expanded": "false", "aria-controls": body.id, text: "Show all " + lines + " lines" });
     toggle.addEventListener("click", () => {
