@@ -1003,6 +1003,8 @@ async def test_a_redis_outage_is_named_at_once_and_a_card_withdrawn_meanwhile_le
             try:
                 await expect(banner).to_contain_text("The server is up, but its Redis", timeout=6_000)
                 await expect(banner).not_to_contain_text("Disconnected from the server")
+                health = await people.contexts[0].request.get(web.url + "/healthz")
+                assert (await health.json())["redis"] == "down"
                 still = card(page, "Still wanted later?")
                 await expect(still.get_by_role("button", name="Send answer")).to_be_disabled()
                 await page.screenshot(path=screenshots / "24-redis-down.png", full_page=True)
