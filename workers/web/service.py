@@ -313,11 +313,13 @@ class WebProvider:
                 await asyncio.sleep(self._retry_delay)
 
     async def _probe_redis(self) -> None:
-        """Ping Redis every second; pages are told at once when it stops or starts answering."""
+        """Ask Redis something every second; pages are told at once when it stops or starts answering."""
         while True:
             try:
                 async with asyncio.timeout(_PROBE_TIMEOUT_S):
-                    await self.broker.commands.call("PING")
+                    # A read of one of the namespace's own keys (it creates nothing): on a Cluster,
+                    # that asks the master holding the namespace's slot, which is the one that matters.
+                    await self.broker.commands.call("EXISTS", self.keys.public_url(self.name))
                 ok = True
             except (*_REDIS_DOWN, UserQuestionError, TimeoutError):
                 ok = False
