@@ -468,7 +468,7 @@
     // is delivered again or the server says what became of it.
     card.lost = true;
     card.root.classList.add("lost");
-    notice(card, "Paused: this server is reconnecting to the broker. The question comes back here, or a note says what became of it.");
+    notice(card, "Paused: waiting for the broker.");
     arm(card);
   }
 
