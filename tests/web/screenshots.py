@@ -1,7 +1,7 @@
 """Screenshots of the answer page for a human to look at (not a test).
 
 ``.venv/bin/python -m tests.web.screenshots [OUT_DIR]`` (default ``/tmp/web-shots``): a private
-redis-server, an active and a standby web server, three waiting requests; desktop 1280x800
+redis-server, an active and a standby web server, four waiting requests; desktop 1280x800
 and mobile 390x844 shots of the list, a plan review with a comment, the history, the standby
 page and the disconnected page. It prints the pages' scroll widths (they must equal the
 viewport's).
@@ -21,7 +21,7 @@ from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRe
 from tests.helpers import KEYS
 from tests.redis_server import RedisServer
 from tests.web.conftest import PASSWORDS, WebProcess, write_users_file
-from tests.web.test_browser import CHROMIUM, CHROMIUM_ARGS, LONG_DETAIL
+from tests.web.test_browser import CHROMIUM, CHROMIUM_ARGS, LONG_DETAIL, STEPS, write_other
 
 VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "mobile": {"width": 390, "height": 844}}
 
@@ -31,7 +31,8 @@ def options(*labels: str) -> tuple[AskUserQuestionOption, ...]:
 
 
 async def signed_in(browser: Browser, url: str, user: str, label: str) -> Page:
-    context = await browser.new_context(viewport=VIEWPORTS[label], is_mobile=label == "mobile")  # type: ignore[arg-type]
+    mobile = label == "mobile"
+    context = await browser.new_context(viewport=VIEWPORTS[label], is_mobile=mobile, has_touch=mobile)  # type: ignore[arg-type]
     page = await context.new_page()
     await page.goto(url)
     await page.fill("#user", user)
@@ -85,6 +86,16 @@ async def take(out: Path) -> None:
             )
             ask(
                 AskUserQuestionItem(
+                    id="migrate",
+                    question="Run the 25-step migration?",
+                    detail=STEPS,
+                    options=options("Approve", "Request changes"),
+                    intent=plan,
+                ),
+                timeout=900,
+            )
+            ask(
+                AskUserQuestionItem(
                     id="l", question="Which languages?", options=options("Python", "Go"), multi_select=True
                 ),
                 AskUserQuestionItem(id="n", question="Project name?", options=options("qb", "broker")),
@@ -93,7 +104,7 @@ async def take(out: Path) -> None:
             )
             for label in VIEWPORTS:
                 page = await signed_in(browser, active.url, "alice", label)
-                await expect(page.locator("article.card")).to_have_count(3)
+                await expect(page.locator("article.card")).to_have_count(4)
                 await page.screenshot(path=out / f"{label}-list.png", full_page=True)
                 print(label, "scroll width", await page.evaluate("document.documentElement.scrollWidth"))
                 card = page.locator("article.card", has_text="Prune old releases?")
@@ -119,7 +130,7 @@ async def take(out: Path) -> None:
                 await expect(page.locator("li.history-item")).to_have_count(1)
                 await page.screenshot(path=out / f"{label}-history.png", full_page=True)
                 await page.get_by_role("button", name="Pending").click()
-                await page.locator("textarea.other").first.fill("typed before the crash")
+                await write_other(page.locator("fieldset.question", has_text="Project name?"), "typed before the crash")
             assert active.process is not None
             active.process.kill()
             active.process.wait()

@@ -417,6 +417,7 @@ async def test_one_server_serves_several_namespaces_by_user(
         assert (await asked_home).answers[0].selected == ("no",)
         assert (await asked_away).answers[0].selected == ("left",)
         assert health["namespaces"] == {n: {"status": "active", "holder": "web-1"} for n in (namespace, other)}
+        assert health["redis"] == "ok"
     finally:
         web.stop()
 

@@ -11,7 +11,7 @@ import contextlib
 import os
 import re
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -138,6 +138,12 @@ def fieldset(page: Page, text: str) -> Locator:
     return page.locator("fieldset.question", has_text=text)
 
 
+async def write_other(scope: Locator, text: str) -> None:
+    """Pick "Other…" (which opens the text box) and type ``text``."""
+    await scope.get_by_text("Other…", exact=True).click()
+    await scope.locator("textarea.other").fill(text)
+
+
 async def test_sign_in_and_answer_single(people: People, asker: Broker, screenshots: Path) -> None:
     page = await people.page(user=None)
     await page.fill("#user", "alice")
@@ -191,10 +197,10 @@ async def test_multi_with_other_and_skip(people: People, asker: Broker, screensh
     langs = fieldset(page, "Which languages?")
     await langs.get_by_text("Python", exact=True).click()
     await langs.get_by_text("Rust", exact=True).click()
-    await langs.locator("textarea.other").fill("Zig, later")
+    await write_other(langs, "Zig, later")
     name = fieldset(page, "Project name?")
     await name.get_by_text("qb", exact=True).click()
-    await name.locator("textarea.other").fill("question-broker")
+    await write_other(name, "question-broker")
     await fieldset(page, "Anything else?").get_by_text("Skip this question").click()
     await page.screenshot(path=screenshots / "03-batch.png", full_page=True)
     await send.click()
@@ -291,7 +297,7 @@ async def test_plan_review_conditions_fall_back_to_the_form(people: People, aske
     feedback = ask(asker, plan("Card with feedback?", "Approve", "Refuse", approve="Approve"))
     request = card(page, "Card with feedback?")
     await request.get_by_role("button", name="Other answer…").click()
-    await request.locator("textarea.other").fill("add a rollback step first")
+    await write_other(request, "add a rollback step first")
     await request.get_by_role("button", name="Send answer").click()
     await expect(request).to_have_count(0)
     item = (await feedback).answers[0]
@@ -325,7 +331,7 @@ async def test_a_keyed_question_stays_with_asker_away_and_its_answer_reaches_the
     await expect(shown.locator(".away")).to_be_visible()
     await expect(shown.locator(".away")).to_have_text("asker away")
     await page.screenshot(path=screenshots / "14-asker-away.png", full_page=True)
-    await shown.locator("textarea.other").fill("after the freeze")  # the human is halfway through
+    await write_other(shown, "after the freeze")  # the human is halfway through
     async with Broker(web.redis_url, web.namespace, **KEYS) as restarted:
         again = asyncio.create_task(restarted.ask(request, key="release-2.4.0"))
         await expect(shown.locator(".away")).to_be_hidden()  # re-attached: the same card, back
@@ -372,7 +378,7 @@ async def test_two_people_race(people: People, asker: Broker, screenshots: Path)
     alice, bob = await people.page("alice"), await people.page("bob")
     asked = ask(asker, AskUserQuestionItem(id="q", question="Who is first?", options=options("me", "you")))
     for page, text in ((alice, "alice was here"), (bob, "bob typed this")):
-        await card(page, "Who is first?").locator("textarea.other").fill(text)
+        await write_other(card(page, "Who is first?"), text)
     await card(alice, "Who is first?").get_by_role("button", name="Send answer").click()
     await expect(card(alice, "Who is first?")).to_have_count(0)
     losing = card(bob, "Who is first?")
@@ -481,7 +487,7 @@ async def test_title_count_order_times_and_history(people: People, asker: Broker
         assert (await urgent).answers[0].selected == ("yes",)
     await expect(page).to_have_title(re.compile(r"^\(1\) Questions"))
     hurry = card(page, "No hurry?")
-    await hurry.locator("textarea.other").fill("whenever you like")
+    await write_other(hurry, "whenever you like")
     await hurry.get_by_role("button", name="Send answer").click()
     assert (await relaxed).answers[0].custom == "whenever you like"
     await expect(page).to_have_title(re.compile(r"^Questions"))
@@ -516,7 +522,7 @@ async def test_failed_send_keeps_the_answer(people: People, asker: Broker, scree
     page = await people.page()
     asked = ask(asker, AskUserQuestionItem(id="q", question="Network trouble?", options=options("a", "b")))
     request = card(page, "Network trouble?")
-    await request.locator("textarea.other").fill("my careful answer")
+    await write_other(request, "my careful answer")
     await page.route("**/api/requests/*/answer", lambda route: route.abort())
     await request.get_by_role("button", name="Send answer").click()
     await expect(request.locator(".notice")).to_contain_text("Could not reach the server, so nothing was sent")
@@ -539,7 +545,7 @@ async def test_disconnected_page_pauses_and_resumes(
         async with Broker(redis_server.url, namespace, **KEYS) as asker:
             asked = ask(asker, AskUserQuestionItem(id="q", question="Still there?", options=options("yes", "no")))
             request = card(page, "Still there?")
-            await request.locator("textarea.other").fill("typed before the crash")
+            await write_other(request, "typed before the crash")
             assert web.process is not None
             web.process.kill()  # the server dies
             web.process.wait()
@@ -627,7 +633,7 @@ async def test_mobile_layout_fits(browser: Browser, web: WebProcess, asker: Brok
         )
         assert width <= 390, (width, wide)  # long paths, hashes, tables and code wrap or scroll in their box
         header = await page.locator("header.top").bounding_box()
-        assert header is not None and header["height"] < 60  # one line
+        assert header is not None and header["height"] < 110  # two rows at most
         for box in await request.locator("button").evaluate_all(
             "bs => bs.map(b => b.getBoundingClientRect()).map(r => [r.width, r.height])"
         ):
@@ -688,6 +694,11 @@ async def test_no_serious_accessibility_violations(browser: Browser, web: WebPro
         await expect(card(page, "Accessible plan?")).to_be_visible()
         await expect(card(page, "First of two?")).to_be_visible()
         await card(page, "Accessible plan?").get_by_role("button", name="Request changes").click()
+        pair = card(page, "First of two?")
+        await pair.get_by_role("button", name="Don't ask again…").click()
+        await pair.get_by_role("button", name="Dismiss all 2").click()
+        await pair.get_by_text("Other…").first.click()
+        await expect(page.locator("#filters")).to_be_visible()
         assert await axe_violations(page) == []
         await page.get_by_role("button", name="History").click()
         await expect(page.locator("#history-view")).to_be_visible()
@@ -790,6 +801,8 @@ async def test_answer_and_remember_then_list_and_revoke(people: People, asker: B
         await expect(scope.locator("option")).to_have_text(
             ["Just this once", "Remember for agent rotator-1", f"Remember for everyone in {asker.namespace}"]
         )
+        await expect(scope).to_be_hidden()  # behind one click
+        await request.get_by_role("button", name="Don't ask again…").click()
         await expect(request.locator("select.remember-ttl")).to_be_hidden()
         await request.get_by_text("yes", exact=True).click()
         await scope.select_option("namespace")
@@ -823,3 +836,250 @@ async def test_answer_and_remember_then_list_and_revoke(people: People, asker: B
     await request.get_by_text("no", exact=True).click()
     await request.get_by_role("button", name="Send answer").click()
     assert (await opted).answers[0].selected == ("no",)
+
+
+async def test_a_stray_key_never_approves_a_plan(people: People, asker: Broker) -> None:
+    # The plan arrives first (first in arrival order), the urgent question second (first on screen).
+    planned = ask(asker, plan("Run the 25-step migration?", "Approve", "Request changes", approve="Approve"))
+    page = await people.page()
+    await expect(card(page, "Run the 25-step migration?")).to_be_visible()
+    urgent = ask(
+        asker,
+        AskUserQuestionItem(id="q", question="Restart the cache now?", options=options("restart", "wait")),
+        priority="urgent",
+    )
+    first = card(page, "Restart the cache now?")
+    await expect(page.locator("article.card").first).to_contain_text("Restart the cache now?")
+    await page.keyboard.press("1")  # nothing focused: the first card on screen
+    await page.keyboard.press("Enter")
+    await page.wait_for_timeout(500)
+    assert not planned.done()
+    assert not urgent.done()
+    await expect(first.locator("input.option").first).to_be_checked()
+    # Inside the plan card, digits and Enter do not approve it either.
+    review = card(page, "Run the 25-step migration?")
+    await review.locator(".question-text").click()
+    for key in ("1", "Enter", "1", "Enter", "Space"):
+        await page.keyboard.press(key)
+    await page.wait_for_timeout(500)
+    assert not planned.done()
+    await expect(review).to_be_visible()
+    planned.cancel()
+    urgent.cancel()
+    await asyncio.gather(planned, urgent, return_exceptions=True)
+
+
+async def test_keys_act_on_the_first_card_in_the_window_not_one_scrolled_away(people: People, asker: Broker) -> None:
+    page = await people.page()
+    await page.set_viewport_size({"width": 1000, "height": 400})
+    asks = [
+        ask(asker, AskUserQuestionItem(id="q", question=f"Scrolled {n}?", options=options("x", "y"))) for n in (1, 2, 3)
+    ]
+    await expect(page.locator("article.card")).to_have_count(3)
+    await card(page, "Scrolled 2?").evaluate("node => node.scrollIntoView({block: 'start'})")
+    await page.keyboard.press("2")
+    await expect(card(page, "Scrolled 2?").locator("input.option").nth(1)).to_be_checked()
+    await expect(card(page, "Scrolled 1?").locator("input.option:checked")).to_have_count(0)
+    for task in asks:
+        task.cancel()
+    await asyncio.gather(*asks, return_exceptions=True)
+
+
+STEPS = "# Migration\n\n" + "\n".join(
+    f"{n}. step {n}: move table t{n} to the new schema and check it" for n in range(1, 26)
+)
+
+
+async def height(locator: Locator) -> float:
+    box = await locator.bounding_box()
+    assert box is not None
+    return float(box["height"])
+
+
+async def test_cards_are_compact_and_a_long_plan_is_collapsed(people: People, asker: Broker, screenshots: Path) -> None:
+    page = await people.page()
+    yes_no = ask(asker, AskUserQuestionItem(id="q", question="Merge the branch?", options=options("yes", "no")))
+    long_plan = AskUserQuestionItem(
+        id="plan", question="Run the migration?", detail=STEPS, options=options("Approve", "Request changes"),
+        intent=PlanReviewIntent(approve="Approve"),
+    )  # fmt: skip
+    migration = ask(asker, long_plan)
+    small = card(page, "Merge the branch?")
+    await expect(small).to_be_visible()
+    assert await height(small) < 230  # was 370: no open text box, no remember menu
+    await expect(small.locator("textarea.other")).to_be_hidden()
+    big = card(page, "Run the migration?")
+    await expect(big.locator(".detail li").first).to_be_visible()
+    collapsed = await height(big)
+    assert collapsed < 400, collapsed
+    await page.screenshot(path=screenshots / "22-compact.png", full_page=True)
+    # Approve on a collapsed plan shows the whole plan first; only a second press sends.
+    await big.get_by_role("button", name="Approve").click()
+    await expect(big.get_by_role("button", name="Show less")).to_be_visible()
+    assert await height(big) > collapsed + 300
+    await page.wait_for_timeout(300)
+    assert not migration.done()
+    await big.get_by_role("button", name="Approve").click()
+    assert (await asyncio.wait_for(migration, 10)).answers[0].selected == ("Approve",)
+    await small.get_by_text("yes", exact=True).click()
+    await small.get_by_role("button", name="Send answer").click()
+    assert (await asyncio.wait_for(yes_no, 10)).answers[0].selected == ("yes",)
+
+
+async def test_filters_over_the_loaded_cards(people: People, asker: Broker) -> None:
+    page = await people.page()
+    async with asker.agent("filter-a"), asker.agent("filter-b"):
+        asks = [
+            ask(asker, AskUserQuestionItem(id="q", question="From a?", options=options("x")), agent="filter-a"),
+            ask(asker, AskUserQuestionItem(id="q", question="From b?", options=options("x")), agent="filter-b",
+                priority="urgent"),
+            ask(asker, plan("Plan of b?", "Approve", "Refuse", approve="Approve"), agent="filter-b"),
+        ]  # fmt: skip
+        await expect(page.locator("article.card")).to_have_count(3)
+        await page.get_by_label("Filter by agent").select_option("filter-b")
+        await expect(page.locator("article.card:visible")).to_have_count(2)
+        await expect(page.locator("#filter-count")).to_have_text("2 of 3 shown")
+        await page.get_by_label("Filter by kind").select_option("plan-review")
+        await expect(page.locator("article.card:visible")).to_have_count(1)
+        await expect(page.locator("article.card:visible")).to_contain_text("Plan of b?")
+        await page.get_by_label("Filter by kind").select_option("")
+        await page.get_by_label("Filter by priority").select_option("urgent")
+        await expect(page.locator("article.card:visible")).to_have_count(1)
+        await expect(page.locator("article.card:visible")).to_contain_text("From b?")
+        await page.keyboard.press("1")  # keys act on the first card shown
+        await expect(card(page, "From b?").locator("input.option").first).to_be_checked()
+        await expect(card(page, "From a?").locator("input.option").first).not_to_be_checked()
+        await page.get_by_role("button", name="Show all").click()
+        await expect(page.locator("article.card:visible")).to_have_count(3)
+        for task in asks:
+            task.cancel()
+        await asyncio.gather(*asks, return_exceptions=True)
+
+
+async def test_phone_header_is_whole_and_no_digit_badges(
+    browser: Browser, web: WebProcess, asker: Broker, screenshots: Path
+) -> None:
+    context = await browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    try:
+        page = await context.new_page()
+        await page.goto(web.url)
+        await page.fill("#user", "alice")
+        await page.fill("#password", PASSWORDS["alice"])
+        await page.click("#sign-in-button")
+        asked = ask(asker, AskUserQuestionItem(id="q", question="On the phone?", options=options("yes", "no")))
+        await expect(card(page, "On the phone?")).to_be_visible()
+        for selector in ("#sign-out", "#who", "#namespace", "#show-pending", "#show-history", "#show-remembered"):
+            item = page.locator(selector)
+            await expect(item).to_be_visible()
+            cut = await item.evaluate(
+                "e => { const r = e.getBoundingClientRect();"
+                " return e.scrollWidth > e.clientWidth + 1 || r.right > innerWidth || r.left < 0; }"
+            )
+            assert not cut, selector
+        await expect(page.locator("#sign-out")).to_have_text("Sign out")
+        await expect(page.locator("#who")).to_have_text("alice")
+        await expect(page.locator("kbd.digit").first).to_be_hidden()  # no keyboard, no key badges
+        await expect(page.locator("#keys-hint")).to_be_hidden()
+        await page.screenshot(path=screenshots / "23-phone-header.png")
+        asked.cancel()
+        await asyncio.gather(asked, return_exceptions=True)
+    finally:
+        await context.close()
+
+
+async def test_a_redis_outage_is_named_at_once_and_a_card_withdrawn_meanwhile_leaves_a_note(
+    browser: Browser, redis_factory: Callable[..., RedisServer], tmp_path: Path, screenshots: Path
+) -> None:
+    redis = redis_factory()
+    namespace = f"outage{os.getpid()}"
+    web = WebProcess(redis.url, namespace, write_users_file(tmp_path / "u.toml"), tmp_path / "w.log").start()
+    people = People(browser, web)
+    try:
+        page = await people.page()
+        async with Broker(redis.url, namespace, **KEYS) as asker:
+            stays = ask(
+                asker, AskUserQuestionItem(id="q", question="Still wanted later?", options=options("yes", "no"))
+            )
+            goes = ask(asker, AskUserQuestionItem(id="q", question="Withdrawn meanwhile?", options=options("yes")))
+            await expect(page.locator("article.card")).to_have_count(2)
+            banner = page.locator("#banner")
+            redis.pause()  # the web server is fine; its Redis stops answering
+            try:
+                await expect(banner).to_contain_text("The server is up, but its Redis", timeout=6_000)
+                await expect(banner).not_to_contain_text("Disconnected from the server")
+                health = await people.contexts[0].request.get(web.url + "/healthz")
+                assert (await health.json())["redis"] == "down"
+                still = card(page, "Still wanted later?")
+                await expect(still.get_by_role("button", name="Send answer")).to_be_disabled()
+                await page.screenshot(path=screenshots / "24-redis-down.png", full_page=True)
+                goes.cancel()  # the agent gives up while Redis is away
+            finally:
+                redis.resume()
+            await expect(page.locator(".settled-note")).to_contain_text(
+                "Withdrawn meanwhile? — The agent withdrew this question.", timeout=20_000
+            )
+            await expect(banner).to_be_hidden()
+            await expect(still.get_by_role("button", name="Send answer")).to_be_enabled(timeout=20_000)
+            await still.get_by_text("yes", exact=True).click()
+            await still.get_by_role("button", name="Send answer").click()
+            assert (await asyncio.wait_for(stays, 10)).answers[0].selected == ("yes",)
+            await asyncio.gather(goes, return_exceptions=True)
+    finally:
+        await people.close()
+        web.stop()
+
+
+async def test_own_send_is_confirmed_and_a_dismissal_carries_its_reason(people: People, asker: Broker) -> None:
+    page = await people.page()
+    async with asker.agent("builder-9"):
+        asked = ask(asker, AskUserQuestionItem(id="q", question="Tag the release?", options=options("tag", "hold")),
+                    agent="builder-9")  # fmt: skip
+        request = card(page, "Tag the release?")
+        await request.get_by_text("tag", exact=True).click()
+        await request.get_by_role("button", name="Send answer").click()
+        await expect(request).to_have_count(0)
+        await expect(page.locator(".sent-note")).to_have_text("Tag the release? — Sent to builder-9: tag.")
+        assert (await asked).answers[0].selected == ("tag",)
+    dismissed = ask(asker, AskUserQuestionItem(id="q", question="Drop the cache?", options=options("yes", "no")))
+    request = card(page, "Drop the cache?")
+    await request.get_by_role("button", name="Dismiss question").click()
+    await request.get_by_label("Reason for dismissing (optional)").fill("ask again after the freeze")
+    await request.get_by_role("button", name="Yes, dismiss it").click()
+    await expect(request).to_have_count(0)
+    await expect(page.locator(".sent-note").first).to_have_text(
+        "Drop the cache? — Dismissed: ask again after the freeze."
+    )
+    with pytest.raises(UserQuestionError) as caught:
+        await dismissed
+    assert caught.value.code == "ASK_CANCELLED"
+    assert "alice dismissed the question: ask again after the freeze" in caught.value.message
+
+
+async def test_a_load_asks_for_nothing_missing_and_inline_code_is_code(people: People, asker: Broker) -> None:
+    missing: list[str] = []
+    page = await people.page(user=None)
+    page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
+    await page.reload()
+    await page.fill("#user", "alice")
+    await page.fill("#password", PASSWORDS["alice"])
+    await page.click("#sign-in-button")
+    item = AskUserQuestionItem(
+        id="q",
+        question="Allow Bash: `make test` in `/srv/app`?",
+        header="Claude Code",
+        options=options("Allow", "Deny"),
+    )
+    asked = ask(asker, item)
+    request = card(page, "Allow Bash")
+    await expect(request.locator(".question-text code")).to_have_text(["make test", "/srv/app"])
+    assert "`" not in await request.locator(".question-text").inner_text()
+    await page.wait_for_load_state("networkidle")
+    assert missing == []
+    # Chromium does not report its favicon fetch to the page: ask for what it would.
+    icon = await page.locator("link[rel=icon]").evaluate("link => link.href")
+    for url in (icon, people.web.url + "/favicon.ico"):
+        response = await page.request.get(url)
+        assert response.status == 200, url
+        assert response.headers["content-type"].startswith("image/"), url
+    asked.cancel()
+    await asyncio.gather(asked, return_exceptions=True)

@@ -53,6 +53,8 @@ CONTENT_SECURITY_POLICY = (
 )
 _MAX_BODY = 1024 * 1024
 _KEEPALIVE_S = 15.0
+_SESSION_CHECK_S = 1.0
+"""how long the change stream waits for Redis to confirm the session before each event"""
 _STATUS_OF_CODE = {"BAD_ANSWER": 422, "NOT_PENDING": 409, "LEASE_LOST": 503, "BROKER_UNAVAILABLE": 503}
 _INTERNAL = json.dumps({"name": "WebError", "code": "INTERNAL", "message": "internal error; see the server log"})
 
@@ -235,13 +237,21 @@ def create_app(config: WebConfig) -> Starlette:
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
 
+    async def favicon(request: Request) -> Response:
+        # Browsers ask for /favicon.ico whatever the page links; answer rather than log a 404 each time.
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
     async def metrics(request: Request) -> Response:
         await auth_of(request).identify(request)  # a bearer token for Prometheus (bearer_token_file)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> Response:
         primary, *others = services_of(request)
-        body: dict[str, Any] = {"status": primary.status, "holder": primary.holder}
+        body: dict[str, Any] = {
+            "status": primary.status,
+            "holder": primary.holder,
+            "redis": "ok" if primary.redis_ok else "down",
+        }
         if others:
             body["namespaces"] = {
                 s.broker.namespace: {"status": s.status, "holder": s.holder} for s in [primary, *others]
@@ -349,10 +359,18 @@ def create_app(config: WebConfig) -> Starlette:
         mine = services_of(request, identity)
 
         async def still_signed_in() -> bool:
+            # While Redis is away it cannot tell, and nothing new is delivered meanwhile: the stream
+            # goes on and carries the outage to the page (ending it would read as "the server is
+            # gone"), and the session is checked again with the next event once Redis answers.
+            if not all(service.redis_ok for service in mine):
+                return True
             try:
-                await auth.identify(request)
+                async with asyncio.timeout(_SESSION_CHECK_S):
+                    await auth.identify(request)
             except WebError:
                 return False  # signed out, revoked or expired meanwhile: the stream ends
+            except (RedisConnectionError, RedisTimeoutError, UserQuestionError, TimeoutError):
+                return True
             return True
 
         async def stream() -> AsyncIterator[str]:
@@ -366,7 +384,11 @@ def create_app(config: WebConfig) -> Starlette:
                         event = await asyncio.wait_for(queue.get(), _KEEPALIVE_S)
                     except TimeoutError:
                         event = {"type": "keepalive"}
-                    if event is None or not await still_signed_in():
+                    if event is None:
+                        return
+                    # A status event carries no question: it goes out without a session check, so
+                    # an outage is shown at once, not after the check's own wait for Redis.
+                    if event["type"] != "status" and not await still_signed_in():
                         return
                     if event["type"] == "keepalive":
                         yield ": keepalive\n\n"
@@ -378,6 +400,7 @@ def create_app(config: WebConfig) -> Starlette:
     routes = [
         Route("/", page),
         Route("/healthz", healthz),
+        Route("/favicon.ico", favicon),
         Route("/metrics", metrics),
         Route("/api/session", get_session, methods=["GET"]),
         Route("/api/session", sign_in, methods=["POST"]),

@@ -36,6 +36,10 @@ Event = dict[str, Any]
 
 _SETTLED_MEMORY = 2_000
 QUEUE_SIZE = 256
+_PROBE_EVERY_S = 1.0
+_PROBE_TIMEOUT_S = 1.5
+"""how often and how patiently Redis is pinged, so pages learn of an outage in seconds, not after
+the broker's own retries (``unavailable_after``) give up"""
 _REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 _NOT_PENDING, _LEASE_LOST = "NOT_PENDING", "LEASE_LOST"
 
@@ -72,6 +76,7 @@ class WebProvider:
         self.status: Status = "connecting"
         self.holder = ""
         self.holder_url = ""
+        self.redis_ok = True
         self._status_changed = asyncio.Event()
         self._retry_delay = retry_delay
         self._provider: Provider | None = None
@@ -81,6 +86,8 @@ class WebProvider:
         self._settled: OrderedDict[str, _Settled] = OrderedDict()
         self._shown: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._watchers: dict[str, asyncio.Task[None]] = {}
+        self._lost: set[str] = set()
+        """requests taken down when the lease was lost: each comes back (redelivered) or is said to be gone"""
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
 
     # -- what pages see ---------------------------------------------------------------
@@ -102,6 +109,7 @@ class WebProvider:
             "holder": self.holder,
             "holderUrl": self.holder_url if self.status == "standby" else "",
             "name": self.name,
+            "redis": "ok" if self.redis_ok else "down",
         }
 
     def requests(self) -> list[dict[str, Any]]:
@@ -237,6 +245,7 @@ class WebProvider:
         # Who asks may have changed while the context was read (an asker joined or went away),
         # and the watcher found no view to update then: take it now.
         view.update(askerAway=pending.asker_away, **asking_view(pending))
+        self._lost.discard(pending.request_id)
         self._pending[pending.request_id] = pending
         self._views[pending.request_id] = view
         self._publish({"type": "added", "request": view})
@@ -274,10 +283,12 @@ class WebProvider:
         try:
             async with asyncio.TaskGroup() as tasks:
                 advertising = tasks.create_task(self._advertise(), name="qb-web-advertise")
+                probing = tasks.create_task(self._probe_redis(), name="qb-web-probe-redis")
                 try:
                     await self._serve_forever()
                 finally:
                     advertising.cancel()
+                    probing.cancel()
         finally:
             self._set_status("stopped")
             self._publish(None)
@@ -296,6 +307,23 @@ class WebProvider:
                 log.error("web provider %s failed; standing by again", self.name, exc_info=group)
                 self._set_status("connecting")
                 await asyncio.sleep(self._retry_delay)
+
+    async def _probe_redis(self) -> None:
+        """Ask Redis something every second; pages are told at once when it stops or starts answering."""
+        while True:
+            try:
+                async with asyncio.timeout(_PROBE_TIMEOUT_S):
+                    # A read of one of the namespace's own keys (it creates nothing): on a Cluster,
+                    # that asks the master holding the namespace's slot, which is the one that matters.
+                    await self.broker.commands.call("EXISTS", self.keys.public_url(self.name))
+                ok = True
+            except (*_REDIS_DOWN, UserQuestionError, TimeoutError):
+                ok = False
+            if ok != self.redis_ok:
+                log.warning("web provider %s: Redis %s", self.name, "answers again" if ok else "does not answer")
+                self.redis_ok = ok
+                self._publish(self.status_event())
+            await asyncio.sleep(_PROBE_EVERY_S)
 
     async def _advertise(self) -> None:
         """While active, publish this page's public URL; while standing by, learn the holder's.
@@ -330,6 +358,8 @@ class WebProvider:
             self._set_status("active", self.name)
             try:
                 async with asyncio.TaskGroup() as tasks:
+                    if self._lost:
+                        tasks.create_task(self._resolve_lost(), name="qb-web-resolve-lost")
                     try:
                         async for pending in provider:
                             self._watchers[pending.request_id] = tasks.create_task(self._watch(pending))
@@ -342,7 +372,32 @@ class WebProvider:
                     lease_lost(self.broker.namespace)
                 self._provider = None
                 for request_id in list(self._pending):
+                    self._lost.add(request_id)
                     self._remove(request_id, "lost", "")
+                while len(self._lost) > _SETTLED_MEMORY:
+                    self._lost.pop()
+
+    async def _resolve_lost(self) -> None:
+        """Serving again: say what became of each request lost with the lease, unless it is still pending.
+
+        A pending one is redelivered (and shown again); one withdrawn, answered or expired meanwhile
+        is announced as removed with that reason, so a page says so instead of dropping it silently.
+        """
+        for request_id in list(self._lost):
+            try:
+                state = await self.broker.commands.call("HGET", self.broker.keys.request(request_id), "state")
+            except (*_REDIS_DOWN, UserQuestionError) as error:
+                log.debug("cannot tell what became of %s: %s", request_id, error)
+                continue
+            if state == "pending" or request_id not in self._lost:
+                continue
+            self._lost.discard(request_id)
+            settled = await self._settled_in_redis(request_id)
+            reason, by = (settled.state, settled.by) if settled is not None else ("gone", "")
+            removed = {"type": "removed", "id": request_id, "reason": reason, "by": by}
+            self._publish(
+                {**removed, "settled": settled.view() if settled else None, "namespace": self.broker.namespace}
+            )
 
     async def _watch(self, pending: PendingRequest) -> None:
         """Take the card down when withdrawn; say when its asker goes away or comes back."""

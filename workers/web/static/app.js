@@ -60,13 +60,15 @@
     $("show-history").addEventListener("click", () => showView("history"));
     $("show-remembered").addEventListener("click", () => showView("remembered"));
     $("notify").addEventListener("click", toggleNotify);
+    for (const name of FILTERS) $("filter-" + name).addEventListener("change", applyFilters);
+    $("filter-clear").addEventListener("click", clearFilters);
     document.addEventListener("keydown", onKey);
     setInterval(refreshTimes, 10000);
     state.notify = localStorage.getItem("qb-notify") === "on" && "Notification" in window && Notification.permission === "granted";
     try {
       start(await call("GET", "/api/session"));
     } catch (error) {
-      showSignIn();
+      showSignIn(error.code === "BROKER_UNAVAILABLE" ? "The server is up, but its Redis does not answer; reload in a moment." : "");
     }
   }
 
@@ -137,6 +139,7 @@
     source.addEventListener("error", async () => {
       if (state.source !== source) return;
       setConnected(false);
+      probeServer();
       if (source.readyState !== EventSource.CLOSED) return;  // the browser retries by itself
       // Closed for good (the server answered with an error): is the session still valid?
       setTimeout(async () => {
@@ -144,10 +147,26 @@
         try { await call("GET", "/api/session"); connect(session); }
         catch (error) {
           if (error.code === "UNAUTHENTICATED") showSignIn("Your session ended; sign in again.");
-          else connect(session);
+          else {
+            if (error.code === "BROKER_UNAVAILABLE") { state.serverUp = true; state.redisDown = true; renderBanner(); }
+            connect(session);
+          }
         }
       }, 2000);
     });
+  }
+
+  // The stream broke: is the server gone, or is it up without its Redis? The banner says which.
+  async function probeServer() {
+    let health = null;
+    try {
+      const response = await fetch("/healthz", { credentials: "same-origin", cache: "no-store" });
+      health = await response.json();
+    } catch (e) { health = null; }
+    if (state.connected) return;
+    state.serverUp = health !== null;
+    state.redisDown = Boolean(health && health.redis === "down");
+    renderBanner();
   }
 
   // -- connection and provider status ------------------------------------------------------
@@ -157,6 +176,11 @@
     document.body.dataset.connected = connected ? "yes" : "no";
     renderBanner();
     for (const card of state.cards.values()) arm(card);
+  }
+
+  function redisOf(namespace) {
+    const status = state.statuses.get(namespace);
+    return status && status.redis === "down" ? "down" : "ok";
   }
 
   function statusOf(namespace) {
@@ -177,9 +201,15 @@
     const banner = $("banner");
     banner.replaceChildren();
     let bad = false;
-    if (!state.connected) {
+    const redisDown = state.connected ? state.namespaces.some((n) => redisOf(n) === "down") : state.serverUp && state.redisDown;
+    if (redisDown) {
       bad = true;
-      banner.append("Disconnected from the server; reconnecting… Sending is paused, and what you typed stays here.");
+      banner.append("The server is up, but its Redis (the broker's store) does not answer; waiting for it… Sending is paused, and what you typed stays here.");
+    } else if (!state.connected) {
+      bad = true;
+      banner.append(state.serverUp
+        ? "Reconnecting to the server… Sending is paused, and what you typed stays here."
+        : "Disconnected from the server; reconnecting… Sending is paused, and what you typed stays here.");
     } else if (!state.namespaces.length) {
       bad = true;
       banner.append("You may not answer in any namespace this server serves; ask an operator to add you in [namespaces] of its users file.");
@@ -205,14 +235,36 @@
     state.connected = true;
     onStatus(snapshot.status);
     const live = new Set(snapshot.requests.map((r) => r.id));
-    for (const [id, card] of state.cards)
-      if (card.request.namespace === snapshot.namespace && !live.has(id) && !card.closed) closeOrDrop(id, "gone", "", null);
-    for (const request of snapshot.requests) addCard(request);
+    const missing = [...state.cards.values()].filter((card) => card.request.namespace === snapshot.namespace && !live.has(card.id) && !card.closed);
+    if (missing.length) explainGone(missing.map((card) => card.id));
+    state.batching = true;  // one arrange and one filter pass for the lot, not one per card
+    try { for (const request of snapshot.requests) addCard(request); }
+    finally { state.batching = false; }
+    arrange();
+    renderEmpty();
     setConnected(true);
+  }
+
+  // Cards that went while this page was not listening: the history says why, and a note says it.
+  async function explainGone(ids) {
+    let entries = [];
+    try { entries = (await call("GET", "/api/history?limit=200")).entries; } catch (e) { entries = []; }
+    for (const id of ids) {
+      const entry = entries.find((e) => e.id === id);
+      const settled = entry && entry.event === "answered"
+        ? { answer: { answers: entry.questions.map((q) => ({ id: q.id, selected: q.selected || [], custom: q.custom || undefined })) } } : null;
+      const card = state.cards.get(id);
+      if (card && !card.closed && !card.submitting) closeOrDrop(id, entry ? entry.event : "gone", entry ? entry.by : "", settled);
+    }
   }
 
   function onStatus(status) {
     state.statuses.set(status.namespace, status);
+    if (status.status === "standby") {
+      // Another server serves the namespace now: what this one lost goes there.
+      for (const card of [...state.cards.values()])
+        if (card.lost && card.request.namespace === status.namespace) { card.lost = false; closeOrDrop(card.id, "moved", "", null); }
+    }
     document.body.dataset.status = [...state.statuses.values()].map((s) => s.status).join(" ");
     renderBanner();
     for (const card of state.cards.values()) arm(card);
@@ -228,7 +280,71 @@
       : "No pending questions. New ones appear here as agents ask.";
     $("keys-hint").hidden = open === 0;
     $("pending-count").textContent = open ? "(" + open + ")" : "";
+    renderFilters();
     updateTitle();
+  }
+
+  // -- filters over what is loaded ------------------------------------------------------------
+
+  const FILTERS = ["agent", "priority", "kind"];
+
+  function kindOf(request) {
+    const kinds = new Set(request.questions.map((q) => q.intent || "question"));
+    return kinds.size === 1 ? [...kinds][0] : "question";
+  }
+
+  function facets(card) {
+    return { agent: card.request.agent || "", priority: card.request.priority || "normal", kind: kindOf(card.request) };
+  }
+
+  const KIND_NAMES = { question: "Questions", "plan-review": "Plan reviews" };
+  const PRIORITY_NAMES = { urgent: "Urgent", normal: "Normal", low: "Low" };
+
+  function renderFilters() {
+    if (state.batching) return;
+    const box = $("filters");
+    const seen = { agent: new Set(), priority: new Set(), kind: new Set() };
+    for (const card of state.cards.values()) {
+      const f = facets(card);
+      for (const name of FILTERS) seen[name].add(f[name]);
+    }
+    let active = false;
+    for (const name of FILTERS) {
+      const select = $("filter-" + name);
+      const chosen = select.value;
+      const values = [...seen[name]].sort((a, b) => name === "priority" ? (LEVELS[a] ?? 1) - (LEVELS[b] ?? 1) : a.localeCompare(b));
+      if (chosen && !values.includes(chosen)) values.push(chosen);  // keep a choice whose cards are gone
+      const wanted = ["", ...values].join("\n");
+      if (select.dataset.values !== wanted) {
+        select.dataset.values = wanted;
+        const all = { agent: "All agents", priority: "Any priority", kind: "Any kind" }[name];
+        select.replaceChildren(el("option", { value: "", text: all }), ...values.map((value) => el("option", { value,
+          text: name === "agent" ? (value || "anonymous agent") : name === "priority" ? PRIORITY_NAMES[value] || value : KIND_NAMES[value] || value })));
+        select.value = chosen;
+      }
+      active = active || Boolean(chosen);
+    }
+    box.hidden = !active && state.cards.size < 2;
+    applyFilters();
+  }
+
+  function applyFilters() {
+    const wanted = Object.fromEntries(FILTERS.map((name) => [name, $("filter-" + name).value]));
+    let shown = 0;
+    for (const card of state.cards.values()) {
+      const f = facets(card);
+      const hide = FILTERS.some((name) => wanted[name] && f[name] !== wanted[name]);
+      if (card.root.hidden !== hide) card.root.hidden = hide;
+      if (!hide) shown += 1;
+    }
+    const active = FILTERS.some((name) => wanted[name]);
+    $("filter-count").textContent = active ? shown + " of " + state.cards.size + " shown" : "";
+    $("filter-clear").hidden = !active;
+  }
+
+  function clearFilters() {
+    for (const name of FILTERS) $("filter-" + name).value = "";
+    renderFilters();
   }
 
   function openCount() {
@@ -343,7 +459,17 @@
     if (state.view === "history") loadHistory();
     const card = state.cards.get(event.id);
     if (!card || card.submitting) return;  // our own submission settles the card itself
+    if (event.reason === "lost") { pause(card); return; }
     closeOrDrop(event.id, event.reason, event.by, event.settled);
+  }
+
+  function pause(card) {
+    // The server lost its lease (Redis went away, say): the card stays, paused, until the request
+    // is delivered again or the server says what became of it.
+    card.lost = true;
+    card.root.classList.add("lost");
+    notice(card, "Paused: waiting for the broker.");
+    arm(card);
   }
 
   function answerText(card, settled) {
@@ -365,7 +491,10 @@
       answered: "Already answered" + who + (answer ? ": " + answer : "") + ".",
       cancelled: "Already dismissed" + who + ".",
       withdrawn: "The agent withdrew this question.",
+      expired: "It expired: the agent stopped waiting.",
+      "dead-lettered": "It could not be shown and was set aside.",
       lost: "This server lost the lease; the question goes to the server that takes over.",
+      moved: "Another server serves this namespace now; answer it there.",
     }[reason] || "This question is no longer pending.";
   }
 
@@ -375,17 +504,19 @@
     const why = reasonText(card, reason, by, settled);
     if (!card.dirty) {
       // Untouched: no card to keep, but say what became of it rather than vanish silently.
-      if (reason === "answered" || reason === "cancelled" || reason === "withdrawn") {
-        const first = card.request.questions[0];
-        const note = el("p", { class: "note settled-note" },
-          el("span", { class: "note-question", text: (first ? first.question : "A question") + " — " }), why);
-        $("settled-notes").prepend(note);
-        setTimeout(() => note.remove(), 20000);
-      }
+      const first = card.request.questions[0];
+      addNote(el("span", { class: "note-question", text: (first ? first.question : "A question") + " — " }), why);
       dropCard(id);
       return;
     }
     closeCard(card, why);  // keep what the person typed; say why it can no longer be sent
+  }
+
+  function addNote(...parts) {
+    const note = el("p", { class: "note settled-note" }, ...parts);
+    $("settled-notes").prepend(note);
+    setTimeout(() => note.remove(), 20000);
+    return note;
   }
 
   function closeCard(card, message) {
@@ -463,7 +594,8 @@
   function reopen(card) {
     // Served again (by this server after a restart, say): what was typed can be sent now.
     card.closed = false;
-    card.root.classList.remove("closed");
+    card.lost = false;
+    card.root.classList.remove("closed", "lost");
     const dismiss = card.root.querySelector(".dismiss");
     if (dismiss) dismiss.remove();
     notice(card, "");
@@ -473,14 +605,13 @@
   function addCard(request) {
     const known = state.cards.get(request.id);
     if (known) {
-      if (known.closed && !known.submitting) reopen(known);
+      if ((known.closed || known.lost) && !known.submitting) reopen(known);
       known.request.askerAway = request.askerAway;
       known.request.askers = request.askers;
       known.request.priority = request.priority;
       renderAway(known);
       renderAsking(known);
-      arrange();
-      renderEmpty();
+      if (!state.batching) { arrange(); renderEmpty(); }
       return;
     }
     const count = request.questions.length;
@@ -506,26 +637,50 @@
     renderTimes(card);
     root.addEventListener("input", () => {
       card.dirty = true;
-      if (!card.closed && !card.submitting && card.notice) notice(card, "");
+      if (!card.closed && !card.lost && !card.submitting && card.notice) notice(card, "");
     });
     state.cards.set(request.id, card);
     const only = count === 1 ? request.questions[0] : null;
     if (only && only.planReview) renderPlan(card, only);
     else renderForm(card, false);
     $("requests").append(root);
-    arrange();
-    renderEmpty();
+    if (!state.batching) { arrange(); renderEmpty(); }
   }
 
   function clearBody(card) {
     while (card.root.childNodes.length > 1) card.root.lastChild.remove();
   }
 
-  function detailNode(question) {
+  const SHOWN_LINES = 6;
+
+  function lineCount(node) {
+    // Lines as a reader counts them (paragraphs, list items, table rows, code lines), without layout.
+    let lines = node.querySelectorAll("p, li, h1, h2, h3, h4, h5, h6, tr, blockquote").length;
+    for (const pre of node.querySelectorAll("pre")) lines += pre.textContent.replace(/\n$/, "").split("\n").length;
+    return lines;
+  }
+
+  // The detail, collapsed to its first lines when long; `card.planRead` says whether all of it was shown.
+  function detailNode(question, card) {
     if (question.detailHtml === null || question.detailHtml === undefined) return null;
-    const node = el("div", { class: "detail" });
-    node.innerHTML = question.detailHtml;  // sanitised by the server (raw HTML off, safe links only)
-    for (const table of node.querySelectorAll("table")) table.replaceWith(el("div", { class: "table-scroll" }, table.cloneNode(true)));
+    const body = el("div", { class: "detail-body" });
+    body.innerHTML = question.detailHtml;  // sanitised by the server (raw HTML off, safe links only)
+    for (const table of body.querySelectorAll("table")) table.replaceWith(el("div", { class: "table-scroll" }, table.cloneNode(true)));
+    const lines = lineCount(body);
+    const node = el("div", { class: "detail" }, body);
+    if (lines <= SHOWN_LINES + 2) { if (card) card.planRead = true; return node; }
+    state.nodeIds = (state.nodeIds || 0) + 1;
+    body.id = "detail-" + state.nodeIds;  // not the question id: an asker's text makes a poor id
+    body.classList.add("collapsed");
+    const toggle = el("button", { type: "button", class: "link show-all", "aria-expanded": "false", "aria-controls": body.id, text: "Show all " + lines + " lines" });
+    toggle.addEventListener("click", () => {
+      const open = body.classList.toggle("collapsed") === false;
+      toggle.setAttribute("aria-expanded", String(open));
+      toggle.textContent = open ? "Show less" : "Show all " + lines + " lines";
+      if (open) card.planRead = true;
+    });
+    card.showAll = () => { if (body.classList.contains("collapsed")) toggle.click(); };
+    node.append(toggle);
     return node;
   }
 
@@ -536,10 +691,19 @@
     return node;
   }
 
+  // `code` spans in a question (Claude Code's "Allow Bash: `make test`?") as code, the rest as text.
+  function inlineCode(text) {
+    const node = el("span", {});
+    const parts = text.split("`");
+    if (parts.length < 3 || parts.length % 2 === 0) { node.textContent = text; return node; }
+    parts.forEach((part, i) => { if (part) node.append(i % 2 ? el("code", { text: part }) : part); });
+    return node;
+  }
+
   function questionHeading(question, tag) {
     return el(tag || "h2", { class: "question-text" },
       question.header ? el("span", { class: "header-chip", text: question.header }) : null,
-      el("span", { text: question.question }));
+      inlineCode(question.question));
   }
 
   function renderPlan(card, question) {
@@ -547,10 +711,12 @@
     card.kind = "plan";
     card.root.classList.add("plan-card");
     const review = question.planReview;
-    card.root.append(questionHeading(question), detailNode(question));
-    const approve = el("button", { type: "button", class: "primary approve", "data-key": "1", onclick: () => sendPlan(card, question, review.approve) }, labelNode(review.approve));
+    card.planRead = false;
+    card.showAll = null;
+    card.root.append(questionHeading(question), detailNode(question, card));
+    const approve = el("button", { type: "button", class: "primary approve", onclick: () => approvePlan(card, question, review.approve) }, labelNode(review.approve));
     const refuse = review.refuse === null ? null
-      : el("button", { type: "button", class: "refuse", "data-key": "2", "aria-expanded": "false", onclick: () => openDecline(card, question, review.refuse) }, labelNode(review.refuse));
+      : el("button", { type: "button", class: "refuse", "aria-expanded": "false", onclick: () => openDecline(card, question, review.refuse) }, labelNode(review.refuse));
     const hintId = "chat-hint-" + card.id;
     const chat = el("button", { type: "button", class: "cancel", text: "Chat about it", title: CHAT_HINT, "aria-describedby": hintId,
       onclick: () => cancelBatch(card, state.user + " wants to talk about this plan in your chat instead of answering here; ask there.") });
@@ -558,8 +724,18 @@
     card.actions = el("div", { class: "actions" }, approve, refuse, chat, full);
     card.decline = el("div", { class: "decline", hidden: true });
     card.notice = el("p", { class: "notice", role: "alert" });
-    card.root.append(card.actions, el("p", { class: "hint muted small", id: hintId, text: "Chat about it: " + CHAT_HINT }), card.decline, card.notice);
+    card.root.append(card.actions, el("p", { class: "visually-hidden", id: hintId, text: CHAT_HINT }), card.decline, card.notice);
     arm(card);
+  }
+
+  function approvePlan(card, question, label) {
+    // Approving what was not shown is not a decision: the first press shows the whole plan.
+    if (!card.planRead) {
+      card.showAll();
+      notice(card, "The whole plan is shown now: read it, then press " + label.replace(RECOMMENDED, "") + " again.");
+      return;
+    }
+    sendPlan(card, question, label);
   }
 
   function openDecline(card, question, refuseLabel) {
@@ -594,11 +770,12 @@
     const send = el("button", { type: "submit", class: "primary send", text: count === 1 ? "Send answer" : "Send " + count + " answers" });
     const cancel = el("button", { type: "button", class: "danger cancel", text: count === 1 ? "Dismiss question" : "Dismiss all " + count, onclick: () => confirmCancel(card, cancel) });
     const back = fromPlan ? el("button", { type: "button", class: "link back", text: "Back to the plan", onclick: () => renderPlan(card, card.request.questions[0]) }) : null;
-    card.actions = el("div", { class: "actions" }, send, cancel, back);
-    card.notice = el("p", { class: "notice", role: "alert" });
     const remember = rememberNode(card);
-    if (remember) form.append(remember);
-    form.append(card.actions, card.notice);
+    card.actions = el("div", { class: "actions" }, send, cancel, back, remember ? remember.toggle : null);
+    card.notice = el("p", { class: "notice", role: "alert" });
+    form.append(card.actions);
+    if (remember) form.append(remember.panel);
+    form.append(card.notice);
     form.addEventListener("submit", (event) => {
       event.preventDefault();
       // Enter sends only from the Send button itself, never implicitly from an option.
@@ -628,19 +805,29 @@
     scope.addEventListener("change", () => { ttl.hidden = !scope.value; card.dirty = true; });
     card.remember = { scope, ttl, forAgent };
     renderRememberScope(card);
-    return el("div", { class: "remember" },
+    const panelId = "remember-" + card.id;
+    const panel = el("div", { class: "remember", id: panelId, hidden: true },
       el("label", {}, el("span", { class: "small", text: "Don't ask again? " }), scope), ttl);
+    const toggle = el("button", { type: "button", class: "link remember-toggle", "aria-expanded": "false", "aria-controls": panelId, text: "Don't ask again…" });
+    toggle.addEventListener("click", () => {
+      panel.hidden = !panel.hidden;
+      toggle.setAttribute("aria-expanded", String(!panel.hidden));
+      if (!panel.hidden) scope.focus();
+    });
+    return { panel, toggle };
   }
 
   function confirmCancel(card, button) {
     if (card.confirming) return;
     card.confirming = true;
     const count = card.request.questions.length;
+    const reason = el("input", { type: "text", class: "dismiss-reason", maxlength: "500", "aria-label": "Reason for dismissing (optional)", placeholder: "Why? (optional)" });
     const yes = el("button", { type: "button", class: "danger confirm-cancel", text: count === 1 ? "Yes, dismiss it" : "Yes, dismiss all " + count,
-      onclick: () => { card.confirming = false; cancelBatch(card); } });
+      onclick: () => { card.confirming = false; cancelBatch(card, null, reason.value.trim()); } });
+    reason.addEventListener("keydown", (event) => { if (event.key === "Enter") { event.preventDefault(); } });
     const no = el("button", { type: "button", class: "keep", text: "Keep", onclick: () => restore() });
     const ask = el("span", { class: "confirm", role: "group", "aria-label": "Confirm dismissal" },
-      el("span", { class: "small", text: "The agent is told you dismissed it. " }), yes, no);
+      el("span", { class: "small", text: "The agent is told you dismissed it. " }), reason, yes, no);
     function restore() { card.confirming = false; ask.replaceWith(button); button.focus(); }
     button.replaceWith(ask);
     arm(card);
@@ -652,7 +839,7 @@
     const fieldset = el("fieldset", { class: "question", "data-qid": question.id });
     fieldset.append(el("legend", { class: "visually-hidden", text: question.question }));
     fieldset.append(questionHeading(question, "h2"));
-    const detail = detailNode(question);
+    const detail = detailNode(question, card);
     if (detail) fieldset.append(detail);
     const choices = el("div", { class: "choices" });
     const type = question.multiSelect ? "checkbox" : "radio";
@@ -666,9 +853,16 @@
     });
     const other = el("textarea", { class: "other", name: name + ":other", "aria-label": question.options.length ? "Other answer to: " + question.question : "Your answer to: " + question.question, placeholder: question.options.length ? "Other…" : "Your answer" });
     if (question.options.length) {
+      // The free-text box only once "Other…" is picked: a card is its options, not an open text box.
       const otherBox = el("input", { type, name, value: "", class: "other-choice", "aria-label": "Other" });
-      choices.append(el("label", { class: "choice" }, otherBox, el("span", { class: "choice-text", text: "Other" })));
-      other.addEventListener("input", () => { if (other.value.trim()) otherBox.checked = true; });
+      choices.append(el("label", { class: "choice" }, otherBox, el("span", { class: "choice-text", text: "Other…" })));
+      other.hidden = true;
+      const follow = () => {
+        const was = other.hidden;
+        other.hidden = !otherBox.checked;
+        if (was && !other.hidden && document.activeElement === otherBox) other.focus();
+      };
+      for (const input of choices.querySelectorAll("input")) input.addEventListener("change", follow);
     }
     choices.append(other);
     fieldset.append(choices);
@@ -709,17 +903,24 @@
   }
 
   function arm(card) {
-    const off = card.closed || card.submitting || statusOf(card.request.namespace) !== "active" || !state.connected;
+    const off = card.closed || card.lost || card.submitting || statusOf(card.request.namespace) !== "active"
+      || redisOf(card.request.namespace) === "down" || !state.connected;
     for (const button of card.root.querySelectorAll(".actions button:not(.dismiss):not(.link):not(.back):not(.keep)")) button.disabled = off;
     card.root.classList.toggle("paused", off && !card.closed);
   }
 
-  async function settle(card, path, body) {
+  async function settle(card, path, body, reason) {
     card.submitting = true;
     notice(card, "Sending…");
     arm(card);
     try {
-      await call("POST", "/api/requests/" + encodeURIComponent(card.id) + path, body);
+      const reply = await call("POST", "/api/requests/" + encodeURIComponent(card.id) + path, body);
+      const first = card.request.questions[0];
+      const to = card.request.agent ? " to " + card.request.agent : "";
+      const what = path === "/answer" ? "Sent" + to + ": " + (answerText(card, reply) || "your answer")
+        : "Dismissed" + (reason ? ": " + reason : "");
+      addNote(el("span", { class: "note-question", text: (first ? first.question : "A question") + " — " }), what + ".")
+        .classList.add("sent-note");
       dropCard(card.id);
     } catch (error) {
       card.submitting = false;
@@ -755,9 +956,10 @@
     settle(card, "/answer", { answers: [{ id: question.id, selected: [label] }] });
   }
 
-  function cancelBatch(card, message) {
+  function cancelBatch(card, message, reason) {
     card.dirty = true;
-    settle(card, "/cancel", message ? { message } : {});
+    if (reason) message = state.user + " dismissed the question: " + reason;
+    settle(card, "/cancel", message ? { message } : {}, reason);
   }
 
   // -- keyboard ------------------------------------------------------------------------------
@@ -766,14 +968,11 @@
     if (event.ctrlKey || event.metaKey || event.altKey || !/^[1-9]$/.test(event.key)) return;
     const target = event.target;
     if (target.tagName === "TEXTAREA" || (target.tagName === "INPUT" && !["radio", "checkbox"].includes(target.type))) return;
-    const card = [...state.cards.values()].find((c) => c.root.contains(target)) || [...state.cards.values()].find((c) => !c.closed);
-    if (!card || card.closed || card.submitting) return;
+    // The card the focus is in, else the first one on screen: never one further down, out of sight.
+    const card = [...state.cards.values()].find((c) => c.root.contains(target)) || firstOnScreen();
+    // A plan is approved (or refused) only with its own buttons: a digit never moves to them.
+    if (!card || card.closed || card.submitting || card.kind === "plan") return;
     const index = Number(event.key) - 1;
-    if (card.kind === "plan") {
-      const button = card.actions.querySelector('[data-key="' + event.key + '"]');
-      if (button && !button.disabled) { button.focus(); event.preventDefault(); }
-      return;
-    }
     const fieldset = target.closest ? target.closest("fieldset.question") : null;
     const scope = fieldset && card.root.contains(fieldset) ? fieldset : card.root.querySelector("fieldset.question");
     const option = scope ? scope.querySelectorAll("input.option")[index] : null;
@@ -783,6 +982,22 @@
     else option.checked = true;
     option.focus();
     card.dirty = true;
+  }
+
+  function firstOnScreen() {
+    // The first open card that starts in the window, else the first one showing any part; one
+    // scrolled out of sight is never the one a key acts on.
+    let partly = null;
+    for (const node of $("requests").children) {
+      const card = state.cards.get(node.dataset.id);
+      if (!card || card.closed || node.hidden) continue;
+      const box = node.getBoundingClientRect();
+      if (box.bottom <= 0) continue;
+      if (box.top >= window.innerHeight) break;
+      if (box.top >= -4) return card;  // a few pixels of slack for scrolled-to positions
+      partly = partly || card;
+    }
+    return partly;
   }
 
   // -- history ---------------------------------------------------------------------------------
