@@ -138,10 +138,8 @@ class PendingRequest:
                 opted_out=opted_out,
             )
         )
-        self.withdrawn = asyncio.Event()
-        """set when every asker withdrew the request (the UI takes it down)"""
-        self.changed = asyncio.Event()
-        """set when ``asker_away``, ``askers`` or ``priority`` change (a UI clears it, then shows the request again)"""
+        self._withdrawn: asyncio.Event | None = None
+        self._changed: asyncio.Event | None = None
         self._handed_out = False
         self._settling = False
         self._fingerprint = ""
@@ -151,6 +149,24 @@ class PendingRequest:
 
     def __repr__(self) -> str:
         return f"PendingRequest(request_id={self.request_id!r}, agent_id={self.agent_id!r})"
+
+    @property
+    def withdrawn(self) -> asyncio.Event:
+        """Set when every asker withdrew the request (the UI takes it down)."""
+        if self._withdrawn is None:  # made when first used: two Events were 1.5 KB of every pending card
+            self._withdrawn = asyncio.Event()
+        return self._withdrawn
+
+    @property
+    def changed(self) -> asyncio.Event:
+        """Set when ``asker_away``, ``askers`` or ``priority`` change (a UI clears it, then shows the request again)."""
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
+
+    @property
+    def _gone(self) -> bool:
+        return self._withdrawn is not None and self._withdrawn.is_set()
 
     @property
     def askers(self) -> tuple[Asker, ...]:
@@ -400,7 +416,7 @@ class Provider:
         each agent's oldest first (identical requests of several askers are one card). Orders
         every card: a view of the next few uses ``first(n)`` and ``pending_count``.
         """
-        return [card for card in self._lineup.first(len(self._lineup)) if not card.withdrawn.is_set()]
+        return [card for card in self._lineup.first(len(self._lineup)) if not card._gone]
 
     def first(self, n: int) -> list[PendingRequest]:
         """The first ``n`` of ``pending``, in its order, in O(n log n + log N) for N pending."""
@@ -428,10 +444,7 @@ class Provider:
 
     def _ready(self, card: PendingRequest, level: int) -> bool:
         return (
-            not card._handed_out
-            and level == card.level
-            and not card.withdrawn.is_set()
-            and self._cards.get(card.request_id) is card
+            not card._handed_out and level == card.level and not card._gone and self._cards.get(card.request_id) is card
         )
 
     def _reschedule(self, card: PendingRequest, was_level: int) -> None:
