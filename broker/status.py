@@ -1,8 +1,8 @@
 """A read-only snapshot of one namespace: who provides, what waits, who may ask.
 
 With a ``limit``, the snapshot lists the oldest ``limit`` pending requests and the first ``limit``
-agents, and counts all of them: a namespace with 100 000 questions waiting reads in a fraction
-of the time and prints a page, not megabytes.
+agents, and counts all of them: a namespace with 100 000 questions waiting reads in a tenth of
+the time and prints a page, not megabytes.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ async def _pending(call: Any, keys: Keys, now_ms: int, limit: int | None) -> tup
 
     Past the listed ones, a request is counted from its stream entry alone (every script that
     ends a request deletes its entry, and the entry carries a copy of the request, for its
-    priority): no read per request, so 100 000 pending are counted in about a second.
+    priority): no read per request beyond the stream's pages.
     """
     found: list[PendingInfo] = []
     counts = _Counts()
