@@ -31,8 +31,9 @@ from ._backoff import Backoff
 from ._commands import SCRIPTS, Commands
 from ._ids import UniqueIds
 from ._keys import GROUP, Keys
+from ._members import Members
 from ._redis_errors import is_transient, unavailable
-from ._schedule import LEVELS, Schedule, in_schedule_order, request_fingerprint
+from ._schedule import Lineup, Schedule, request_fingerprint
 from .decisions import Remember, check_remember, settle_extension, why_not_rememberable
 from .errors import (
     ASK_CANCELLED,
@@ -135,7 +136,7 @@ class PendingRequest:
         self.agent_id = request.agent
         self.created_ms = created_ms
         """when the request was asked, unix milliseconds by the Redis clock"""
-        self._members = [
+        self._members = Members(
             _Member(
                 request_id=request_id,
                 request=request,
@@ -146,18 +147,36 @@ class PendingRequest:
                 away=asker_away,
                 opted_out=opted_out,
             )
-        ]
-        self.withdrawn = asyncio.Event()
-        """set when every asker withdrew the request (the UI takes it down)"""
-        self.changed = asyncio.Event()
-        """set when ``asker_away``, ``askers`` or ``priority`` change (a UI clears it, then shows the request again)"""
+        )
+        self._withdrawn: asyncio.Event | None = None
+        self._changed: asyncio.Event | None = None
         self._handed_out = False
         self._settling = False
         self._fingerprint = ""
         """what identical requests of other askers share, '' when it takes no other asker"""
+        self._shown_askers = 0
+        """how many of its askers the provider shows it for (its card goes with the last)"""
 
     def __repr__(self) -> str:
         return f"PendingRequest(request_id={self.request_id!r}, agent_id={self.agent_id!r})"
+
+    @property
+    def withdrawn(self) -> asyncio.Event:
+        """Set when every asker withdrew the request (the UI takes it down)."""
+        if self._withdrawn is None:  # made when first used: two Events were 1.5 KB of every pending card
+            self._withdrawn = asyncio.Event()
+        return self._withdrawn
+
+    @property
+    def changed(self) -> asyncio.Event:
+        """Set when ``asker_away``, ``askers`` or ``priority`` change (a UI clears it, then shows the request again)."""
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
+
+    @property
+    def _gone(self) -> bool:
+        return self._withdrawn is not None and self._withdrawn.is_set()
 
     @property
     def askers(self) -> tuple[Asker, ...]:
@@ -171,17 +190,17 @@ class PendingRequest:
 
     @property
     def level(self) -> int:
-        return min(LEVELS.get(member.request.priority, 1) for member in self._members)
+        return self._members.level
 
     @property
     def asker_away(self) -> bool:
         """Every asker stopped (keyed requests): it can still be answered, and is kept for their return."""
-        return all(member.away for member in self._members)
+        return self._members.away == len(self._members)
 
     @property
     def opted_out(self) -> bool:
         """An asker asked for a human every time (``ask(..., remember=False)``): nothing is remembered."""
-        return any(member.opted_out for member in self._members)
+        return self._members.opted_out > 0
 
     @property
     def rememberable(self) -> bool:
@@ -215,21 +234,21 @@ class PendingRequest:
         await self._settle("cancelled", by, error=encode(Outcome(error=error.to_payload())).decode())
 
     def _join(self, member: _Member) -> None:
-        self._members.append(member)
+        self._members.add(member)
         self.changed.set()
 
     def _leave(self, request_id: str) -> bool:
         """Drop one asker; True when it was the last (kept: settling the card is then NOT_PENDING)."""
-        staying = [member for member in self._members if member.request_id != request_id]
-        if not staying:
+        if self._members.get(request_id) is None:
+            return False
+        if len(self._members) == 1:
             return True
-        if len(staying) < len(self._members):
-            self._members = staying
-            self.changed.set()
+        self._members.remove(request_id)
+        self.changed.set()
         return False
 
     def _member(self, request_id: str) -> _Member | None:
-        return next((member for member in self._members if member.request_id == request_id), None)
+        return self._members.get(request_id)
 
     async def _settle(
         self,
@@ -308,10 +327,6 @@ class PendingRequest:
                 await provider.commands.call("PEXPIRE", inbox, int(settings.result_ttl * 1000))
 
 
-def _same_asker(one: _Member, other: _Member) -> bool:
-    return one.request.agent == other.request.agent and one.client_id == other.client_id
-
-
 def _with_ids_of(
     answer: AskUserQuestionAnswer, shown: AskUserQuestionRequest, asked: AskUserQuestionRequest
 ) -> AskUserQuestionAnswer:
@@ -368,6 +383,9 @@ class Provider:
         self.consumer = f"{name}:{token[:12]}"
         self._blocking = blocking
         self._schedule: Schedule[PendingRequest] = Schedule()
+        """the cards not yet handed out, in the order ``__anext__`` hands them out"""
+        self._lineup: Lineup[PendingRequest] = Lineup()
+        """the live cards in ``pending``'s order"""
         self._wake = asyncio.Event()
         self._settles: list[tuple[list[str], list[Any], Seal, asyncio.Future[Any]]] = []
         self._settler: asyncio.Future[None] | None = None
@@ -402,8 +420,12 @@ class Provider:
     def forget(self, request_id: str) -> None:
         """An asker's request is settled or gone here; its card goes with the last of them."""
         card = self._shown.pop(request_id, None)
-        if card is None or any(member.request_id in self._shown for member in card._members):
+        if card is None:
             return
+        card._shown_askers -= 1
+        if card._shown_askers > 0:
+            return
+        self._lineup.remove(card)
         self._cards.pop(card.request_id, None)
         if self._coalescing.get(card._fingerprint) is card:
             del self._coalescing[card._fingerprint]
@@ -413,9 +435,19 @@ class Provider:
         """Requests delivered here and not yet settled or withdrawn, in presentation order.
 
         Urgent first, then normal, then low; within a level, round-robin across asking agents,
-        each agent's oldest first (identical requests of several askers are one card).
+        each agent's oldest first (identical requests of several askers are one card). Orders
+        every card: a view of the next few uses ``first(n)`` and ``pending_count``.
         """
-        return in_schedule_order(card for card in self._cards.values() if not card.withdrawn.is_set())
+        return [card for card in self._lineup.first(len(self._lineup)) if not card._gone]
+
+    def first(self, n: int) -> list[PendingRequest]:
+        """The first ``n`` of ``pending``, in its order, in O(n log n + log N) for N pending."""
+        return self._lineup.first(n)
+
+    @property
+    def pending_count(self) -> int:
+        """How many requests ``pending`` lists, in O(1)."""
+        return len(self._lineup)
 
     def __aiter__(self) -> AsyncIterator[PendingRequest]:
         return self
@@ -434,15 +466,17 @@ class Provider:
 
     def _ready(self, card: PendingRequest, level: int) -> bool:
         return (
-            not card._handed_out
-            and level == card.level
-            and not card.withdrawn.is_set()
-            and self._cards.get(card.request_id) is card
+            not card._handed_out and level == card.level and not card._gone and self._cards.get(card.request_id) is card
         )
 
     def _reschedule(self, card: PendingRequest, was_level: int) -> None:
-        """A card not yet handed out whose level changed (an urgent asker joined or left) queues there."""
-        if not card._handed_out and card.level != was_level:
+        """A card whose level changed (an urgent asker joined or left) moves in ``pending``; not yet
+        handed out, it queues at its new level."""
+        if card.level == was_level:
+            return
+        if self._cards.get(card.request_id) is card:
+            self._lineup.move(card)
+        if not card._handed_out:
             self._schedule.push(card, card.level, card.agent_id)
             self._wake.set()
 
@@ -456,16 +490,19 @@ class Provider:
         member = pending._members[0]
         if card is not None and (card._settling or self._cards.get(card.request_id) is not card):
             card = None  # its answer is on the way (it would miss this asker), or it is gone
-        if card is not None and any(_same_asker(member, other) for other in card._members):
+        if card is not None and card._members.has_asker(member):
             card = None  # one asker asking the same thing twice means it twice
         if card is not None:
             level = card.level
             card._join(member)
             self._shown[pending.request_id] = card
+            card._shown_askers += 1
             self._reschedule(card, level)
             return None
         self._cards[pending.request_id] = pending
         self._shown[pending.request_id] = pending
+        pending._shown_askers = 1
+        self._lineup.add(pending)
         if fingerprint:
             self._coalescing[fingerprint] = pending
             pending._fingerprint = fingerprint
@@ -693,9 +730,9 @@ class Provider:
                 self._reschedule(card, level)
         elif (member := card._member(request_id)) is not None:
             if kind == "back" and _ID.match(client_id):
-                member.client_id = client_id
+                card._members.rebind(member, client_id)
             was_away = card.asker_away
-            member.away = kind == "away"
+            card._members.set_away(member, kind == "away")
             if card.asker_away != was_away:
                 card.changed.set()
         return True

@@ -106,3 +106,19 @@ def test_leftover_keys_are_summarised_by_kind() -> None:
     keys = {"audit": 1000, "req:a": 80, "req:b": 100, "client:c": 88}
     assert render_key_kinds(keys) == "`audit` 1 key, 1000 B; `client` 1 key, 88 B; `req` 2 keys, 180 B (90 B each)"
     assert render_key_kinds({}) == "none"
+
+
+@pytest.mark.slow
+def test_the_scale_benchmark_runs_and_prints_its_tables() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scale", "--askers", "40,80", "--pending", "250"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=55,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    rows = [line for line in lines if line.startswith(("| 40 |", "| 80 |", "| 250 |"))]
+    assert len(rows) == 3 and all("-" not in row.split("|")[2] for row in rows)
+    assert "one question, 80 vs 40 askers" in result.stdout and "show next" in result.stdout

@@ -241,6 +241,8 @@ async def test_three_agents_times_three_priorities_are_handed_out_urgent_first_a
             ("low", "a"), ("low", "b"), ("low", "c"), ("low", "a"),
         ]  # fmt: skip
         assert [(c.priority, c.agent_id) for c in provider.pending] == shown  # the list the UIs show, same order
+        assert [provider.first(n) for n in (0, 1, 5, 20)] == [provider.pending[:n] for n in (0, 1, 5, 20)]
+        assert provider.pending_count == 12
         for card in order:
             await card.answer(pick("yes"))
         await asyncio.wait_for(asyncio.gather(*tasks), 5)
@@ -275,6 +277,50 @@ async def test_an_urgent_asker_joining_a_waiting_card_moves_it_ahead(make_broker
         await card.answer(pick("yes"))
         await (await next_pending(desk)).answer(pick("no"))
         assert await asyncio.wait_for(asyncio.gather(normal, urgent, earlier), 5) == [pick("yes")] * 2 + [pick("no")]
+
+
+async def test_the_only_urgent_asker_withdrawing_puts_the_card_back_among_the_normal_ones(make_broker, provider):
+    desk = provider
+    async with askers(make_broker, "a1", "a2", "a3") as (a1, a2, a3):
+        earlier = asyncio.ensure_future(a3.ask(numbered(1), timeout=30))
+        await until(lambda: desk.pending_count == 1)
+        normal = asyncio.ensure_future(a1.ask(deploy(), timeout=30))
+        await until(lambda: desk.pending_count == 2)
+        urgent = asyncio.ensure_future(a2.ask(deploy(priority="urgent"), timeout=30))
+        await until(lambda: desk.first(1)[0].priority == "urgent")
+        card = desk.first(1)[0]
+        card.changed.clear()
+        urgent.cancel()
+        await asyncio.wait_for(card.changed.wait(), 5)
+        assert (card.priority, [asker.agent_id for asker in card.askers]) == ("normal", ["a1"])
+        assert [c.agent_id for c in desk.pending] == ["a3", "a1"] and desk.first(2) == desk.pending
+        assert await next_pending(desk) is not card  # a3's older question comes first again
+        assert await next_pending(desk) is card
+        with pytest.raises(TimeoutError):
+            await next_pending(desk, 0.3)  # the card is handed out once, not again for each level it had
+        for shown in desk.pending:
+            await shown.answer(pick("yes"))
+        assert await asyncio.wait_for(asyncio.gather(normal, earlier), 5) == [pick("yes")] * 2
+        assert (desk.pending_count, desk.first(3)) == (0, [])
+
+
+async def test_a_card_leaves_pending_with_its_last_asker_however_each_one_went(make_broker, provider):
+    async with askers(make_broker, "a1", "a2", "a3", "a4") as agents:
+        asks = [asyncio.ensure_future(agent.ask(deploy(), timeout=30)) for agent in agents]
+        card = await next_pending(provider)
+        await until(lambda: len(card.askers) == 4)
+        for gone in (asks[0], asks[2]):  # the first asker (the card's id) among them
+            gone.cancel()
+        await until(lambda: len(card.askers) == 2)
+        assert provider.pending == [card] and provider.pending_count == 1
+        await card.answer(pick("no"))
+        assert await asyncio.wait_for(asyncio.gather(asks[1], asks[3]), 5) == [pick("no")] * 2
+        assert (provider.pending, provider.pending_count, provider.first(1)) == ([], 0, [])
+        again = asyncio.ensure_future(agents[0].ask(deploy(), timeout=30))  # a new card, not the settled one
+        fresh = await next_pending(provider)
+        assert fresh is not card and [asker.agent_id for asker in fresh.askers] == ["a1"]
+        await fresh.answer(pick("yes"))
+        assert await asyncio.wait_for(again, 5) == pick("yes")
 
 
 @pytest.mark.parametrize("priority", ["critical", "", "URGENT"])

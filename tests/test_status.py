@@ -56,3 +56,33 @@ async def test_holder_standby_pending_agents_and_dead_letters(make_broker, redis
     assert all(p.age_s >= 0 for p in status.pending)
     assert [(a.agent_id, a.owner) for a in status.agents] == [("child", "parent"), ("parent", None)]
     assert status.stream_length == 2 and status.dead_letters == 1
+
+
+async def test_a_limit_lists_the_oldest_pending_and_agents_and_counts_them_all(make_broker, redis):
+    broker = await make_broker()
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(broker.provider("desk"))
+        for name in ("c", "a", "b"):
+            await stack.enter_async_context(broker.agent(name))
+        asked = []
+        for priority in ("normal", "urgent", "normal", "low", "normal"):
+            request = replace(one_question("yes", "no"), priority=priority)
+            asked.append(asyncio.create_task(broker.ask(request, coalesce=False)))
+            stack.callback(asked[-1].cancel)
+            while len(await _pending_ids(redis, broker)) < len(asked):  # asked in this order, one after another
+                await asyncio.sleep(0.01)
+        order = await _pending_ids(redis, broker)
+
+        limited = await namespace_status(broker, limit=2)
+        everything = await namespace_status(broker)
+
+    assert [p.request_id for p in limited.pending] == order[:2]  # the oldest two
+    assert (limited.pending_count, limited.agent_count) == (5, 3)
+    assert limited.pending_by_priority == {"urgent": 1, "normal": 3, "low": 1}
+    assert [a.agent_id for a in limited.agents] == ["a", "b"]
+    assert [p.request_id for p in everything.pending] == order and everything.pending_count == 5
+    assert [a.agent_id for a in everything.agents] == ["a", "b", "c"]
+
+
+async def _pending_ids(redis, broker) -> list[str]:
+    return [fields["rid"] for _, fields in await redis.xrange(broker.keys.requests)]

@@ -39,23 +39,27 @@ def _age(seconds: float) -> str:
 
 
 def format_status(status: NamespaceStatus) -> str:
-    """The human form: a summary, then a table per section."""
+    """The human form: a summary, then a table per section (the listed part of each)."""
     if status.holder is None:
         provider = "none (asks fail with NO_PROVIDER unless a standby waits)"
     else:
         provider = f"{status.holder} (epoch {status.epoch}, lease {status.lease_ttl_s or 0:.1f}s left)"
+    by_priority = ", ".join(f"{name} {n}" for name, n in status.pending_by_priority.items())
     out = [
         f"namespace     {status.namespace}",
         f"provider      {provider}",
         f"standbys      {', '.join(status.standbys) or 'none'}",
+        f"pending       {status.pending_count}" + (f" ({by_priority})" if by_priority else ""),
+        f"live agents   {status.agent_count}",
         f"stream        {status.stream_length} entries",
         f"dead letters  {status.dead_letters}",
-        "",
-        f"pending requests: {len(status.pending)}",
     ]
-    away = [p for p in status.pending if p.away_s is not None]
-    if away:
-        out.insert(-1, f"away askers   {len(away)} (keyed asks kept for their asker to re-attach)")
+    if status.away_count:
+        out.insert(4, f"away askers   {status.away_count} (keyed asks kept for their asker to re-attach)")
+    out += [
+        "",
+        f"pending requests: {status.pending_count}{_shown(len(status.pending), status.pending_count, 'oldest')}",
+    ]
     if status.pending:
         rows = [
             (p.request_id, p.agent or "-", p.priority, _age(p.age_s), str(p.questions),
@@ -63,7 +67,7 @@ def format_status(status: NamespaceStatus) -> str:
             for p in sorted(status.pending, key=lambda p: -p.age_s)
         ]  # fmt: skip
         out += _table(("REQUEST", "AGENT", "PRIORITY", "WAITING", "QUESTIONS", "DELIVERED", "ASKER"), rows)
-    out += ["", f"live agents: {len(status.agents)}"]
+    out += ["", f"live agents: {status.agent_count}{_shown(len(status.agents), status.agent_count, 'first')}"]
     if status.agents:
         agent_rows = [
             (a.agent_id, a.owner or "- (root: may ask)", time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(a.since)))
@@ -71,6 +75,10 @@ def format_status(status: NamespaceStatus) -> str:
         ]
         out += _table(("AGENT", "OWNER", "SINCE (UTC)"), agent_rows)
     return "\n".join(out)
+
+
+def _shown(listed: int, total: int, which: str) -> str:
+    return "" if listed >= total else f", the {which} {listed} below (--limit N shows more, 0 all)"
 
 
 def _asker(pending: PendingInfo) -> str:
@@ -85,7 +93,7 @@ async def show(args: argparse.Namespace) -> int:
     settings: Settings = args.settings
     try:
         async with settings.broker() as broker:
-            status = await namespace_status(broker)
+            status = await namespace_status(broker, limit=args.limit or None)
     except UserQuestionError as error:
         print(msgspec.json.encode(error.to_payload()).decode(), file=sys.stderr)
         return EXIT_STATUS.get(error.code, 1)

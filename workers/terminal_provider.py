@@ -151,7 +151,7 @@ async def _ctrl_d_while_idle(terminal: Terminal) -> None:
 
 async def _present(provider: Provider, terminal: Terminal, pending: PendingRequest) -> _Next:
     """Present one request and settle it."""
-    queued = max(0, len(provider.pending) - 1)
+    queued = max(0, provider.pending_count - 1)
     showing = asyncio.ensure_future(terminal.present(pending, queued))
     withdrawn = asyncio.ensure_future(pending.withdrawn.wait())
     lost = asyncio.ensure_future(provider.wait_lost())

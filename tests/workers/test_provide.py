@@ -318,3 +318,24 @@ async def test_urgent_identical_questions_of_two_agents_come_first_as_one_prompt
         await screen.expect("Send:", count=3)
         screen.send("")
         assert await asyncio.wait_for(later, 10) == answer(("q1", ("stop",), None))
+
+
+async def test_the_banner_counts_the_questions_still_waiting_behind_the_one_shown(screen, make_broker, redis):
+    asker = await make_broker()
+    first = asyncio.create_task(asker.ask(one_question("a", "b"), timeout=60))
+    await screen.expect("Choice:")
+    later = [asyncio.create_task(asker.ask(one_question(label, "z"), timeout=60)) for label in ("c", "d")]
+    async with asyncio.timeout(10):  # both delivered to the provider (it stamps the epoch on each)
+        while len([r for r in await asker_requests(redis, asker) if r.get("delivered")]) < 3:
+            await asyncio.sleep(0.05)
+    screen.send("1")
+    await screen.expect("Send:")
+    screen.send("")
+    assert await asyncio.wait_for(first, 10) == answer(("q1", ("a",), None))
+    await screen.expect("1 more waiting")
+    for task in later:
+        task.cancel()
+
+
+async def asker_requests(redis, asker) -> list[dict[str, str]]:
+    return [await redis.hgetall(key) async for key in redis.scan_iter(match=asker.keys.request("*"))]

@@ -33,3 +33,31 @@ async def test_status_shows_holder_pending_and_agents(make_broker, redis_server,
 async def test_status_without_redis_exits_broker_unavailable(namespace):
     status, _, err = await run_qbroker("status", url="redis://127.0.0.1:1/0", namespace=namespace)
     assert status == 3 and json.loads(err.splitlines()[-1])["code"] == "BROKER_UNAVAILABLE"
+
+
+async def test_status_puts_the_summary_first_and_lists_only_the_oldest_limit(
+    make_broker, redis, redis_server, namespace
+):
+    broker = await make_broker()
+    async with broker.provider("desk"):
+        tasks = [asyncio.create_task(broker.ask(one_question(), coalesce=False)) for _ in range(3)]
+        for _ in range(200):
+            if await broker.commands.call("XLEN", broker.keys.requests) == 3:
+                break
+            await asyncio.sleep(0.02)
+        status, out, err = await run_qbroker("status", "--limit", "2", url=redis_server.url, namespace=namespace)
+        assert status == 0, err
+        lines = out.decode().splitlines()
+        listing = next(n for n, line in enumerate(lines) if line.startswith("pending requests: 3, the oldest 2 below"))
+        assert lines.index("pending       3 (normal 3)") < listing
+        ids = [fields["rid"] for _, fields in await redis.xrange(broker.keys.requests)]
+        assert [rid in out.decode() for rid in ids] == [True, True, False]  # the oldest two
+
+        status, out, err = await run_qbroker(
+            "status", "--json", "--limit", "1", url=redis_server.url, namespace=namespace
+        )
+        assert status == 0, err
+        data = json.loads(out)
+        assert (len(data["pending"]), data["pending_count"], data["pending_by_priority"]) == (1, 3, {"normal": 3})
+        for task in tasks:
+            task.cancel()

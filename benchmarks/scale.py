@@ -1,0 +1,364 @@
+"""How the provider scales with a fleet: many askers of one question, many pending questions.
+
+``python -m benchmarks.scale`` (small sizes, about a minute) or ``python -m benchmarks.scale --full``
+(16 000 identical askers, a card of 8 000 answered, 100 000 pending). It starts its own
+redis-server on a free port. The provider is a real ``Provider`` (``Broker.provider``) in this
+process and nothing else runs here: the askers are other processes (``benchmarks.scale asker``),
+each one ``Broker`` with many registered agents, every agent a distinct asker. So this process's
+CPU time (``time.process_time``) is the provider's own CPU, Redis client work included and
+redis-server's excluded.
+
+Figures:
+- provider CPU per ask with N agents asking the identical question (one card), and with N
+  distinct questions (N cards), from the first ask until every asker is shown;
+- provider CPU to answer the one card of N askers (``card.answer``; every asker gets it);
+- with N questions pending: what showing the next one costs (``anext(provider)`` and the
+  count of the others, as ``qbroker provide`` does), ``provider.first(50)`` (a page), the full
+  ``provider.pending`` list, and the provider's memory per pending question (the Python heap
+  it grew by, by ``tracemalloc``, over N);
+  and ``qbroker status``'s read and text, of everything and with its default ``--limit 50``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import inspect
+import json
+import os
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.keys import KEYS
+from broker import (
+    AskUserQuestionAnswer,
+    AskUserQuestionAnswerItem,
+    AskUserQuestionItem,
+    AskUserQuestionOption,
+    AskUserQuestionRequest,
+    Broker,
+    Provider,
+    namespace_status,
+)
+from workers.redis_server import RedisServer
+from workers.status_view import format_status
+
+ROOT = Path(__file__).resolve().parent.parent
+ASKERS, ASKERS_FULL = (1000, 4000), (1000, 4000, 8000, 16000)
+PENDING, PENDING_FULL = (1000, 10000), (1000, 10000, 100000)
+PROCESSES = 4
+"""asking processes per measurement"""
+OPTIONS = (AskUserQuestionOption(label="yes"), AskUserQuestionOption(label="no"))
+PRIORITIES = ("normal",) * 8 + ("urgent", "low")
+
+
+def question(text: str, priority: str = "normal") -> AskUserQuestionRequest:
+    item = AskUserQuestionItem(id="q1", question=text, options=OPTIONS)
+    return AskUserQuestionRequest(questions=(item,), priority=priority)
+
+
+YES = AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id="q1", selected=("yes",)),))
+
+
+def log(message: str) -> None:
+    print(f"[scale {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- the asking processes ------------------------------------------------------------------
+
+
+async def asker(args: argparse.Namespace) -> None:
+    """Register ``--agents`` agents, wait for ``go`` on stdin, then ask ``--asks`` questions
+    spread over them (all the same question with ``--same``); print how many got an answer."""
+    emit = _emitter()
+    # Long TTLs: a starved asking process must not look stopped (its asks would be withdrawn).
+    async with (
+        Broker(args.url, args.namespace, agent_ttl=3600.0, client_ttl=3600.0, **KEYS) as broker,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        agents = []
+        for start in range(0, args.agents, 500):  # registered 500 at a time: one round trip each
+            names = [f"{args.prefix}{n}" for n in range(start, min(args.agents, start + 500))]
+            agents += await asyncio.gather(*(stack.enter_async_context(broker.agent(name)) for name in names))
+        emit("ready")
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        asks = []
+        for n in range(args.asks):
+            request = (
+                question("Deploy 2.4.0 to production?")
+                if args.same
+                else question(f"{args.prefix}: step {n}, go on?", PRIORITIES[n % len(PRIORITIES)])
+            )
+            asks.append(agents[n % len(agents)].ask(request, timeout=3600))
+        results = await asyncio.gather(*asks, return_exceptions=True)
+        emit("answered", count=sum(1 for result in results if result == YES))
+
+
+def _emitter() -> Callable[..., None]:
+    def emit(event: str, **fields: Any) -> None:
+        sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+        sys.stdout.flush()
+
+    return emit
+
+
+class Askers:
+    """``PROCESSES`` asking processes that together ask ``asks`` questions as ``agents`` agents."""
+
+    def __init__(self, url: str, namespace: str, *, asks: int, agents: int, same: bool) -> None:
+        self.url, self.namespace, self.same = url, namespace, same
+        self.asks, self.agents = asks, agents
+        self.procs: list[asyncio.subprocess.Process] = []
+
+    async def start(self) -> None:
+        for index in range(PROCESSES):
+            asks = self.asks // PROCESSES + (index < self.asks % PROCESSES)
+            agents = max(1, self.agents // PROCESSES + (index < self.agents % PROCESSES))
+            self.procs.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "benchmarks.scale", "asker", "--url", self.url,
+                    "--namespace", self.namespace, "--prefix", f"p{index}-", "--asks", str(asks),
+                    "--agents", str(agents), *(["--same"] if self.same else []),
+                    cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                    env={**os.environ, "PYTHONPATH": str(ROOT)},
+                )
+            )  # fmt: skip
+        for proc in self.procs:
+            await self._expect(proc, "ready")
+
+    def go(self) -> None:
+        for proc in self.procs:
+            assert proc.stdin is not None
+            proc.stdin.write(b"go\n")
+
+    async def answered(self) -> int:
+        return sum([(await self._expect(proc, "answered"))["count"] for proc in self.procs])
+
+    async def _expect(self, proc: asyncio.subprocess.Process, event: str) -> dict[str, Any]:
+        assert proc.stdout is not None
+        while True:
+            line = await asyncio.wait_for(proc.stdout.readline(), 300)
+            if not line:
+                raise RuntimeError(f"an asking process exited ({await proc.wait()}) before {event!r}")
+            got: dict[str, Any] = json.loads(line)
+            if got["event"] == event:
+                return got
+
+    async def stop(self) -> None:
+        for proc in self.procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+# -- the measurements ----------------------------------------------------------------------
+
+
+async def shown(provider: Provider, n: int, within: float = 600.0) -> None:
+    """Until ``n`` askers' requests are shown; reads a private count, so polling costs nothing measurable."""
+    deadline = time.monotonic() + within
+    while len(provider._shown) < n:  # polled: an event fired per ask would cost more than it saves
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(provider._shown)} of {n} asks shown after {within:.0f}s")
+        await asyncio.sleep(0.05)
+
+
+async def coalescing(url: str, n: int, *, same: bool) -> dict[str, float]:
+    """Provider CPU per ask for ``n`` agents asking one question (``same``) or each its own."""
+    namespace = f"scale-{'same' if same else 'unique'}-{n}"
+    askers = Askers(url, namespace, asks=n, agents=n, same=same)
+    try:
+        await askers.start()
+        async with Broker(url, namespace, lease_ttl=60.0, **KEYS) as broker, broker.provider("bench") as provider:
+            await asyncio.sleep(0.2)  # the provider's first reads are done
+            cpu = time.process_time()
+            askers.go()
+            await shown(provider, n)
+            figures = {"cpu_per_ask_ms": (time.process_time() - cpu) * 1000 / n}
+            if same:
+                card = await anext(provider)
+                assert len(card.askers) == n, f"{len(card.askers)} askers of {n} on the card"
+                cpu = time.process_time()
+                await card.answer(YES, by="bench")
+                figures["answer_cpu_s"] = time.process_time() - cpu
+                got = await askers.answered()
+                assert got == n, f"{got} of {n} askers got the answer"
+        return figures
+    finally:
+        await askers.stop()
+
+
+async def per_call(call: Callable[[], Awaitable[Any] | Any], *, most: int = 1000, rounds: int = 5) -> float:
+    """Seconds per call: the best of ``rounds`` rounds of up to ``most`` / ``rounds`` calls (and at
+    most 0.2 s each), so that a collection of the garbage of everything else does not decide it."""
+    best = float("inf")
+    for _ in range(rounds):
+        calls, started = 0, time.perf_counter()
+        while calls < max(1, most // rounds) and (calls < 1 or time.perf_counter() - started < 0.2):
+            result = call()
+            if asyncio.iscoroutine(result):
+                await result
+            calls += 1
+        best = min(best, (time.perf_counter() - started) / calls)
+    return best
+
+
+async def pending(url: str, n: int) -> dict[str, float]:
+    """With ``n`` questions pending (100 per agent, a tenth urgent, a tenth low): what showing costs."""
+    namespace = f"scale-pending-{n}"
+    askers = Askers(url, namespace, asks=n, agents=max(1, n // 100), same=False)
+    try:
+        await askers.start()
+        async with Broker(url, namespace, lease_ttl=60.0, **KEYS) as broker, broker.provider("bench") as provider:
+            await asyncio.sleep(0.2)
+            gc.collect()
+            tracemalloc.start()  # slows the delivery, which is not timed here; stopped before the timings
+            askers.go()
+            await shown(provider, n)
+            gc.collect()
+            figures = {"memory_per_pending_b": tracemalloc.get_traced_memory()[0] / n}
+            tracemalloc.stop()
+            first = getattr(provider, "first", None)
+            count = getattr(type(provider), "pending_count", None)
+            figures["pending_ms"] = await per_call(lambda: provider.pending, most=10) * 1000
+            if first is not None:
+                figures["first_1_us"] = await per_call(lambda: first(1)) * 1e6
+                figures["first_50_us"] = await per_call(lambda: first(50)) * 1e6
+
+            async def show_next() -> None:  # what `qbroker provide` does per question shown
+                await anext(provider)
+                _ = provider.pending_count if count is not None else len(provider.pending)
+
+            figures["show_next_us"] = await per_call(show_next, most=200 if count is not None else 20) * 1e6
+            figures["status_all_s"], figures["status_all_kb"] = await status_cost(broker, None)
+            if "limit" in inspect.signature(namespace_status).parameters:
+                figures["status_s"], figures["status_kb"] = await status_cost(broker, 50)
+        return figures
+    finally:
+        await askers.stop()
+
+
+async def status_cost(broker: Broker, limit: int | None) -> tuple[float, float]:
+    """Seconds to read and format ``qbroker status`` (``limit`` None: everything), and its text in KiB."""
+    started = time.perf_counter()
+    status = await (namespace_status(broker) if limit is None else namespace_status(broker, limit=limit))
+    text = format_status(status)
+    return time.perf_counter() - started, len(text.encode()) / 1024
+
+
+# -- the report ----------------------------------------------------------------------------
+
+
+def _cell(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _firsts(figures: dict[str, float]) -> str:
+    if "first_50_us" not in figures:
+        return "-"
+    return f"{figures['first_1_us']:.1f}, {figures['first_50_us']:.1f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or not b else f"{a / b:.2f}x"
+
+
+async def measure(args: argparse.Namespace) -> int:
+    askers_levels = [n for n in args.askers or (ASKERS_FULL if args.full else ASKERS) if n]
+    pending_levels = [n for n in args.pending or (PENDING_FULL if args.full else PENDING) if n]
+    with tempfile.TemporaryDirectory(prefix="qb-scale-") as tmp:
+        server = RedisServer(Path(tmp)).start()
+        try:
+            same: dict[int, dict[str, float]] = {}
+            unique: dict[int, dict[str, float]] = {}
+            for n in askers_levels:
+                same[n] = await coalescing(server.url, n, same=True)
+                log(f"{n} askers of one question: {same[n]}")
+                unique[n] = await coalescing(server.url, n, same=False)
+                log(f"{n} askers of distinct questions: {unique[n]}")
+            waiting: dict[int, dict[str, float]] = {}
+            for n in pending_levels:
+                waiting[n] = await pending(server.url, n)
+                log(f"{n} pending: {waiting[n]}")
+        finally:
+            server.kill()
+    print(report(same, unique, waiting))
+    return 0
+
+
+def report(
+    same: dict[int, dict[str, float]], unique: dict[int, dict[str, float]], waiting: dict[int, dict[str, float]]
+) -> str:
+    out = ["Coalescing (provider CPU; redis-server and the asking processes are not in it)", ""]
+    out.append("| askers | CPU per ask, one question (ms) | distinct questions (ms) | ratio | answering the card (s) |")
+    out.append("|---:|---:|---:|---:|---:|")
+    for n in same:
+        one, many = same[n]["cpu_per_ask_ms"], unique[n]["cpu_per_ask_ms"]
+        out.append(f"| {n} | {one:.3f} | {many:.3f} | {_ratio(one, many)} | {same[n]['answer_cpu_s']:.3f} |")
+    if same:
+        low, high = min(same), max(same)
+        out.append("")
+        out.append(
+            f"one question, {high} vs {low} askers: {_ratio(same[high]['cpu_per_ask_ms'], same[low]['cpu_per_ask_ms'])}"
+            " (target within 2x)"
+        )
+        out.append(
+            f"one question vs distinct questions, {high} askers:"
+            f" {_ratio(same[high]['cpu_per_ask_ms'], unique[high]['cpu_per_ask_ms'])} (target within 3x)"
+        )
+        out.append(
+            f"answering the card of {high}: {same[high]['answer_cpu_s']:.3f} s of CPU (target under 0.1 s at 8000)"
+        )
+    out += ["", "Pending questions (one provider)", ""]
+    out.append(
+        "| pending | show next + count (us) | first(1), first(50) (us) | pending, all (ms) | memory per pending (B) |"
+        " status, all (s, KiB) | status --limit 50 (s, KiB) |"
+    )
+    out.append("|---:|---:|---:|---:|---:|---:|---:|")
+    for n, f in waiting.items():
+        limited = "-" if "status_s" not in f else f"{f['status_s']:.2f}, {f['status_kb']:.0f}"
+        out.append(
+            f"| {n} | {_cell(f.get('show_next_us'), 1)} | {_firsts(f)} | {f['pending_ms']:.2f} |"
+            f" {f['memory_per_pending_b']:.0f} | {f['status_all_s']:.2f}, {f['status_all_kb']:.0f} | {limited} |"
+        )
+    if waiting:
+        low, high = min(waiting), max(waiting)
+        out.append("")
+        out.append(
+            f"show next, {high} vs {low} pending: {_ratio(waiting[high]['show_next_us'], waiting[low]['show_next_us'])}"
+            " (target within 2x)"
+        )
+    return "\n".join(out)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(",") if part.strip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["asker"]:
+        parser = argparse.ArgumentParser(prog="benchmarks.scale asker")
+        for flag in ("--url", "--namespace", "--prefix"):
+            parser.add_argument(flag, required=True)
+        parser.add_argument("--asks", type=int, required=True)
+        parser.add_argument("--agents", type=int, required=True)
+        parser.add_argument("--same", action="store_true")
+        asyncio.run(asker(parser.parse_args(argv[1:])))
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--full", action="store_true", help="16 000 askers and 100 000 pending (several minutes)")
+    parser.add_argument("--askers", type=_ints, help="comma-separated asker counts (default 1000,4000; 0 none)")
+    parser.add_argument("--pending", type=_ints, help="comma-separated pending counts (default 1000,10000; 0 none)")
+    return asyncio.run(measure(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
