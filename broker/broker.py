@@ -290,7 +290,17 @@ class Broker:
         return True if ask is None else ask.accepts(outcome)
 
     def _rejected(self, request_id: str, what: str, then: str = "still waiting") -> None:
+        """Count and log a refused answer, and note it in the askers' log (status and metrics show it there)."""
         self.rejected_outcomes += 1
+        self._fire(
+            "XADD",
+            self.keys.asklog,
+            "MAXLEN",
+            "~",
+            self._provider_settings.audit_maxlen,
+            "*",
+            *("event", "rejected", "rid", request_id, "what", what, "client", self.client_id),
+        )
         log.warning(
             "request %s: ignored %s that no trusted key signed for it (a forgery, or a provider with an"
             " untrusted key); %s",

@@ -366,7 +366,8 @@ class Settled:
 
     request_id: str
     outcome: str
-    """answered, cancelled, withdrawn, aborted, timed_out, expired or failed"""
+    """answered, cancelled, withdrawn, aborted, timed_out, expired or failed; or rejected, which is not
+    an end: its asker refused an answer no trusted key signed for it, and waits on"""
     seconds: float | None
     """from ask to this end, by the Redis clock; None when the ask was not seen"""
 
@@ -414,6 +415,8 @@ async def _digest_stream(broker: Broker, stream: str, cursor_key: str, batch: in
                 continue
             if event == "asked":
                 asked[rid] = at_ms
+            elif event == "rejected":  # not an end: an answer its asker refused (unsigned, badly signed)
+                ended.append(Settled(rid, "rejected", None))
             elif event in _TERMINAL:
                 ends.append((rid, _TERMINAL[event], at_ms))
         earlier = [rid for rid, _, _ in ends if rid not in asked]

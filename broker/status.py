@@ -83,6 +83,12 @@ class NamespaceStatus(msgspec.Struct, frozen=True, kw_only=True):
     """keyed requests whose asker stopped (from the away index: one may have ended a moment ago)"""
     agent_count: int = 0
     """every live agent; ``agents`` lists the first ``limit`` of them by id"""
+    rejected_answers: int = 0
+    """answers askers refused among the askers' log's last 1000 events (unsigned or badly signed)"""
+
+
+_REJECTED_WINDOW = 1000
+"""askers' log events searched for refused answers"""
 
 
 async def namespace_status(broker: Broker, *, limit: int | None = None) -> NamespaceStatus:
@@ -104,6 +110,7 @@ async def namespace_status(broker: Broker, *, limit: int | None = None) -> Names
         call("XLEN", keys.dead),
         call("ZCARD", keys.away),
     )
+    recent = await call("XREVRANGE", keys.asklog, "+", "-", "COUNT", _REJECTED_WINDOW)
     holder = epoch = None
     holder_member = ""
     if lease:
@@ -127,6 +134,7 @@ async def namespace_status(broker: Broker, *, limit: int | None = None) -> Names
         pending_by_priority={priority: n for priority, n in counts.by_priority.items() if n},
         away_count=int(away),
         agent_count=agent_count,
+        rejected_answers=sum(1 for _, fields in recent if _event(fields) == "rejected"),
     )
 
 
@@ -224,3 +232,9 @@ async def _agents(call: Any, keys: Keys, now_ms: int, limit: int | None) -> tupl
             if since is not None  # expired since the index was last refreshed
         ]
     return tuple(found if limit is None else found[:limit]), len(names)
+
+
+def _event(fields: Any) -> str | None:
+    if isinstance(fields, dict):
+        return fields.get("event")
+    return next((fields[i + 1] for i in range(0, len(fields) - 1, 2) if fields[i] == "event"), None)

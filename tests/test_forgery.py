@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from broker import Broker, Remember, SigningKey
+from broker import Broker, Remember, SigningKey, namespace_status
 from broker._commands import SCRIPTS
 from broker.decisions import question_fingerprint
 from broker.types import encode
@@ -63,6 +63,7 @@ async def test_a_forged_notice_on_the_askers_own_inbox_is_not_an_answer(make_bro
         await until(lambda: _none_left(redis, inbox))  # the asker took the forged notice
         await until(lambda: asker.rejected_outcomes == 1)
         assert not asking.done()
+        await until(lambda: _refused_in_status(answering))  # an operator sees it in qbroker status
         pending = await next_pending(provider)
         await pending.answer(pick("no"), by="alice")
         assert await asyncio.wait_for(asking, 10) == pick("no")  # the human's answer, not the forged one
@@ -190,3 +191,7 @@ async def _none_left(redis: Redis, key: str) -> bool:
 
 async def _value(result: Any) -> bool:
     return bool(await result) if inspect.isawaitable(result) else bool(result)
+
+
+async def _refused_in_status(broker: Broker) -> bool:
+    return (await namespace_status(broker)).rejected_answers == 1

@@ -214,3 +214,12 @@ async def test_audit_digest_counts_each_end_once(make_broker, redis):
     assert all(e.seconds is not None and e.seconds >= 0 for e in ends)
     assert await digest_audit(answering) == []
     assert await redis.zcard(f"{answering.keys.prefix}maint:asked") == 0
+
+
+async def test_a_refused_answer_is_digested_once_for_the_metrics(make_broker):
+    asking, worker = await make_broker(), await make_broker()
+    asking._rejected("r-forged", "an unsigned answer")  # what the asker does when it refuses one
+    await asyncio.sleep(0.2)  # fired, not awaited
+    ends = await digest_audit(worker)
+    assert ends is not None and [(e.request_id, e.outcome) for e in ends] == [("r-forged", "rejected")]
+    assert await digest_audit(worker) == []

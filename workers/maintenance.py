@@ -37,7 +37,7 @@ from broker.housekeeping import (
     unmark_notified,
 )
 
-from .metrics import ASKS, DEAD_LETTERS, HOUSEKEEPING, NOTIFICATIONS, PENDING, TIME_TO_ANSWER
+from .metrics import ASKS, DEAD_LETTERS, HOUSEKEEPING, NOTIFICATIONS, PENDING, REJECTED, TIME_TO_ANSWER
 from .webhooks import NoticeKind, WebhookFormat, payload, post
 
 __all__ = [
@@ -178,6 +178,9 @@ async def housekeeping(ctx: dict[str, Any]) -> dict[str, str] | None:
     PENDING.labels(ns).set(report.pending)
     ended = await digest_audit(state.broker)  # None: another worker counted this stretch
     for settled in ended or ():
+        if settled.outcome == "rejected":
+            REJECTED.labels(ns).inc()
+            continue
         ASKS.labels(ns, settled.outcome).inc()
         if settled.seconds is not None and settled.outcome in ("answered", "cancelled"):
             TIME_TO_ANSWER.labels(ns).observe(settled.seconds)

@@ -28,6 +28,7 @@ __all__ = [
     "LEASE_LOSSES",
     "NOTIFICATIONS",
     "PENDING",
+    "REJECTED",
     "TIME_TO_ANSWER",
     "MetricsServer",
     "lease_acquired",
@@ -48,6 +49,12 @@ TIME_TO_ANSWER = Histogram(
     "From ask to the human's answer (or dismissal)",
     ["namespace"],
     buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
+)
+REJECTED = Counter(
+    "qbroker_rejected_answers",
+    "Answers (and remembered decisions) an asker refused: unsigned, badly signed, or signed for another request "
+    "(a forgery, or a provider whose key the askers do not trust; docs/security.md)",
+    ["namespace"],
 )
 LEASE_ACQUISITIONS = Counter("qbroker_lease_acquisitions", "Provider leases taken by this process", ["namespace"])
 LEASE_LOSSES = Counter("qbroker_lease_losses", "Provider leases this process lost (fenced)", ["namespace"])

@@ -54,6 +54,11 @@ def format_status(status: NamespaceStatus) -> str:
         f"stream        {status.stream_length} entries",
         f"dead letters  {status.dead_letters}",
     ]
+    if status.rejected_answers:
+        out.append(
+            f"REFUSED       {status.rejected_answers} answers askers refused as unsigned or badly signed "
+            "(a forgery, or a provider with an untrusted key: docs/security.md)"
+        )
     if status.away_count:
         out.insert(4, f"away askers   {status.away_count} (keyed asks kept for their asker to re-attach)")
     out += [
