@@ -37,7 +37,7 @@ async def cached(redis: Redis, *names: str) -> None:
 
 
 async def asked_events(redis: Redis, broker: Broker) -> list[dict[str, str]]:
-    return [fields for _, fields in await redis.xrange(broker.keys.audit) if fields["event"] == "asked"]
+    return [fields for _, fields in await redis.xrange(broker.keys.asklog) if fields["event"] == "asked"]
 
 
 async def until(predicate: Any, within: float = 10.0) -> None:

@@ -69,6 +69,7 @@ async def test_the_audit_stream_is_capped(make_broker, redis):
             await (await next_pending(provider)).answer(pick("yes"))
             await task
     assert await redis.xlen(asking.keys.audit) < 90  # approximate trimming, far below 3 x 30
+    assert 0 < await redis.xlen(asking.keys.asklog) < 90  # the askers' log too
 
 
 async def test_the_agent_token_never_reaches_redis_providers_or_the_audit(make_broker, redis):
