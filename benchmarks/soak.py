@@ -11,7 +11,8 @@ caught. When the number of answered asks reaches each of ``--kills`` thresholds 
 standby in its place.
 
 At the end it checks that every ask returned exactly one answer, its own, and that the audit
-stream (``qb:{ns}:audit``, read as it grows so that its cap trims nothing unread) shows every
+stream and the askers' log (``qb:{ns}:audit``, ``qb:{ns}:asklog``, read as they grow so that their
+caps trim nothing unread) show every
 request asked once and answered once: no request answered twice, none cancelled, withdrawn or
 expired, none lost. It prints the counts; ``--json`` prints them as one JSON object instead.
 Exit status 0 when nothing was lost or doubled, 1 otherwise.
@@ -367,7 +368,13 @@ async def soak(
             for _ in range(providers):
                 await start_provider()
             await asyncio.wait_for(holding.wait(), 30)
-            audit = asyncio.create_task(follow_audit(raw, f"qb:{{{namespace}}}:audit", audit_events, audit_done))
+            # the answering side's audit and the askers' log (asked, attached, away) together
+            audit = asyncio.gather(
+                *(
+                    follow_audit(raw, f"qb:{{{namespace}}}:{stream}", audit_events, audit_done)
+                    for stream in ("audit", "asklog")
+                )
+            )
             chaos = []
             if redis_kills:
                 chaos.append(asyncio.create_task(kill_redis(server, chaos_rng, redis_kills, result, chaos_stop)))
@@ -378,7 +385,10 @@ async def soak(
                     asyncio.create_task(inject_proxy_faults(fault_proxy, chaos_rng, proxy_faults, result, chaos_stop))
                 )
             async with Broker(url, namespace, **KEYS) as broker:
-                assert broker.keys.audit == f"qb:{{{namespace}}}:audit"
+                assert (broker.keys.audit, broker.keys.asklog) == (
+                    f"qb:{{{namespace}}}:audit",
+                    f"qb:{{{namespace}}}:asklog",
+                )
                 done = 0
                 progressed = asyncio.Condition()
                 gate = asyncio.Semaphore(concurrency)
