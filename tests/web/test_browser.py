@@ -606,7 +606,9 @@ for release in $(ls -1 /srv/deploy/releases | sort | head -n -5); do rm -rf "/sr
 """
 
 
-async def test_mobile_layout_fits(browser: Browser, web: WebProcess, asker: Broker, screenshots: Path) -> None:
+@contextlib.asynccontextmanager
+async def phone(browser: Browser, web: WebProcess) -> AsyncIterator[Page]:
+    """alice signed in on a 390x844 touch screen without a keyboard; the context closes after."""
     context = await browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
     try:
         page = await context.new_page()
@@ -614,6 +616,13 @@ async def test_mobile_layout_fits(browser: Browser, web: WebProcess, asker: Brok
         await page.fill("#user", "alice")
         await page.fill("#password", PASSWORDS["alice"])
         await page.click("#sign-in-button")
+        yield page
+    finally:
+        await context.close()
+
+
+async def test_mobile_layout_fits(browser: Browser, web: WebProcess, asker: Broker, screenshots: Path) -> None:
+    async with phone(browser, web) as page:
         asked = ask(
             asker,
             AskUserQuestionItem(
@@ -656,8 +665,6 @@ async def test_mobile_layout_fits(browser: Browser, web: WebProcess, asker: Brok
         await page.screenshot(path=screenshots / "13-mobile-decline.png", full_page=True)
         await request.get_by_role("button", name="Send: Request changes").click()
         assert (await asked).answers[0].custom == "keep ten releases, not five"
-    finally:
-        await context.close()
 
 
 AXE = Path(os.environ.get("QBROKER_AXE", Path(__file__).parent / "node_modules" / "axe-core" / "axe.min.js"))
@@ -959,13 +966,7 @@ async def test_filters_over_the_loaded_cards(people: People, asker: Broker) -> N
 async def test_phone_header_is_whole_and_no_digit_badges(
     browser: Browser, web: WebProcess, asker: Broker, screenshots: Path
 ) -> None:
-    context = await browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
-    try:
-        page = await context.new_page()
-        await page.goto(web.url)
-        await page.fill("#user", "alice")
-        await page.fill("#password", PASSWORDS["alice"])
-        await page.click("#sign-in-button")
+    async with phone(browser, web) as page:
         asked = ask(asker, AskUserQuestionItem(id="q", question="On the phone?", options=options("yes", "no")))
         await expect(card(page, "On the phone?")).to_be_visible()
         for selector in ("#sign-out", "#who", "#namespace", "#show-pending", "#show-history", "#show-remembered"):
@@ -983,8 +984,6 @@ async def test_phone_header_is_whole_and_no_digit_badges(
         await page.screenshot(path=screenshots / "23-phone-header.png")
         asked.cancel()
         await asyncio.gather(asked, return_exceptions=True)
-    finally:
-        await context.close()
 
 
 async def test_a_redis_outage_is_named_at_once_and_a_card_withdrawn_meanwhile_leaves_a_note(
