@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from nacl.exceptions import BadSignatureError, CryptoError
+from nacl.signing import SigningKey as _NaclSigningKey
+from nacl.signing import VerifyKey
 
 from .errors import BAD_REQUEST, UserQuestionError
 
@@ -65,26 +65,22 @@ def _key_id(public: bytes) -> str:
     return hashlib.sha256(public).hexdigest()[:16]
 
 
-def _raw_public(key: Ed25519PublicKey) -> bytes:
-    return key.public_bytes(Encoding.Raw, PublicFormat.Raw)
-
-
-def public_key_text(key: Ed25519PublicKey) -> str:
-    return _PUBLIC_PREFIX + _b64(_raw_public(key))
+def public_key_text(key: VerifyKey) -> str:
+    return _PUBLIC_PREFIX + _b64(bytes(key))
 
 
 class SigningKey:
     """An answering side's Ed25519 key; ``repr`` never shows the secret."""
 
-    def __init__(self, private: Ed25519PrivateKey) -> None:
+    def __init__(self, private: _NaclSigningKey) -> None:
         self._private = private
-        self.public = private.public_key()
+        self.public = private.verify_key
         self.public_text = public_key_text(self.public)
-        self.id = _key_id(_raw_public(self.public))
+        self.id = _key_id(bytes(self.public))
 
     @classmethod
     def generate(cls) -> SigningKey:
-        return cls(Ed25519PrivateKey.generate())
+        return cls(_NaclSigningKey.generate())
 
     @classmethod
     def from_text(cls, text: str) -> SigningKey:
@@ -93,18 +89,15 @@ class SigningKey:
             raise UserQuestionError(f"a signing key reads {_SECRET_PREFIX}<base64url>; got something else", BAD_REQUEST)
         try:
             seed = _unb64(text[len(_SECRET_PREFIX) :])
-            return cls(Ed25519PrivateKey.from_private_bytes(seed))
-        except ValueError as error:
+            return cls(_NaclSigningKey(seed))
+        except (ValueError, CryptoError) as error:
             raise UserQuestionError(f"the signing key does not decode: {error}", BAD_REQUEST) from None
 
     def to_text(self) -> str:
-        from cryptography.hazmat.primitives.serialization import NoEncryption, PrivateFormat
-
-        seed = self._private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-        return _SECRET_PREFIX + _b64(seed)
+        return _SECRET_PREFIX + _b64(bytes(self._private))
 
     def sign(self, message: bytes) -> str:
-        return _b64(self._private.sign(message))
+        return _b64(self._private.sign(message).signature)
 
     def sign_decision(self, message: bytes) -> str:
         """The signature of a remembered decision's ``decision_message``."""
@@ -117,8 +110,8 @@ class SigningKey:
 class TrustedKeys:
     """The public keys an asker accepts answers from, by key id."""
 
-    def __init__(self, keys: Iterable[str | Ed25519PublicKey | SigningKey] = ()) -> None:
-        self._keys: dict[str, Ed25519PublicKey] = {}
+    def __init__(self, keys: Iterable[str | VerifyKey | SigningKey] = ()) -> None:
+        self._keys: dict[str, VerifyKey] = {}
         for key in keys:
             self.add(key)
         self._verified: set[bytes] = set()
@@ -129,7 +122,7 @@ class TrustedKeys:
         words = [w for line in text.splitlines() for w in line.split("#", 1)[0].replace(",", " ").split()]
         return cls(words)
 
-    def add(self, key: str | Ed25519PublicKey | SigningKey) -> None:
+    def add(self, key: str | VerifyKey | SigningKey) -> None:
         if isinstance(key, SigningKey):
             key = key.public
         if isinstance(key, str):
@@ -139,10 +132,10 @@ class TrustedKeys:
                     f"a trusted key reads {_PUBLIC_PREFIX}<base64url>; got {key[:12]!r}...", BAD_REQUEST
                 )
             try:
-                key = Ed25519PublicKey.from_public_bytes(_unb64(key[len(_PUBLIC_PREFIX) :]))
-            except ValueError as error:
+                key = VerifyKey(_unb64(key[len(_PUBLIC_PREFIX) :]))
+            except (ValueError, CryptoError) as error:
                 raise UserQuestionError(f"a trusted key does not decode: {error}", BAD_REQUEST) from None
-        self._keys[_key_id(_raw_public(key))] = key
+        self._keys[_key_id(bytes(key))] = key
 
     def __bool__(self) -> bool:
         return bool(self._keys)
@@ -159,8 +152,8 @@ class TrustedKeys:
         if key is None:
             return False
         try:
-            key.verify(_unb64(signature), message)
-        except (InvalidSignature, ValueError):
+            key.verify(message, _unb64(signature))
+        except (BadSignatureError, CryptoError, ValueError):
             return False
         return True
 
