@@ -160,3 +160,21 @@ async def test_revoke_forgets_the_decision_once_and_audits_who(ns: Namespace) ->
     [event] = await ns.audit("forgotten")
     assert (event["decision"], event["by"]) == ("d1", "bob")
     assert (await ask(ns, "r1"))[0] == "ok"
+
+
+async def test_a_request_whose_second_question_has_no_decision_is_enqueued_not_decided(ns: Namespace) -> None:
+    """ask.lua answers from decisions only when every question has one (the asker would refuse a partial
+    answer too, which would hide the script's mistake end to end: so this calls the script alone)."""
+    await remembered(ns)  # a decision for FP (question "yes?")
+    await holder(ns)  # a provider, so that the enqueue is not NO_PROVIDER
+    k = ns.keys
+    other = {"id": "q2", "question": "and this?", "options": [{"label": "a"}]}
+    request = dict(REQUEST, questions=[REQUEST["questions"][0], other])
+    fp_other = question_fingerprint(decode_request(json.dumps({"questions": [other]})).questions[0])
+    found = [k.decision(FP), k.decision(FP), k.decision(fp_other), k.decision(fp_other)]
+    keys = [k.requests, k.request("r9"), k.request("r9"), k.asklog, k.request("r9"), k.request("r9"), k.outcome("r9")]
+    args = ["r9", json.dumps(request), "", "", "c1", RESULT_MS, AUDIT_MAX, "", "0", "", "", "", "", "", "1"]
+    args += [RESULT_MS, k.provider, k.standbys, 2, "q1", "q2", *found]
+    reply = list(await ns.script("ask", keys, args))
+    assert reply[0] == "ok", reply
+    assert not await ns.redis.exists(k.outcome("r9"))
