@@ -135,3 +135,28 @@ def test_namespaces_per_user(tmp_path: Path) -> None:
     users.write_text('[namespaces]\nalice = "a"\n')
     with pytest.raises(ConfigError, match=r"\[namespaces\]"):
         load_credentials(users, [])
+
+
+@pytest.mark.parametrize("typed", ["\n", "   \n", ""], ids=["empty", "blank", "nothing"])
+def test_hashing_an_empty_password_is_refused(typed: str) -> None:
+    """Issue 26: `qbroker web --hash-password` hashed an empty password without complaint."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "web", "--hash-password"],
+        input=typed, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stdout == "", done
+    assert "empty" in done.stderr
+
+
+def test_hashing_a_password_prints_its_hash() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "web", "--hash-password"],
+        input="correct horse\n", capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and verify_password("correct horse", done.stdout.strip())

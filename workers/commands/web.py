@@ -118,6 +118,9 @@ async def run(args: argparse.Namespace) -> int:
 
     if args.hash_password:
         password = getpass.getpass("password: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
+        if not password.strip():
+            print("qbroker web: the password is empty: nothing to hash (type one, or pipe one line)", file=sys.stderr)
+            return 2
         print(hash_password(password))
         return 0
     settings = _settings(args)
