@@ -52,26 +52,30 @@ class Worker:
         return total
 
 
+def start_worker(server: RedisServer, namespace: str, log: Path, *flags: str, arq_db: int = 0) -> Worker:
+    """`qbroker worker` as a real process on ``server``, its arq queue beside the namespace."""
+    port = free_port()
+    args = [
+        sys.executable, "-m", "workers.commands.worker",
+        "--redis-url", server.url,
+        "--namespace", namespace,
+        "--arq-redis-url", f"redis://127.0.0.1:{server.port}/{arq_db}",
+        "--queue-name", f"arq:{namespace}",
+        "--interval", "1",
+        "--metrics-port", str(port),
+        *flags,
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        process = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    return Worker(process, log, port)
+
+
 @pytest.fixture
 def spawn_worker(redis_server: RedisServer, namespace: str, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
     workers: list[Worker] = []
 
     def spawn(*flags: str, arq_db: int = 0) -> Worker:
-        port = free_port()
-        log = tmp_path / f"worker{len(workers)}.log"
-        args = [
-            sys.executable, "-m", "workers.commands.worker",
-            "--redis-url", redis_server.url,
-            "--namespace", namespace,
-            "--arq-redis-url", f"redis://127.0.0.1:{redis_server.port}/{arq_db}",
-            "--queue-name", f"arq:{namespace}",
-            "--interval", "1",
-            "--metrics-port", str(port),
-            *flags,
-        ]  # fmt: skip
-        with log.open("wb") as out:
-            process = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        worker = Worker(process, log, port)
+        worker = start_worker(redis_server, namespace, tmp_path / f"worker{len(workers)}.log", *flags, arq_db=arq_db)
         workers.append(worker)
         return worker
 
@@ -381,3 +385,30 @@ async def test_a_question_is_paged_once_across_workers(
             await arq_other.aclose()
         assert len(recv.hits) == 1
         await _stop(task)
+
+
+@pytest.mark.timeout(60)
+async def test_the_worker_rides_out_a_redis_restart(redis_factory, namespace, tmp_path):
+    """Issue 26, item 3: `qbroker worker` died 0.2 s after Redis went down (arq's poll raised)."""
+    server = redis_factory()
+    worker = start_worker(server, namespace, tmp_path / "worker.log")
+    try:
+        runs = _metric(worker, "qbroker_housekeeping_actions_total", action="runs")
+        assert await eventually(runs) >= 1
+        server.kill()
+        await asyncio.sleep(3)  # arq polls every 0.5 s: it meets the outage at once
+        assert worker.process.poll() is None, worker.log.read_text()[-3000:]
+        server.start()  # the same port, empty
+        before = await runs()
+        assert await eventually(lambda: _more(runs, before), within=30), worker.log.read_text()[-3000:]
+        assert worker.process.poll() is None
+        worker.process.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(worker.process.wait, 15) == 0
+    finally:
+        if worker.process.poll() is None:
+            worker.process.kill()
+            worker.process.wait()
+
+
+async def _more(read: Callable[[], Awaitable[float]], than: float) -> bool:
+    return await read() > than

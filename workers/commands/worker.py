@@ -118,7 +118,6 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
 
 async def run(args: argparse.Namespace) -> int:
     """Run the worker until SIGINT or SIGTERM."""
-    from ..maintenance import build_worker
     from ..metrics import serve_metrics
 
     try:
@@ -128,16 +127,69 @@ async def run(args: argparse.Namespace) -> int:
         return 2
     port = getattr(args, "metrics_port", None) or os.environ.get(ENV_VARS["metrics_port"])
     metrics = serve_metrics(int(port), getattr(args, "metrics_addr", "127.0.0.1")) if port else None
-    worker = build_worker(config)
     try:
-        await worker.async_run()
-    except asyncio.CancelledError:
-        pass  # arq cancels its main task on SIGINT/SIGTERM
+        await _serve(config)
     finally:
-        await worker.close()
         if metrics is not None:
             metrics.close()
     return 0
+
+
+async def _serve(config: MaintenanceConfig) -> None:
+    """Run arq's worker until SIGINT or SIGTERM, starting it again whenever Redis fails it.
+
+    arq's poll loop lets a connection error out of ``async_run`` (Redis restarted, failed over,
+    briefly unreachable): the worker is built anew after a backoff, as ``web`` and ``provide``
+    ride an outage out. Its jobs are idempotent and claimed in Redis, so nothing runs twice.
+    """
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    from .._redis import Backoff
+    from ..maintenance import build_worker
+
+    backoff = Backoff(first=0.5, cap=10.0)
+    loop = asyncio.get_running_loop()
+    while True:
+        worker = build_worker(config)
+        started = loop.time()
+        try:
+            await worker.async_run()
+            return
+        except asyncio.CancelledError:
+            return  # arq cancels its main task on SIGINT/SIGTERM
+        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+            failure = error
+        finally:
+            try:
+                await worker.close()
+            except Exception as error:  # closing against a Redis that is down
+                log.debug("closing the arq worker: %r", error)
+        if loop.time() - started > 60:
+            backoff.reset()  # it ran a while: this is a new outage
+        delay = backoff.next()
+        log.warning("Redis failed the maintenance worker (%r); starting it again in %.1fs", failure, delay)
+        if await _stopped_within(delay):
+            return
+
+
+async def _stopped_within(seconds: float) -> bool:
+    """Sleep, unless SIGINT or SIGTERM comes first (arq's own handlers went with its worker)."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
