@@ -154,7 +154,8 @@ class Broker:
         self.keys = Keys(namespace)
         if isinstance(trusted_keys, str):
             trusted_keys = TrustedKeys.parse(trusted_keys)
-        self.trusted_keys = trusted_keys if isinstance(trusted_keys, TrustedKeys) else TrustedKeys(trusted_keys)
+        # A copy: adding this broker's own key below must not make another broker sharing the object trust it.
+        self.trusted_keys = TrustedKeys(trusted_keys.keys if isinstance(trusted_keys, TrustedKeys) else trusted_keys)
         self.signing_key = SigningKey.from_text(signing_key) if isinstance(signing_key, str) else signing_key
         if self.signing_key is not None:
             self.trusted_keys.add(self.signing_key)

@@ -147,6 +147,10 @@ class TrustedKeys:
     def ids(self) -> tuple[str, ...]:
         return tuple(self._keys)
 
+    @property
+    def keys(self) -> tuple[VerifyKey, ...]:
+        return tuple(self._keys.values())
+
     def _check(self, kid: str, signature: str, message: bytes) -> bool:
         key = self._keys.get(kid)
         if key is None:

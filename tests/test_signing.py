@@ -170,3 +170,13 @@ def test_a_decision_with_a_label_the_question_lacks_or_tampered_labels_does_not_
     assert verified_decisions(TRUSTED, NS, one_question(), [records[0], '["nope"]', records[2]], 1_000_001) is None
     assert verified_decisions(TRUSTED, NS, one_question(), [records[0], "[", records[2]], 1_000_001) is None
     assert verified_decisions(TRUSTED, NS, one_question(), [], 1_000_001) is None
+
+
+def test_a_broker_does_not_make_a_shared_trusted_set_trust_its_own_key() -> None:
+    from broker import Broker
+
+    shared = TrustedKeys([KEY.public_text])
+    rogue = SigningKey.generate()
+    broker = Broker(namespace="n", trusted_keys=shared, signing_key=rogue)
+    assert rogue.id in broker.trusted_keys.ids  # a broker trusts its own signing key...
+    assert rogue.id not in shared.ids  # ...without another broker given the same set trusting it
