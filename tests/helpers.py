@@ -69,8 +69,15 @@ async def trail(redis: Any, keys: Any) -> list[dict[str, str]]:
     """The namespace's audit and askers' log together, oldest first; each event says its ``source``."""
     audit = [(i, {**f, "source": "audit"}) for i, f in await redis.xrange(keys.audit)]
     asklog = [(i, {**f, "source": "asker"}) for i, f in await redis.xrange(keys.asklog)]
-    merged = sorted(audit + asklog, key=lambda e: tuple(int(part) for part in e[0].split("-", 1)))
-    return [fields for _, fields in merged]
+    return [fields for _, fields in sorted(audit + asklog, key=_when)]
+
+
+def _when(entry: tuple[str, dict[str, str]]) -> tuple[int, int, int]:
+    """Order across the two streams: entry ids of one millisecond say nothing about each other (each
+    stream counts its own sequence), so within one the asker's events come first: an asker's ask,
+    detach or re-attach is what the answering side's events of that millisecond answer."""
+    ms, seq = (int(part) for part in entry[0].split("-", 1))
+    return ms, 0 if entry[1]["source"] == "asker" else 1, seq
 
 
 async def request_residue(redis: Any, namespace: str, *, within: float = 2.0) -> list[str]:

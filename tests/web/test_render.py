@@ -74,3 +74,16 @@ def test_plan_review_card_when_the_conditions_hold() -> None:
 )
 def test_generic_form_otherwise(question: AskUserQuestionItem, count: int) -> None:
     assert plan_review(question, count) is None
+
+
+def test_history_orders_the_two_streams_asker_first_within_a_millisecond() -> None:
+    """Each stream numbers its own entries within a millisecond: "1-0" of the audit and "1-0" of the
+    askers' log say nothing about each other, and the asker's event is the one answered."""
+    from workers.web.history import _when
+
+    answered = ("1700000000000-0", {"event": "answered", "_source": "audit"})
+    asked = ("1700000000000-0", {"event": "asked", "_source": "asker"})
+    withdrew = ("1700000000000-1", {"event": "withdrawn", "_source": "asker"})
+    later = ("1700000000001-0", {"event": "expired", "_source": "audit"})
+    ordered = sorted([later, answered, withdrew, asked], key=_when)
+    assert [fields["event"] for _, fields in ordered] == ["asked", "withdrawn", "answered", "expired"]

@@ -38,8 +38,15 @@ async def _newest(broker: Broker, count: int) -> list[tuple[str, dict[str, str]]
     )
     merged = [(entry_id, {**_pairs(flat), "_source": "audit"}) for entry_id, flat in audit]
     merged += [(entry_id, {**_pairs(flat), "_source": "asker"}) for entry_id, flat in asklog]
-    merged.sort(key=lambda entry: tuple(int(part) for part in entry[0].split("-", 1)), reverse=True)
+    merged.sort(key=_when, reverse=True)
     return merged[:count]
+
+
+def _when(entry: tuple[str, dict[str, str]]) -> tuple[int, int, int]:
+    """Order across the two streams: each counts its own sequence within a millisecond, so within one
+    the askers' events (an ask, a withdrawal) come before the audit's (what answered them)."""
+    ms, seq = (int(part) for part in entry[0].split("-", 1))
+    return ms, 0 if entry[1]["_source"] == "asker" else 1, seq
 
 
 def _pairs(flat: Any) -> dict[str, str]:
