@@ -197,7 +197,8 @@ class TrustedKeys:
         return True
 
     def verify_decision(self, message: bytes, kid: str, signature: str) -> bool:
-        token = b"d" + kid.encode() + signature.encode()
+        # Keyed on what was signed too: a signature checked once must not vouch for another message.
+        token = b"d" + kid.encode() + signature.encode() + hashlib.sha256(message).digest()
         if token in self._verified:
             return True
         if not self._check(kid, signature, _DECISION_DOMAIN + message):

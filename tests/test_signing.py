@@ -11,7 +11,7 @@ import pytest
 
 from broker import SigningKey, TrustedKeys, UserQuestionError
 from broker._keys import Keys
-from broker.decisions import Remember, settle_extension, verified_decisions
+from broker.decisions import Remember, question_fingerprint, settle_extension, verified_decisions
 from broker.signing import Seal, seal_outcomes
 from broker.types import AskUserQuestionRequest, decode_outcome
 from tests.helpers import one_question, pick, plan_review
@@ -180,3 +180,16 @@ def test_a_broker_does_not_make_a_shared_trusted_set_trust_its_own_key() -> None
     broker = Broker(namespace="n", trusted_keys=shared, signing_key=rogue)
     assert rogue.id in broker.trusted_keys.ids  # a broker trusts its own signing key...
     assert rogue.id not in shared.ids  # ...without another broker given the same set trusting it
+
+
+def test_a_verified_decision_signature_does_not_verify_another_message() -> None:
+    """The verified-signature cache must key on what was signed, not only on the signature: else a
+    genuine decision, once checked, would lend its signature to a rewritten one (another question)."""
+    trusted = TrustedKeys([KEY.public_text])
+    records = decision_records(one_question(), Remember())
+    assert verified_decisions(trusted, NS, one_question(), records, 1_000_001) is not None  # now cached
+    proof = msgspec.json.decode(records[2])
+    other = one_question("go", "stop")
+    proof["fingerprint"] = question_fingerprint(other.questions[0])  # the same signature, another question
+    rewritten = [records[0], '["go"]', msgspec.json.encode(proof).decode()]
+    assert verified_decisions(trusted, NS, other, rewritten, 1_000_001) is None
