@@ -188,6 +188,8 @@ class Broker:
         self._answerers: list[_Registration] = []
         self._agents: dict[str, Agent] = {}
         self._asks: dict[str, _Ask] = {}
+        self._attaching: dict[str, _Ask] = {}
+        """a keyed ask's request id it may re-attach to, while ask.lua decides (its waiter is registered)"""
         self._settled: list[str] = []
         """ids whose ask call returned with their outcome, not yet cleaned up"""
         self._open = False
@@ -286,9 +288,17 @@ class Broker:
                 log.debug("closing a Redis client: %r", error)
 
     def _accepts(self, request_id: str, outcome: str) -> bool:
-        """Whether ``outcome`` may end the ask of ``request_id`` (an answer must be sealed for it)."""
-        ask = self._asks.get(request_id)
-        return True if ask is None else ask.accepts(outcome)
+        """Whether ``outcome`` may end the ask of ``request_id`` (an answer must be sealed for it).
+
+        With no ask of this process to check it against, only an error may: fail closed.
+        """
+        ask = self._asks.get(request_id) or self._attaching.get(request_id)
+        if ask is None:
+            try:
+                return decode_outcome(outcome).answer is None
+            except msgspec.DecodeError:
+                return False
+        return ask.accepts(outcome, request_id)
 
     def _rejected(self, request_id: str, what: str, then: str = "still waiting") -> None:
         """Count and log a refused answer, and note it in the askers' log (status and metrics show it there)."""
@@ -608,6 +618,8 @@ class Broker:
         blocking = self._connect_blocking()
         try:
             try:
+                # The Redis clock, read once: answers are sealed with when they were given (by it).
+                seconds, micros = await commands.call("TIME")
                 token, epoch = await acquire_lease(
                     commands=commands,
                     blocking=blocking,
@@ -628,6 +640,7 @@ class Broker:
                 blocking=blocking,
                 settings=self._provider_settings,
                 signing_key=signing_key,
+                redis_ms=int(seconds) * 1000 + int(micros) // 1000,
                 coalesce=coalesce,
             )
             log.info("provider %s holds the lease of %s (epoch %d)", name, self.namespace, epoch)
@@ -670,6 +683,9 @@ class _Ask:
         self.future: asyncio.Future[str] | None = None
         self.ended_on_close = False
         self.routing = routing
+        self.settled_after: int | None = None
+        """for a keyed ask that re-attached: the earliest (unix ms, Redis clock) its outcome may have
+        been settled, the key being the asking side's to rewrite (an old answer must not pass)"""
 
     async def run(
         self, answerers: list[Answerer], abort: asyncio.Event | None, deadline: float | None
@@ -837,30 +853,37 @@ class _Ask:
             return await self.remote()
         return _settled(outcome)
 
-    def accepts(self, outcome: str) -> bool:
-        """Whether ``outcome`` may end this ask: an error may; an answer only when sealed for this request."""
+    def accepts(self, outcome: str, request_id: str | None = None) -> bool:
+        """Whether ``outcome`` may end this ask: an error may; an answer only when sealed for this request.
+
+        ``request_id``: the request it would end (a keyed ask's re-attach names another than its own).
+        """
         broker = self.broker
+        request_id = request_id or self.request_id
         try:
             decoded = decode_outcome(outcome)
         except msgspec.DecodeError:
-            broker._rejected(self.request_id, "an outcome that does not decode")
+            broker._rejected(request_id, "an outcome that does not decode")
             return False
         if decoded.answer is None:
             return True  # forging an error ends the ask, as withdrawing it would (docs/security.md)
         if decoded.proof is None or decoded.signed is None:
-            broker._rejected(self.request_id, "an unsigned answer")
+            broker._rejected(request_id, "an unsigned answer")
             return False
+        durable = self.durable
         if not broker.trusted_keys.verify_outcome(
             namespace=broker.namespace,
-            request_id=self.request_id,
+            request_id=request_id,
             request_sha=self.request_sha,
             agent=self.request.agent or "",
             # A keyed request may have been shown to the provider under another process of its agent.
-            client=None if self.durable is not None else broker.client_id,
+            client=None if durable is not None else broker.client_id,
             body=decoded.signed,
             proof=decoded.proof,
+            durable=durable.key if durable is not None else "",
+            settled_after=self.settled_after,
         ):
-            broker._rejected(self.request_id, "an answer")
+            broker._rejected(request_id, "an answer")
             return False
         return True
 
@@ -881,11 +904,19 @@ class _Ask:
         inbox = broker._inbox
         assert inbox is not None and self.durable is not None
         durable_key = broker.keys.durable(self.request.agent, self.durable.key)
+        # The key names a request through a value the asking side can rewrite: an outcome counts
+        # only if it was sealed since this ask could have been waiting for it (its keep: the result
+        # TTL or the detach grace, whichever is longer; 10 s of slack for the provider's clock).
+        seconds, micros = await broker.commands.call("TIME")
+        keep_ms = max(int(broker._provider_settings.result_ttl * 1000), self.durable.grace_ms) + 10_000
+        self.settled_after = int(seconds) * 1000 + int(micros) // 1000 - keep_ms
         for _ in range(_ATTACH_TRIES):
             named: str | None = await broker.commands.call("GET", durable_key)
             if named is not None and named in broker._asks:
                 raise UserQuestionError(f"key {self.durable.key!r} is being asked already by this process", BAD_REQUEST)
             attach = None if named is None else inbox.expect(named)
+            if named is not None:
+                broker._attaching[named] = self  # a notice for it meanwhile is checked as this ask's
             try:
                 reply = await broker._script(
                     "ask",
@@ -902,6 +933,9 @@ class _Ask:
                 if named is not None:
                     inbox.forget(named)
                 raise
+            finally:
+                if named is not None:
+                    broker._attaching.pop(named, None)
             if reply[0] == "retry":
                 if named is not None:
                     inbox.forget(named)

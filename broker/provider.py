@@ -101,6 +101,8 @@ class _Member:
     request: AskUserQuestionRequest
     request_sha: str
     """SHA-256 (hex) of the request JSON as asked: the asker's answer is sealed to it"""
+    durable: str
+    """the key it was asked with ('' for none): a keyed asker's answer is sealed to it"""
     client_id: str
     created_ms: int
     entry_id: str
@@ -125,6 +127,7 @@ class PendingRequest:
         request_sha: str,
         client_id: str,
         created_ms: int,
+        durable: str = "",
         entry_id: str = "",
         asker_away: bool = False,
         opted_out: bool = False,
@@ -141,6 +144,7 @@ class PendingRequest:
                 request_id=request_id,
                 request=request,
                 request_sha=request_sha,
+                durable=durable,
                 client_id=client_id,
                 created_ms=created_ms,
                 entry_id=entry_id,
@@ -291,7 +295,15 @@ class PendingRequest:
         return (
             [keys.request(request_id), keys.outcome(request_id), keys.inbox(member.client_id), *extra_keys],
             [member.request_id, state, outcome, by, self._provider.settle_call_ids.next(), *extra_args],
-            Seal(request_id, member.request_sha, member.request.agent or "", member.client_id, by, outcome),
+            Seal(
+                request_id,
+                member.request_sha,
+                member.request.agent or "",
+                member.client_id,
+                by,
+                outcome,
+                member.durable,
+            ),
         )
 
     async def _settled(self, members: list[_Member], settlements: list[_Settlement], replies: list[Any]) -> None:
@@ -368,10 +380,13 @@ class Provider:
         blocking: Redis | RedisCluster,
         settings: ProviderSettings,
         signing_key: SigningKey,
+        redis_ms: int = 0,
         coalesce: bool = True,
     ) -> None:
         self.keys = keys
         self._signing_key = signing_key
+        self._clock = (redis_ms, asyncio.get_running_loop().time())
+        """the Redis clock (unix ms) read when the provider started, and the loop's time then"""
         self.coalesce = coalesce
         """False: every request is its own card (``Broker.provider(..., coalesce=False)``)"""
         self.name = name
@@ -402,6 +417,11 @@ class Provider:
 
     def __repr__(self) -> str:
         return f"Provider(name={self.name!r}, namespace={self.keys.namespace!r}, epoch={self.epoch})"
+
+    def redis_ms(self) -> int:
+        """Now by the Redis clock, unix ms, as read at start and carried on by the loop's monotonic clock."""
+        start_ms, start = self._clock
+        return start_ms + int((asyncio.get_running_loop().time() - start) * 1000)
 
     @property
     def lost(self) -> bool:
@@ -545,7 +565,9 @@ class Provider:
                 "1" if settings.min_replicas else "0",
             ]
             # Sealed once per batch, before the first send: a retry after a lost reply sends the same bytes.
-            sealed = seal_outcomes(self._signing_key, self.keys.namespace, self.epoch, [s for _, _, s, _ in batch])
+            sealed = seal_outcomes(
+                self._signing_key, self.keys.namespace, self.epoch, self.redis_ms(), [s for _, _, s, _ in batch]
+            )
             for (settle_keys, settle_args, _, _), outcome in zip(batch, sealed, strict=True):
                 settle_args[2] = outcome
                 keys += settle_keys
@@ -784,6 +806,7 @@ class Provider:
                 created_ms=int(one[3]),
                 entry_id=entry_id,
                 asker_away=len(one) > 5 and one[5] == "1",
+                durable=str(one[6]) if len(one) > 6 else "",
                 opted_out=fields.get("remember") == "0",
             )
             shown.append((pending, self.coalesce and fields.get("coalesce") != "0"))

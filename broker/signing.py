@@ -176,15 +176,23 @@ class TrustedKeys:
         client: str | None,
         body: str,
         proof: Proof,
+        durable: str = "",
+        settled_after: int | None = None,
     ) -> bool:
         """True when ``proof`` seals ``body`` as the outcome of exactly this request.
 
         ``client`` is the asking process the outcome must be addressed to (None: any, for a keyed
-        ask, whose process may have changed since the provider was shown it).
+        ask, whose process may have changed since the provider was shown it). ``durable`` is the
+        ask's key ('' unkeyed), and ``settled_after`` (unix ms, Redis clock) the earliest a keyed
+        ask's outcome may have been settled: a keyed ask names its request through a key the asking
+        side can rewrite, so an old genuine answer must not pass for the answer to a new ask.
         """
         if client is not None and proof.client != client:
             return False
-        leaf = _leaf(namespace, request_id, request_sha, agent, proof.client, proof.by, proof.epoch, body)
+        if proof.durable != durable or (settled_after is not None and proof.at < settled_after):
+            return False
+        fields = (proof.client, proof.by, proof.epoch, proof.durable, proof.at)
+        leaf = _leaf(namespace, request_id, request_sha, agent, *fields, body)
         root = _root_of(leaf, proof.index, proof.count, proof.path)
         if root is None:
             return False
@@ -221,6 +229,10 @@ class Proof(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     epoch: int
     client: str
     """the asking process the outcome was addressed to"""
+    durable: str = ""
+    """the keyed ask's key ('' for an unkeyed ask)"""
+    at: int = 0
+    """when it was sealed, unix ms by the Redis clock (as the provider keeps it)"""
     index: int
     count: int
     """this leaf's position among ``count`` leaves"""
@@ -238,11 +250,13 @@ class Seal:
     client: str
     by: str
     body: str
+    durable: str = ""
+    """the request's key, if it was asked with one"""
 
 
-def _leaf(namespace: str, rid: str, request_sha: str, agent: str, client: str, by: str, epoch: int, body: str) -> bytes:
-    fields = ["qb-outcome/1", namespace, rid, request_sha, agent, client, by, epoch, body]
-    return hashlib.sha256(_LEAF + _encoder.encode(fields)).digest()
+def _leaf(*fields: str | int) -> bytes:
+    """namespace, request id, request SHA-256, agent, client, by, epoch, key, sealed at (ms), outcome JSON."""
+    return hashlib.sha256(_LEAF + _encoder.encode(["qb-outcome/2", *fields])).digest()
 
 
 def _node(left: bytes, right: bytes) -> bytes:
@@ -268,9 +282,15 @@ def _root_of(leaf: bytes, index: int, count: int, path: tuple[str, ...]) -> byte
     return node if step == len(path) else None
 
 
-def seal_outcomes(key: SigningKey, namespace: str, epoch: int, seals: list[Seal]) -> list[str]:
-    """Each outcome's wire form ``{"signed": body, "proof": ...}``; one signature for the batch."""
-    leaves = [_leaf(namespace, s.request_id, s.request_sha, s.agent, s.client, s.by, epoch, s.body) for s in seals]
+def seal_outcomes(key: SigningKey, namespace: str, epoch: int, at: int, seals: list[Seal]) -> list[str]:
+    """Each outcome's wire form ``{"signed": body, "proof": ...}``; one signature for the batch.
+
+    ``at``: now, unix ms by the Redis clock.
+    """
+    leaves = [
+        _leaf(namespace, s.request_id, s.request_sha, s.agent, s.client, s.by, epoch, s.durable, at, s.body)
+        for s in seals
+    ]
     levels = [leaves]
     while len(levels[-1]) > 1:
         below = levels[-1]
@@ -293,6 +313,8 @@ def seal_outcomes(key: SigningKey, namespace: str, epoch: int, seals: list[Seal]
             by=seal.by,
             epoch=epoch,
             client=seal.client,
+            durable=seal.durable,
+            at=at,
             index=index,
             count=len(seals),
             path=tuple(path),

@@ -195,3 +195,33 @@ async def _value(result: Any) -> bool:
 
 async def _refused_in_status(broker: Broker) -> bool:
     return (await namespace_status(broker)).rejected_answers == 1
+
+
+async def test_a_genuine_answer_replayed_onto_a_new_keyed_ask_is_not_an_answer(make_broker, redis, namespace):
+    """Attack 7 with a genuine signature (found by an independent review): a human approved one ask;
+    the agent points a new key at that request and rewrites its hash and outcome key, so that a new
+    keyed ask 're-attaches' to the old approval."""
+    asker, answering = await make_broker(), await make_broker()
+    async with answering.provider("ui") as provider:
+        first = asyncio.create_task(asker.ask(one_question(), key="deploy-1", timeout=10))
+        await (await next_pending(provider)).answer(pick("yes"), by="alice")
+        assert await first == pick("yes")
+        [answered] = [e for _, e in await redis.xrange(f"qb:{{{namespace}}}:audit") if e.get("event") == "answered"]
+        old, genuine = answered["rid"], answered["outcome"]
+        k = f"qb:{{{namespace}}}:"
+        digest = hashlib.sha1(encode(one_question())).hexdigest()
+        await redis.set(asker.keys.durable(None, "deploy-2"), old)  # a new key, pointed at the old request
+        await redis.hset(
+            f"{k}req:{old}", mapping={"state": "answered", "digest": digest, "request": "x", "client": "c"}
+        )
+        await redis.set(f"{k}ans:{old}", genuine)
+        assert await code_of(asker.ask(one_question(), key="deploy-2", timeout=3)) == "ASK_TIMED_OUT"
+        assert asker.rejected_outcomes >= 1  # the replayed answer was read, and refused
+
+
+async def test_an_answer_for_a_request_this_process_does_not_wait_on_is_not_taken(make_broker):
+    """With no ask of its own to check a notice against (a keyed ask's re-attach in flight, say),
+    the asker takes errors only (found by an independent review: it had taken anything)."""
+    asker = await make_broker()
+    assert not asker._accepts("nobody-waits", FORGED)
+    assert asker._accepts("nobody-waits", '{"error":{"name":"UserQuestionError","code":"ASK_CANCELLED","message":"x"}}')

@@ -19,6 +19,11 @@ from tests.helpers import one_question, pick, plan_review
 KEY = SigningKey.generate()
 TRUSTED = TrustedKeys([KEY.public_text])
 NS = "team-a"
+AT = 1_700_000_000_000
+"""when the tests' outcomes were sealed, unix ms"""
+
+
+BODY = '{"answer":{"answers":[{"id":"q1","selected":["yes"]}]}}'
 
 
 def seals(n: int) -> list[Seal]:
@@ -42,7 +47,7 @@ def verify(sealed: str, *, rid: str, sha: str, agent: str = "builder", client: s
 
 @pytest.mark.parametrize("count", [1, 2, 3, 5, 8, 33])
 def test_every_outcome_of_a_batch_verifies_alone_under_one_signature(count: int) -> None:
-    sealed = seal_outcomes(KEY, NS, 7, seals(count))
+    sealed = seal_outcomes(KEY, NS, 7, AT, seals(count))
     assert len({decode_outcome(s).proof.sig for s in sealed}) == 1  # type: ignore[union-attr]
     for i, one in enumerate(sealed):
         assert verify(one, rid=f"r{i}", sha=f"sha{i}")
@@ -59,35 +64,57 @@ def test_every_outcome_of_a_batch_verifies_alone_under_one_signature(count: int)
     ids=["request-id", "request-digest", "agent", "process"],
 )
 def test_a_seal_is_bound_to_its_request(change: dict[str, str]) -> None:
-    sealed = seal_outcomes(KEY, NS, 7, seals(2))[0]
+    sealed = seal_outcomes(KEY, NS, 7, AT, seals(2))[0]
     assert verify(sealed, rid="r0", sha="sha0")
     assert not verify(sealed, **{"rid": "r0", "sha": "sha0", **change})
 
 
 def test_a_seal_is_bound_to_its_namespace_body_and_signer() -> None:
-    sealed = seal_outcomes(KEY, NS, 7, seals(1))[0]
+    sealed = seal_outcomes(KEY, NS, 7, AT, seals(1))[0]
     outcome = decode_outcome(sealed)
     assert outcome.proof is not None and outcome.signed is not None
     common = {"request_id": "r0", "request_sha": "sha0", "agent": "builder", "client": "client-1"}
     assert not TRUSTED.verify_outcome(namespace="team-b", body=outcome.signed, proof=outcome.proof, **common)
     forged_body = outcome.signed.replace("0", "1")
     assert not TRUSTED.verify_outcome(namespace=NS, body=forged_body, proof=outcome.proof, **common)
-    stranger = seal_outcomes(SigningKey.generate(), NS, 7, seals(1))[0]
+    stranger = seal_outcomes(SigningKey.generate(), NS, 7, AT, seals(1))[0]
     assert not verify(stranger, rid="r0", sha="sha0")  # signed, but by a key nobody trusts
 
 
 def test_a_keyed_ask_accepts_its_outcome_addressed_to_another_process_of_its_agent() -> None:
-    sealed = seal_outcomes(KEY, NS, 7, seals(1))[0]
+    sealed = seal_outcomes(KEY, NS, 7, AT, seals(1))[0]
     assert verify(sealed, rid="r0", sha="sha0", client=None)
 
 
-@pytest.mark.parametrize("field", ["by", "epoch", "index", "count", "path"])
+@pytest.mark.parametrize("field", ["by", "epoch", "index", "count", "path", "at"])
 def test_every_field_of_the_proof_is_covered(field: str) -> None:
-    sealed = seal_outcomes(KEY, NS, 7, seals(4))[1]
+    sealed = seal_outcomes(KEY, NS, 7, AT, seals(4))[1]
     wire = msgspec.json.decode(sealed)
     proof = wire["proof"]
-    proof[field] = {"by": "mallory", "epoch": 8, "index": 2, "count": 5, "path": proof["path"][:1]}[field]
+    changed = {"by": "mallory", "epoch": 8, "index": 2, "count": 5, "path": proof["path"][:1], "at": AT + 1}
+    proof[field] = changed[field]
     assert not verify(msgspec.json.encode(wire).decode(), rid="r1", sha="sha1")
+
+
+def keyed(sealed: str, *, durable: str, settled_after: int | None) -> bool:
+    outcome = decode_outcome(sealed)
+    assert outcome.proof is not None and outcome.signed is not None
+    return TRUSTED.verify_outcome(
+        namespace=NS, request_id="r0", request_sha="sha0", agent="builder", client=None,
+        body=outcome.signed, proof=outcome.proof, durable=durable, settled_after=settled_after,
+    )  # fmt: skip
+
+
+def test_a_keyed_outcome_is_bound_to_its_key_and_to_when_it_was_settled() -> None:
+    """A keyed ask finds its request through a key the asking side can rewrite: a genuine answer
+    sealed for another key, for no key, or long before this ask could have waited for it, is not its."""
+    mine = seal_outcomes(KEY, NS, 7, AT, [Seal("r0", "sha0", "builder", "client-1", "alice", BODY, "deploy-1")])[0]
+    unkeyed = seal_outcomes(KEY, NS, 7, AT, [Seal("r0", "sha0", "builder", "client-1", "alice", BODY)])[0]
+    assert keyed(mine, durable="deploy-1", settled_after=AT - 1)
+    assert not keyed(mine, durable="deploy-2", settled_after=AT - 1)  # another key's answer
+    assert not keyed(unkeyed, durable="deploy-1", settled_after=AT - 1)  # an unkeyed ask's answer
+    assert not keyed(mine, durable="deploy-1", settled_after=AT + 1)  # settled before this ask's window
+    assert not verify(mine, rid="r0", sha="sha0")  # and an unkeyed ask takes no keyed answer
 
 
 def test_an_unsigned_answer_has_no_proof() -> None:

@@ -7,7 +7,8 @@
 -- then three arguments per entry, starting at ARGV[6 + 3i]: entry id, request id, '1' to get the request JSON
 -- back (an entry written without its request body) or '0'
 -- returns {'err', 'LEASE_LOST', message} for the whole read, or {'ok', {one reply per entry}}, each
---   {'ok', request JSON or '', agent id, created unix ms, 'again' or '', '1' if its asker is away else '0'}
+--   {'ok', request JSON or '', agent id, created unix ms, 'again' or '', '1' if its asker is away else '0',
+--    the ask's key or ''}
 --   | {'gone', why}
 -- ('again': this epoch delivered it before, e.g. a re-claim after a broken read)
 -- A request whose asker is gone is withdrawn here rather than shown (the asker, if it still
@@ -84,10 +85,10 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
       local body = ''
       if ARGV[a + 2] == '1' then body = redis.call('HGET', KEYS[k], 'request') end
       if r[5] == ARGV[3] then
-        replies[#replies + 1] = {'ok', body, r[2], r[4], 'again', away}
+        replies[#replies + 1] = {'ok', body, r[2], r[4], 'again', away, r[6] or ''}
       else
         redis.call('HSET', KEYS[k], 'delivered', ARGV[3])
-        replies[#replies + 1] = {'ok', body, r[2], r[4], '', away}
+        replies[#replies + 1] = {'ok', body, r[2], r[4], '', away, r[6] or ''}
       end
     end
   end
