@@ -72,9 +72,9 @@ class _Durable:
     grace_ms: int
 
     @staticmethod
-    def digest(request: AskUserQuestionRequest) -> str:
+    def digest(wire: bytes) -> str:
         """What makes two asks under one key the same request: their wire JSON."""
-        return hashlib.sha1(encode(request)).hexdigest()
+        return hashlib.sha1(wire).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -530,6 +530,7 @@ class Broker:
         wire: bytes | None = None,
     ) -> Any:
         """Run ask.lua; a keyed ask names the durable key's request as it read it (``named``)."""
+        body = wire if wire is not None else encode(request)
         keys = self.keys
         request_key = keys.request(request_id)
         script_keys = [
@@ -561,7 +562,7 @@ class Broker:
             script_keys,
             [
                 request_id,
-                b"" if gate_only else (wire if wire is not None else encode(request)),
+                b"" if gate_only else body,
                 agent.id if agent is not None else "",
                 agent.token if agent is not None else "",
                 self.client_id,
@@ -572,7 +573,7 @@ class Broker:
                 agent.fingerprint if agent is not None else "",
                 durable.key if durable is not None else "",
                 durable.grace_ms if durable is not None else 0,
-                durable.digest(request) if durable is not None else "",
+                durable.digest(body) if durable is not None else "",
                 *remembered,
             ],
         )
@@ -683,6 +684,8 @@ class _Ask:
         self.future: asyncio.Future[str] | None = None
         self.ended_on_close = False
         self.routing = routing
+        self._checked: tuple[str, Outcome] | None = None
+        """the last outcome ``accepts`` decoded and let through: the ask returns it without decoding again"""
         self.settled_after: int | None = None
         """for a keyed ask that re-attached: the earliest (unix ms, Redis clock) its outcome may have
         been settled, the key being the asking side's to rewrite (an old answer must not pass)"""
@@ -851,7 +854,8 @@ class _Ask:
             self.request_id = broker._request_ids.next()
             self.routing = dataclasses.replace(self.routing, lookup=False)
             return await self.remote()
-        return _settled(outcome)
+        checked = self._checked
+        return _settled(outcome, checked[1] if checked is not None and checked[0] is outcome else None)
 
     def accepts(self, outcome: str, request_id: str | None = None) -> bool:
         """Whether ``outcome`` may end this ask: an error may; an answer only when sealed for this request.
@@ -866,6 +870,7 @@ class _Ask:
             broker._rejected(request_id, "an outcome that does not decode")
             return False
         if decoded.answer is None:
+            self._checked = (outcome, decoded)
             return True  # forging an error ends the ask, as withdrawing it would (docs/security.md)
         if decoded.proof is None or decoded.signed is None:
             broker._rejected(request_id, "an unsigned answer")
@@ -885,6 +890,7 @@ class _Ask:
         ):
             broker._rejected(request_id, "an answer")
             return False
+        self._checked = (outcome, decoded)
         return True
 
     def _verified_decision(self, reply: Any) -> AskUserQuestionAnswer | None:
@@ -1047,8 +1053,9 @@ def _outcome_of(future: asyncio.Future[str]) -> str | None:
     return None
 
 
-def _settled(outcome: str) -> AskUserQuestionAnswer:
-    decoded = decode_outcome(outcome)
+def _settled(outcome: str, decoded: Outcome | None = None) -> AskUserQuestionAnswer:
+    """The answer an outcome holds, or its error raised (``decoded``: ``outcome`` already decoded)."""
+    decoded = decoded if decoded is not None else decode_outcome(outcome)
     if decoded.error is not None:
         raise UserQuestionError.from_payload(decoded.error)
     if decoded.answer is None:
