@@ -32,8 +32,8 @@ from playwright.async_api import Page, async_playwright
 
 from benchmarks.keys import KEYS
 from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, Broker, PlanReviewIntent
+from workers.answering.web.config import hash_password
 from workers.redis_server import RedisServer, free_port
-from workers.web import hash_password
 
 CHROMIUM = os.environ.get("QBROKER_CHROMIUM", "/usr/bin/chromium")
 _ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
@@ -62,7 +62,7 @@ def _start_web(redis_url: str, namespace: str, tmp: Path) -> tuple[subprocess.Po
     users.write_text(f'[users]\n{_USER} = "{hash_password(_PASSWORD)}"\n[tokens]\nbench = "{_TOKEN}"\n')
     port = free_port()
     args = [
-        sys.executable, "-m", "workers.web", "--port", str(port), "--redis-url", redis_url,
+        sys.executable, "-m", "workers.answering.web", "--port", str(port), "--redis-url", redis_url,
         "--namespace", namespace, "--users-file", str(users),
     ]  # fmt: skip
     with (tmp / "web.log").open("ab") as log:

@@ -47,8 +47,8 @@ from broker import (
     Provider,
     namespace_status,
 )
+from workers.operating.status.view import format_status
 from workers.redis_server import RedisServer
-from workers.status_view import format_status
 
 ROOT = Path(__file__).resolve().parent.parent
 ASKERS, ASKERS_FULL = (1000, 4000), (1000, 4000, 8000, 16000)

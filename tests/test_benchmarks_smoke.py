@@ -45,7 +45,7 @@ def test_benchmark_runs_and_prints_a_table(tmp_path: Path) -> None:
 
 
 def test_bench_command_registers_the_benchmark_options() -> None:
-    from workers.commands import bench
+    from workers.operating import bench
 
     parser = argparse.ArgumentParser()
     subparsers = parser.add_subparsers()

@@ -35,10 +35,10 @@ from broker import Broker
 from broker.roles import ROLES, acl_rule
 from tests.helpers import KEYS, one_question, pick
 from tests.redis_server import REDIS_SERVER, free_port
+from workers.answering.auto.rules import parse_rules
+from workers.answering.web.config import load_credentials
+from workers.answering.web.service import Status
 from workers.cli import build_parser
-from workers.rules import parse_rules
-from workers.web.config import load_credentials
-from workers.web.service import Status
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

@@ -26,8 +26,8 @@ import yaml
 from broker.types import decode_outcome
 from tests.helpers import SIGNING_KEY
 from tests.workers.procs import Worker, env_for
+from workers.answering.auto.rules import parse_rules
 from workers.cli import build_parser
-from workers.rules import parse_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -274,8 +274,8 @@ def test_json_snippets(snippet):
         example = json.loads((ROOT / "examples" / "claude_code" / "settings.json").read_text())
         assert document == example
     elif "hookSpecificOutput" in document:
-        from workers.claude_hook import hook_output
-        from workers.claude_questions import Verdict
+        from workers.asking.claude_hook.hook import hook_output
+        from workers.asking.claude_hook.questions import Verdict
 
         output = document["hookSpecificOutput"]
         if "decision" in output:  # PermissionRequest
@@ -292,7 +292,7 @@ def test_json_snippets(snippet):
             )
         assert document == hook_output(output["hookEventName"], verdict)
     else:  # a webhook body (maintenance.md): decodes as the notice the worker sends
-        from workers.webhooks import Notice
+        from workers.operating.worker.webhooks import Notice
 
         notice = msgspec.convert(document, Notice)
         assert msgspec.json.decode(msgspec.json.encode(notice)) == document

@@ -250,7 +250,7 @@ async def test_a_bad_key_or_grace_is_a_bad_request(make_broker, provider, option
 
 async def test_status_shows_away_askers_with_their_key_and_grace(make_broker, provider):
     from broker import namespace_status
-    from workers.status_view import format_status
+    from workers.operating.status.view import format_status
 
     await detached_ask(make_broker, provider)
     status = await namespace_status(await make_broker())

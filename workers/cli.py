@@ -1,6 +1,10 @@
 """``qbroker``: the command-line entry point.
 
-Sub-commands live in ``workers/commands/<name>.py``; each exposes
+workers/ is grouped by the side a process is on, which is the credential it holds:
+``asking/`` (an asker's Redis user or a gateway token: ``ask``, ``mcp``, ``claude-hook``),
+``answering/`` (the answerer's user and the signing key: ``web``, ``provide``, ``auto``) and
+``operating/`` (the maintenance user: ``worker``, ``status``, ``decisions``, ``keys``, ``acl``,
+``bench``). Each command lives in one place, ``COMMANDS`` names its module; that module exposes
 ``register(subparsers)``, which adds its parser and sets ``func`` (sync or async, taking
 the parsed arguments, returning an exit status or ``None``). A command module imports only
 the standard library: its ``run()`` imports the engine (the broker, the MCP SDK, arq, the
@@ -22,24 +26,24 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .settings import Settings, add_arguments
+from workers.settings import Settings, add_arguments
 
 __all__ = ["COMMANDS", "build_parser", "configure_logging", "main"]
 
-COMMANDS = (
-    "provide",
-    "auto",
-    "ask",
-    "status",
-    "decisions",
-    "web",
-    "worker",
-    "mcp",
-    "claude-hook",
-    "keys",
-    "acl",
-    "bench",
-)
+COMMANDS: dict[str, str] = {
+    "provide": "workers.answering.provide.command",
+    "auto": "workers.answering.auto.command",
+    "ask": "workers.asking.ask.command",
+    "status": "workers.operating.status.command",
+    "decisions": "workers.operating.decisions.command",
+    "web": "workers.answering.web.command",
+    "worker": "workers.operating.worker.command",
+    "mcp": "workers.asking.mcp.command",
+    "claude-hook": "workers.asking.claude_hook.command",
+    "keys": "workers.operating.keys",
+    "acl": "workers.operating.acl",
+    "bench": "workers.operating.bench",
+}
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_arguments(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
+    for path in COMMANDS.values():
         try:
-            module = importlib.import_module(f"workers.commands.{name.replace('-', '_')}")
+            module = importlib.import_module(path)
         except ModuleNotFoundError as error:
-            if error.name not in (f"workers.commands.{name.replace('-', '_')}", "workers.commands"):
+            if error.name is None or not path.startswith(error.name):
                 raise  # the module exists but a dependency of it is missing: say so
             continue
         module.register(subparsers)

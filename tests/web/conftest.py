@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.redis_server import RedisServer, free_port
-from workers.web import hash_password
+from workers.answering.web.config import hash_password
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORDS = {"alice": "alice-password", "bob": "bob-password"}
@@ -36,7 +36,7 @@ def qbroker(redis_url: str, namespace: str, *args: str) -> subprocess.CompletedP
 
 @dataclass
 class WebProcess:
-    """``python -m workers.web`` on a free port, as a real process."""
+    """``python -m workers.answering.web`` on a free port, as a real process."""
 
     redis_url: str
     namespace: str
@@ -53,7 +53,7 @@ class WebProcess:
 
     def start(self) -> WebProcess:
         args = [
-            sys.executable, "-m", "workers.web",
+            sys.executable, "-m", "workers.answering.web",
             "--port", str(self.port), "--redis-url", self.redis_url, "--namespace", self.namespace,
             "--name", self.name, "--users-file", str(self.users_file), "--lease-ttl", "2", *self.extra,
         ]  # fmt: skip

@@ -1,4 +1,4 @@
-"""The JSON API and the change stream of ``python -m workers.web``, over real HTTP and Redis."""
+"""The JSON API and the change stream of ``python -m workers.answering.web``, over real HTTP and Redis."""
 
 from __future__ import annotations
 

@@ -9,11 +9,18 @@ from typing import Any
 import pytest
 from starlette.requests import Request
 
+from workers.answering.web import command as web_command
+from workers.answering.web.config import (
+    ConfigError,
+    Credentials,
+    WebConfig,
+    hash_password,
+    load_credentials,
+    verify_password,
+)
+from workers.answering.web.throttle import client_address, parse_networks
 from workers.cli import build_parser
-from workers.commands import web as web_command
 from workers.settings import Settings
-from workers.web import ConfigError, Credentials, WebConfig, hash_password, load_credentials, verify_password
-from workers.web.throttle import client_address, parse_networks
 
 
 def test_password_hashes_verify() -> None:

@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from workers.web.app import SecurityHeaders
+from workers.answering.web.app import SecurityHeaders
 
 
 async def crash(request: Request) -> Response:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from broker import AskUserQuestionItem, AskUserQuestionOption, PlanReviewIntent, UnknownIntent
-from workers.web.render import plan_review, render_markdown
+from workers.answering.web.render import plan_review, render_markdown
 
 
 @pytest.mark.parametrize(
@@ -79,7 +79,7 @@ def test_generic_form_otherwise(question: AskUserQuestionItem, count: int) -> No
 def test_history_orders_the_two_streams_asker_first_within_a_millisecond() -> None:
     """Each stream numbers its own entries within a millisecond: "1-0" of the audit and "1-0" of the
     askers' log say nothing about each other, and the asker's event is the one answered."""
-    from workers.web.history import _when
+    from workers.answering.web.history import _when
 
     answered = ("1700000000000-0", {"event": "answered", "_source": "audit"})
     asked = ("1700000000000-0", {"event": "asked", "_source": "asker"})

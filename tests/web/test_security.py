@@ -1,4 +1,4 @@
-"""Sign-in, sessions and throttles of ``python -m workers.web``, attacked over real HTTP and Redis."""
+"""Sign-in, sessions and throttles of ``python -m workers.answering.web``, attacked over real HTTP and Redis."""
 
 from __future__ import annotations
 

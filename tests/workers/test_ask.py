@@ -15,7 +15,7 @@ from broker import ERROR_CODES, AskUserQuestionRequest, UserQuestionError
 from broker.types import decode_answer
 from tests.helpers import answer
 from tests.workers.procs import env_for, run_qbroker
-from workers.commands.ask import EXIT_STATUS
+from workers.exits import EXIT_STATUS
 
 
 def test_exit_status_table_is_total_and_distinct():

@@ -510,7 +510,7 @@ async def test_with_remember_a_remembered_allow_answers_the_same_call_in_the_sam
     ],
 )
 def test_only_a_call_the_question_names_whole_may_be_remembered(payload, whole):
-    from workers.claude_questions import HookPayload, names_the_whole_call
+    from workers.asking.claude_hook.questions import HookPayload, names_the_whole_call
 
     assert names_the_whole_call(msgspec.convert(payload, HookPayload)) is whole
 

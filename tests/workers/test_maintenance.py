@@ -1,6 +1,6 @@
 """The maintenance worker as real processes (arq), against a real redis-server.
 
-Each test spawns ``python -m workers.commands.worker`` with a one-second interval and
+Each test spawns ``python -m workers.operating.worker.command`` with a one-second interval and
 watches what it does through Redis, a webhook receiver on loopback, and its /metrics.
 """
 
@@ -26,7 +26,7 @@ from broker import UserQuestionError
 from broker.housekeeping import runs_key
 from tests.helpers import one_question, pick
 from tests.redis_server import RedisServer, free_port
-from workers.webhooks import DELIVERY_HEADER, verify
+from workers.operating.worker.webhooks import DELIVERY_HEADER, verify
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def start_worker(server: RedisServer, namespace: str, log: Path, *flags: str, ar
     """`qbroker worker` as a real process on ``server``, its arq queue beside the namespace."""
     port = free_port()
     args = [
-        sys.executable, "-m", "workers.commands.worker",
+        sys.executable, "-m", "workers.operating.worker.command",
         "--redis-url", server.url,
         "--namespace", namespace,
         "--arq-redis-url", f"redis://127.0.0.1:{server.port}/{arq_db}",

@@ -8,9 +8,9 @@ import msgspec
 import pytest
 
 from broker.housekeeping import PendingInfo
-from workers.commands.worker import config_from_args
-from workers.maintenance import MaintenanceConfig, deserialize, serialize
-from workers.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, payload, sign, verify
+from workers.operating.worker.command import config_from_args
+from workers.operating.worker.maintenance import MaintenanceConfig, deserialize, serialize
+from workers.operating.worker.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, payload, sign, verify
 
 INFO = PendingInfo(
     request_id="r1", agent_id="a<1>", created_ms=1_000_000, deadline_ms=None, delivered=True, questions=("Ship it?",)

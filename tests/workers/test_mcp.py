@@ -34,7 +34,7 @@ from broker import (
 from broker.types import convert_request
 from tests.helpers import KEYS, SIGNING_KEY, pick
 from tests.redis_server import RedisServer
-from workers.mcp_server import parse_arguments
+from workers.asking.mcp.server import parse_arguments
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ async def mcp_client(
 ) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "workers.commands.mcp", "--redis-url", redis_server.url, "--namespace", namespace, *args],
+        args=["-m", "workers.asking.mcp.command", "--redis-url", redis_server.url, "--namespace", namespace, *args],
         env={
             **get_default_environment(),
             "QBROKER_TRUSTED_KEYS": SIGNING_KEY.public_text,
@@ -322,7 +322,7 @@ async def test_streamable_http_transport(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "workers.commands.mcp", "--transport", "http", "--port", str(port)),
+        *(sys.executable, "-m", "workers.asking.mcp.command", "--transport", "http", "--port", str(port)),
         *("--redis-url", redis_server.url, "--namespace", namespace),
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "QBROKER_LOG_LEVEL": "INFO"},
@@ -506,7 +506,7 @@ async def _elicit_answering(
 async def eliciting_client(redis_server: RedisServer, namespace: str, elicit: Any) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "workers.commands.mcp", "--redis-url", redis_server.url, "--namespace", namespace],
+        args=["-m", "workers.asking.mcp.command", "--redis-url", redis_server.url, "--namespace", namespace],
         env={**get_default_environment(), "QBROKER_TRUSTED_KEYS": SIGNING_KEY.public_text},
     )
     async with (

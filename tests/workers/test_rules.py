@@ -5,7 +5,7 @@ from msgspec.structs import replace
 
 from broker import AskUserQuestionRequest, PlanReviewIntent, UnknownIntent
 from tests.helpers import answer, question
-from workers.rules import RulesError, intent_kind, parse_rules
+from workers.answering.auto.rules import RulesError, intent_kind, parse_rules
 
 RULES = """\
 [default]

@@ -1,0 +1,42 @@
+"""``qbroker auto --rules FILE``: an automatic provider for pipelines, tests and benchmarks.
+
+It holds the namespace's lease (or stands by until the holder goes) and answers each
+request by the first matching rule (see ``workers.answering.auto.rules``). When it loses the lease
+(it paused past its TTL, say) its late answers are refused by Redis; it says so and
+stands by again, or exits with ``--exit-on-lease-loss``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "auto",
+        help="answer requests automatically by TOML rules",
+        description="Hold the namespace's provider lease (standing by while another holds it) and "
+        "answer every request by the first matching rule of FILE. Invalid rules fail at start, "
+        "naming the line at fault (exit 2).",
+    )
+    parser.add_argument("--rules", required=True, metavar="FILE", help="the TOML rules file (see docs/cli.md)")
+    parser.add_argument("--name", metavar="NAME", help="this provider's name (default auto@HOST:PID)")
+    parser.add_argument(
+        "--no-standby",
+        action="store_true",
+        help="fail with DUPLICATE_PROVIDER (exit 16) instead of standing by when another provider holds the lease",
+    )
+    parser.add_argument(
+        "--exit-on-lease-loss",
+        action="store_true",
+        help="exit with status 15 (LEASE_LOST) when the lease is lost, instead of standing by again",
+    )
+    parser.set_defaults(func=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    from workers.answering.auto.provider import serve  # the broker and the rules engine load only to run
+
+    return await serve(args)

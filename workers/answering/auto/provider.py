@@ -1,0 +1,151 @@
+"""The engine of ``qbroker auto``: hold the lease and answer each request by the rules."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+
+from broker import Broker, PendingRequest, Provider, UserQuestionError
+from broker.errors import BAD_ANSWER, DUPLICATE_PROVIDER, LEASE_LOST, NOT_PENDING
+from workers._redis import Backoff, describe, redis_trouble
+from workers.answering.auto.rules import Decision, Rules, RulesError, load_rules
+from workers.exits import EXIT_STATUS
+from workers.settings import Settings
+
+__all__ = ["serve"]
+
+log = logging.getLogger(__name__)
+
+
+def say(message: str) -> None:
+    print(f"qbroker auto: {message}", file=sys.stderr, flush=True)
+
+
+async def serve(args: argparse.Namespace) -> int:
+    settings: Settings = args.settings
+    try:
+        rules = load_rules(args.rules)
+    except RulesError as error:
+        say(f"invalid rules: {error}")
+        return 2
+    name = args.name or f"auto@{socket.gethostname()}:{os.getpid()}"
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, main_task.cancel)
+    backoff = Backoff()
+    while True:
+        try:
+            async with settings.broker() as broker:
+                return await _serve_forever(broker, rules, name, args)
+        except asyncio.CancelledError:
+            say("stopped")
+            return 0
+        except UserQuestionError as error:
+            if not redis_trouble(error):
+                say(str(error))
+                return EXIT_STATUS.get(error.code, 1)
+            delay = backoff.next()  # a provider waits for its Redis rather than exit
+            say(f"Redis unavailable ({describe(error)}); retrying in {delay:.1f}s")
+            await asyncio.sleep(delay)
+
+
+async def _serve_forever(broker: Broker, rules: Rules, name: str, args: argparse.Namespace) -> int:
+    def on_standby(holder: str) -> None:
+        say(f"standing by: {holder} holds the lease of {broker.namespace}")
+
+    backoff = Backoff()
+    while True:
+        try:
+            # A policy decides by the asking agent: it must see each asker, never one card for several.
+            async with broker.provider(
+                name, standby=not args.no_standby, on_standby=on_standby, coalesce=False
+            ) as provider:
+                backoff.reset()
+                say(f"holding the lease of {broker.namespace} as {name} (epoch {provider.epoch})")
+                # Returns (rather than raises) on lease loss: `broker.provider()` wraps what
+                # its body raises in an ExceptionGroup (its TaskGroup).
+                await _serve(provider, rules, broker.namespace, name)
+        except Exception as error:  # Redis away (a restart, a network blip): stand by again once it is back
+            if isinstance(error, UserQuestionError) and error.code == DUPLICATE_PROVIDER:
+                say(str(error))
+                return EXIT_STATUS[DUPLICATE_PROVIDER]
+            if not redis_trouble(error):
+                raise
+            delay = backoff.next()
+            say(f"Redis unavailable ({describe(error)}); retrying in {delay:.1f}s")
+            await asyncio.sleep(delay)
+            continue
+        if args.exit_on_lease_loss:
+            say("lost the lease: exiting")
+            return EXIT_STATUS[LEASE_LOST]
+        say("lost the lease: standing by again")
+
+
+async def _serve(provider: Provider, rules: Rules, namespace: str, name: str) -> None:
+    """Answer until the lease is lost; in-flight answers still try (and are refused) then."""
+    async with asyncio.TaskGroup() as tasks:
+        try:
+            async for pending in provider:
+                tasks.create_task(_handle(pending, rules, namespace, name))
+        except UserQuestionError as error:
+            if error.code != LEASE_LOST:
+                raise
+
+
+async def _handle(pending: PendingRequest, rules: Rules, namespace: str, name: str) -> None:
+    rid = pending.request_id
+    try:
+        await _settle(pending, rules.decide(namespace, pending.request), name)
+    except Exception:  # one request's trouble (Redis down a moment, ...) never stops the worker
+        log.exception("could not settle %s", rid)
+
+
+def _which_rules(lines: tuple[int, ...]) -> str:
+    """``rule at line 11``, ``rules at lines 5, 11``, ``the default rule``: line numbers of the rules file."""
+    where = sorted({line for line in lines if line})
+    parts = []
+    if where:
+        parts.append(f"rule at line {where[0]}" if len(where) == 1 else f"rules at lines {', '.join(map(str, where))}")
+    if 0 in lines or not lines:
+        parts.append("the default rule")
+    return " and ".join(parts)
+
+
+async def _settle(pending: PendingRequest, decision: Decision, name: str) -> None:
+    rid = pending.request_id
+    if decision.delay > 0:
+        try:
+            await asyncio.wait_for(pending.withdrawn.wait(), decision.delay)
+        except TimeoutError:
+            pass
+        else:
+            say(f"request {rid} was withdrawn by the asker")
+            return
+    rule = _which_rules(decision.lines)
+    try:
+        if decision.cancel is not None:
+            await pending.cancel(decision.cancel, by=name)
+            say(f"cancelled {rid} ({rule})")
+        else:
+            assert decision.answer is not None
+            try:
+                await pending.answer(decision.answer, by=name)
+                say(f"answered {rid} ({rule})")
+            except UserQuestionError as error:
+                if error.code != BAD_ANSWER:
+                    raise
+                say(f"{rule} gives an answer that does not fit {rid}: {error.message}; cancelling it")
+                await pending.cancel(f"the auto provider's rule does not fit: {error.message}", by=name)
+    except UserQuestionError as error:
+        if error.code == LEASE_LOST:
+            say(f"late answer to {rid} refused: {error}")
+        elif error.code == NOT_PENDING:
+            say(f"{rid} is no longer pending: {error.message}")
+        else:
+            raise

@@ -1,0 +1,43 @@
+"""``qbroker provide``: the terminal provider, a human answering at this terminal.
+
+It holds the namespace's lease (or stands by, saying so, and takes over when the holder
+goes) and presents each request in arrival order. A request the asker withdraws leaves
+the screen with a notice; losing the lease stops presenting at once and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "provide",
+        help="answer questions at this terminal",
+        description="Hold the namespace's provider lease (standing by while another provider holds "
+        "it) and present each request here: options by number, o for Other, s to skip a "
+        "question, c to cancel the request. Ctrl-C (or Ctrl-D) quits and hands the lease on.",
+    )
+    parser.add_argument("--name", metavar="NAME", help="this provider's name (default USER@HOST:PID)")
+    parser.add_argument(
+        "--no-standby",
+        action="store_true",
+        help="fail with DUPLICATE_PROVIDER (exit 16) instead of standing by when another provider holds the lease",
+    )
+    parser.add_argument(
+        "--remember-ttl",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="after an answer, offer to remember it (for the agent or the namespace) for this long "
+        "(default 3600; 0: do not offer)",
+    )
+    parser.set_defaults(func=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    from workers.answering.provide.provider import serve  # the broker, prompt_toolkit and rich load only to run
+
+    return await serve(args)

@@ -1,0 +1,201 @@
+"""The engine of ``qbroker provide``: a human answering at this terminal."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import os
+import socket
+import sys
+from typing import TYPE_CHECKING, Literal
+
+from broker import Broker, PendingRequest, Provider, Remember, UserQuestionError
+from broker.errors import BAD_ANSWER, DUPLICATE_PROVIDER, LEASE_LOST, NOT_PENDING
+from workers._redis import Backoff, describe, redis_trouble
+from workers.exits import EXIT_STATUS
+from workers.settings import Settings
+
+if TYPE_CHECKING:
+    from workers.answering.provide.terminal import Decision, Terminal
+
+__all__ = ["serve"]
+
+_Next = Literal["next", "lost", "quit"]
+
+
+async def serve(args: argparse.Namespace) -> int:
+    settings: Settings = args.settings
+    name = args.name or f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}"
+    if not sys.stdin.isatty():
+        print("qbroker provide: needs a terminal on stdin (for policies use `qbroker auto`)", file=sys.stderr)
+        return 2
+    from workers.answering.provide.terminal import Quit, Terminal  # prompt_toolkit and rich load only for this command
+
+    remember_ttl = float(getattr(args, "remember_ttl", 3600.0))
+    if remember_ttl:
+        try:
+            Remember(ttl=remember_ttl)
+        except UserQuestionError as error:
+            print(f"qbroker provide: --remember-ttl: {error}", file=sys.stderr)
+            return 2
+
+    terminal = Terminal(remember_ttl=remember_ttl)
+    backoff = Backoff()
+    while True:
+        try:
+            async with settings.broker() as broker:
+                return await _serve_forever(broker, terminal, name, standby=not args.no_standby)
+        except (Quit, KeyboardInterrupt, asyncio.CancelledError):
+            terminal.say("Stopped; the lease is handed on.")
+            return 0
+        except UserQuestionError as error:
+            if not redis_trouble(error):
+                terminal.say(str(error))
+                return EXIT_STATUS.get(error.code, 1)
+            delay = backoff.next()  # a provider waits for its Redis rather than exit
+            terminal.say(f"Redis unavailable ({describe(error)}); retrying in {delay:.1f}s")
+            await asyncio.sleep(delay)
+
+
+async def _serve_forever(broker: Broker, terminal: Terminal, name: str, *, standby: bool) -> int:
+    def on_standby(holder: str) -> None:
+        terminal.say(f"Standing by: {holder} answers namespace {broker.namespace}; taking over when it goes.")
+
+    backoff = Backoff()
+    while True:
+        quit_ = False
+        try:
+            async with broker.provider(name, standby=standby, on_standby=on_standby) as provider:
+                backoff.reset()
+                terminal.say(
+                    f"Answering namespace {broker.namespace} as {name} (epoch {provider.epoch}).", "bold green"
+                )
+                terminal.say("Waiting for questions…", "green")
+                # Returns rather than raises: `broker.provider()` wraps what its body raises
+                # in an ExceptionGroup (its TaskGroup).
+                quit_ = await _serve(provider, terminal) == "quit"
+            if quit_:  # said once the block has released the lease
+                terminal.say("Stopped; the lease is handed on.")
+                return 0
+        except Exception as error:  # Redis away (a restart, a network blip): stand by again once it is back
+            if isinstance(error, UserQuestionError) and error.code == DUPLICATE_PROVIDER:
+                terminal.say(str(error))
+                return EXIT_STATUS[DUPLICATE_PROVIDER]
+            if not redis_trouble(error):
+                raise
+            delay = backoff.next()
+            terminal.say(f"Redis unavailable ({describe(error)}); retrying in {delay:.1f}s")
+            await asyncio.sleep(delay)
+            continue
+        terminal.say("Lease lost: another provider answers now. Stopped presenting; standing by again.", "bold red")
+
+
+async def _serve(provider: Provider, terminal: Terminal) -> _Next:
+    requests = aiter(provider)
+    try:
+        while True:
+            arriving = asyncio.ensure_future(anext(requests))
+            quitting = asyncio.ensure_future(_ctrl_d_while_idle(terminal))
+            try:
+                await asyncio.wait({arriving, quitting}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                quitting.cancel()  # stdin goes back to the prompt before a request is shown
+                await asyncio.gather(quitting, return_exceptions=True)
+            if not arriving.done():  # Ctrl-D: a request delivered meanwhile goes to the next holder
+                arriving.cancel()
+                await asyncio.gather(arriving, return_exceptions=True)
+                return "quit"
+            try:
+                pending = arriving.result()
+            except StopAsyncIteration:
+                break
+            step = await _present(provider, terminal, pending)
+            if step != "next":
+                return step
+    except UserQuestionError as error:
+        if error.code != LEASE_LOST:
+            raise
+    return "lost"
+
+
+async def _ctrl_d_while_idle(terminal: Terminal) -> None:
+    """Return on end of file at the terminal (Ctrl-D) while no question is shown.
+
+    Between prompts the terminal is in cooked mode: a line typed now is read and dropped.
+    """
+    loop = asyncio.get_running_loop()
+    fd = sys.stdin.fileno()
+    eof: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            if not eof.done():
+                eof.set_result(None)
+        elif data.strip():
+            terminal.say("No question is waiting. Ctrl-D or Ctrl-C quits.")
+
+    loop.add_reader(fd, readable)
+    try:
+        await eof
+    finally:
+        loop.remove_reader(fd)
+
+
+async def _present(provider: Provider, terminal: Terminal, pending: PendingRequest) -> _Next:
+    """Present one request and settle it."""
+    queued = max(0, provider.pending_count - 1)
+    showing = asyncio.ensure_future(terminal.present(pending, queued))
+    withdrawn = asyncio.ensure_future(pending.withdrawn.wait())
+    lost = asyncio.ensure_future(provider.wait_lost())
+    try:
+        await asyncio.wait({showing, withdrawn, lost}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in (withdrawn, lost):
+            waiter.cancel()
+        if not showing.done():
+            showing.cancel()
+            await asyncio.gather(showing, return_exceptions=True)
+    if not showing.done() or showing.cancelled():
+        if provider.lost:
+            return "lost"
+        terminal.say("The asker withdrew this request; it is gone.")
+        return "next"
+    from workers.answering.provide.terminal import Quit
+
+    try:
+        decision = showing.result()
+    except Quit:
+        return "quit"
+    return await _settle(provider, terminal, pending, decision)
+
+
+async def _settle(provider: Provider, terminal: Terminal, pending: PendingRequest, decision: Decision) -> _Next:
+    try:
+        if decision.cancelled:
+            await pending.cancel("the human dismissed the question", by=provider.name)
+            terminal.say("Cancelled: the asker is told ASK_CANCELLED.", "green")
+        else:
+            assert decision.answer is not None
+            await pending.answer(decision.answer, by=provider.name, remember=decision.remember)
+            if decision.remember is None:
+                terminal.say("Answer sent.", "green")
+            else:
+                agents = sorted({asker.agent_id for asker in pending.askers if asker.agent_id})
+                whom = f"agent {', '.join(agents)}" if decision.remember.scope == "agent" else "the namespace"
+                terminal.say(f"Answer sent, and remembered for {whom} (qbroker decisions list / revoke).", "green")
+    except UserQuestionError as error:
+        if error.code == LEASE_LOST:
+            terminal.say(f"Not sent: {error}", "bold red")
+            return "lost"
+        if error.code in (NOT_PENDING, BAD_ANSWER):
+            terminal.say(f"Not sent: {error}", "bold red")
+            return "next"
+        raise
+    return "next"

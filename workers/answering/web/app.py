@@ -1,0 +1,427 @@
+"""The Starlette app: the page, its JSON API under ``/api`` and the change stream.
+
+The app's lifespan opens the broker and runs the ``WebProvider`` lease loop in a task
+group it owns, so the lease is released when the server stops. Refusals are
+``WebError`` / ``UserQuestionError`` raised anywhere in a handler and turned into
+``{name, code, message}`` by the exception handlers; anything else becomes a coded 500,
+and every response, refusals and crashes included, carries the security headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from broker import AskUserQuestionAnswer, Broker, UserQuestionError
+from broker.errors import BROKER_UNAVAILABLE
+from workers.answering.web.auth import Auth, Identity, check_same_origin
+from workers.answering.web.config import WebConfig
+from workers.answering.web.errors import WebError
+from workers.answering.web.history import read_history
+from workers.answering.web.keys import WebKeys
+from workers.answering.web.metrics import SIGN_INS
+from workers.answering.web.remembered import list_remembered, parse_remember, revoke_remembered
+from workers.answering.web.service import QUEUE_SIZE, Event, WebProvider
+from workers.answering.web.sessions import SessionStore
+from workers.answering.web.throttle import Throttle
+
+__all__ = ["CONTENT_SECURITY_POLICY", "create_app"]
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+_MAX_BODY = 1024 * 1024
+_KEEPALIVE_S = 15.0
+_SESSION_CHECK_S = 1.0
+"""how long the change stream waits for Redis to confirm the session before each event"""
+_STATUS_OF_CODE = {"BAD_ANSWER": 422, "NOT_PENDING": 409, "LEASE_LOST": 503, "BROKER_UNAVAILABLE": 503}
+_INTERNAL = json.dumps({"name": "WebError", "code": "INTERNAL", "message": "internal error; see the server log"})
+
+
+def _security_headers(path: str) -> list[tuple[bytes, bytes]]:
+    headers = [
+        (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+        (b"x-content-type-options", b"nosniff"),
+        (b"referrer-policy", b"no-referrer"),
+        (b"x-frame-options", b"DENY"),
+        (b"cross-origin-opener-policy", b"same-origin"),
+    ]
+    if path.startswith("/api") or path == "/":
+        headers.append((b"cache-control", b"no-store"))
+    return headers
+
+
+class SecurityHeaders:
+    """Strict CSP and friends on every response; nothing from ``/api`` is cached.
+
+    It also turns a crash into a coded 500 here, inside the headers, rather than leaving
+    it to Starlette's outermost error middleware (whose 500 would carry none of them).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message["headers"] = [*message.get("headers", []), *_security_headers(scope["path"])]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception:
+            log.exception("%s %s failed", scope.get("method"), scope["path"])
+            if started:
+                raise
+            await send_with_headers(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(_INTERNAL))],
+                }
+            )
+            await send({"type": "http.response.body", "body": _INTERNAL.encode()})
+
+
+async def _on_web_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, WebError)
+    return JSONResponse(error.to_dict(), status_code=error.status, headers=error.headers)
+
+
+async def _on_question_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, UserQuestionError)
+    body: dict[str, Any] = error.to_dict()
+    winner = getattr(error, "winner", None)
+    if winner is not None:
+        body["winner"] = winner
+    return JSONResponse(body, status_code=_STATUS_OF_CODE.get(error.code, 400))
+
+
+_REQUEST_REDIS_TIMEOUT = 3.0
+
+
+def _bounded(call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """``call`` with a deadline: a request handler answers 503 rather than hang while Redis is away."""
+
+    async def bounded(*args: Any, **options: Any) -> Any:
+        try:
+            async with asyncio.timeout(_REQUEST_REDIS_TIMEOUT):
+                return await call(*args, **options)
+        except TimeoutError as error:
+            raise UserQuestionError(
+                f"Redis did not answer within {_REQUEST_REDIS_TIMEOUT:g}s", BROKER_UNAVAILABLE
+            ) from error
+
+    return bounded
+
+
+async def _on_redis_down(request: Request, error: Exception) -> Response:
+    log.warning("%s %s: Redis unavailable: %s", request.method, request.url.path, error)
+    body = {"name": "WebError", "code": "BROKER_UNAVAILABLE", "message": "the broker's Redis is unavailable"}
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "2"})
+
+
+async def _json_body(request: Request, *, required: bool = True) -> Any:
+    if "application/json" not in request.headers.get("content-type", ""):
+        if not required:
+            return {}
+        raise WebError(415, "BAD_CONTENT_TYPE", "send application/json")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > _MAX_BODY:
+            raise WebError(413, "TOO_LARGE", f"request body over {_MAX_BODY} bytes")
+    if not body and not required:
+        return {}
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise WebError(400, "BAD_JSON", "JSON nested too deeply") from None
+    except ValueError as error:
+        raise WebError(400, "BAD_JSON", f"malformed JSON: {error}") from error
+
+
+def create_app(config: WebConfig) -> Starlette:
+    keys = WebKeys(config.namespace)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if not config.credentials:
+            log.warning("no users or tokens configured: nobody can sign in")
+        async with AsyncExitStack() as stack:
+            services: dict[str, WebProvider] = {}
+            for namespace in config.namespaces:
+                broker = await stack.enter_async_context(
+                    Broker(
+                        config.redis_url, namespace, lease_ttl=config.lease_ttl, signing_key=config.signing_key or None
+                    )
+                )
+                services[namespace] = WebProvider(
+                    broker, name=config.name, keys=WebKeys(namespace), public_url=config.public_url
+                )
+            # Sessions live in the primary namespace. A page request waits for Redis a few seconds
+            # at most (then 503), not the broker's whole unavailable_after.
+            call = _bounded(services[config.namespace].broker.commands.call)
+            app.state.services = services
+            app.state.auth = Auth(
+                config,
+                SessionStore(call, keys, max_age=config.session_max_age),
+                Throttle(call, keys, config.throttle),
+            )
+            async with asyncio.TaskGroup() as tasks:
+                serving = [
+                    tasks.create_task(service.run(), name=f"qb-web-provider-{namespace}")
+                    for namespace, service in services.items()
+                ]
+                try:
+                    yield
+                finally:
+                    for task in serving:
+                        task.cancel()
+
+    def services_of(request: Request, identity: Identity | None = None) -> list[WebProvider]:
+        """The providers of the namespaces served here (that ``identity`` may use), primary first."""
+        services: dict[str, WebProvider] = request.app.state.services
+        if identity is None:
+            return list(services.values())
+        return [services[namespace] for namespace in identity.namespaces]
+
+    def service_for(request: Request, identity: Identity) -> WebProvider:
+        """The provider that knows the request in the path, among those the caller may use."""
+        mine = services_of(request, identity)
+        if not mine:
+            raise WebError(403, "NO_NAMESPACE", f"{identity.user} may not answer in any namespace served here")
+        request_id = request.path_params["id"]
+        return next((service for service in mine if service.knows(request_id)), mine[0])
+
+    def auth_of(request: Request) -> Auth:
+        auth: Auth = request.app.state.auth
+        return auth
+
+    def session_view(identity: Identity) -> dict[str, Any]:
+        return {
+            "user": identity.user,
+            "csrf": identity.csrf,
+            "namespace": config.namespace,
+            "namespaces": list(identity.namespaces),
+        }
+
+    async def page(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html")
+
+    async def favicon(request: Request) -> Response:
+        # Browsers ask for /favicon.ico whatever the page links; answer rather than log a 404 each time.
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
+    async def metrics(request: Request) -> Response:
+        await auth_of(request).identify(request)  # a bearer token for Prometheus (bearer_token_file)
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(request: Request) -> Response:
+        primary, *others = services_of(request)
+        body: dict[str, Any] = {
+            "status": primary.status,
+            "holder": primary.holder,
+            "redis": "ok" if primary.redis_ok else "down",
+        }
+        if others:
+            body["namespaces"] = {
+                s.broker.namespace: {"status": s.status, "holder": s.holder} for s in [primary, *others]
+            }
+        return JSONResponse(body)
+
+    async def get_session(request: Request) -> Response:
+        identity = await auth_of(request).identify(request)
+        return JSONResponse(session_view(identity))
+
+    async def sign_in(request: Request) -> Response:
+        auth = auth_of(request)
+        check_same_origin(request)
+        try:
+            body = await _json_body(request)
+        except WebError:
+            await auth.throttle.take_sign_in(None, auth.address(request))  # a malformed try counts too
+            raise
+        try:
+            cookie, record = await auth.sign_in(request, body)
+        except WebError as error:
+            SIGN_INS.labels(config.namespace, "throttled" if error.status == 429 else "refused").inc()
+            raise
+        SIGN_INS.labels(config.namespace, "ok").inc()
+        response = JSONResponse(session_view(auth.identity_of(record)))
+        auth.set_cookie(response, cookie)
+        log.info("%s signed in from %s", record.user, record.address)
+        return response
+
+    async def sign_out(request: Request) -> Response:
+        auth = auth_of(request)
+        await auth.identify_for_change(request)
+        await auth.sign_out(request)
+        response = JSONResponse({})
+        auth.clear_cookie(response)
+        return response
+
+    async def list_requests(request: Request) -> Response:
+        identity = await auth_of(request).identify(request)
+        mine = services_of(request, identity)
+        first = mine[0].status_event() if mine else {}
+        return JSONResponse(
+            {
+                **first,  # the first namespace's status, as a single-namespace server always said
+                "namespaces": {s.broker.namespace: s.status_event() for s in mine},
+                "requests": [view for service in mine for view in service.requests()],
+            }
+        )
+
+    async def history(request: Request) -> Response:
+        identity = await auth_of(request).identify(request)
+        try:
+            limit = min(200, max(1, int(request.query_params.get("limit", "50"))))
+        except ValueError:
+            raise WebError(400, "BAD_REQUEST", "limit is a number") from None
+        entries: list[dict[str, Any]] = []
+        for service in services_of(request, identity):
+            for entry in await read_history(service.broker, limit=limit, known=service.shown):
+                entries.append({**entry, "namespace": service.broker.namespace})
+        entries.sort(key=lambda entry: entry["atMs"], reverse=True)
+        return JSONResponse({"entries": entries[:limit]})
+
+    async def answer(request: Request) -> Response:
+        identity = await auth_of(request).identify_for_change(request)
+        body = await _json_body(request)
+        try:
+            parsed = msgspec.convert(body, AskUserQuestionAnswer)
+        except msgspec.ValidationError as error:
+            raise UserQuestionError(f"malformed answer: {error}", "BAD_ANSWER") from error
+        remember = parse_remember(body)
+        service = service_for(request, identity)
+        accepted = await service.answer(request.path_params["id"], parsed, by=identity.user, remember=remember)
+        content = msgspec.json.encode(
+            {"ok": True, "by": identity.user, "answer": accepted, "remembered": remember is not None}
+        )
+        return Response(content, media_type="application/json")
+
+    async def cancel(request: Request) -> Response:
+        identity = await auth_of(request).identify_for_change(request)
+        body = await _json_body(request, required=False)
+        message = body.get("message") if isinstance(body, dict) else None
+        if not isinstance(message, str) or not message.strip():
+            message = f"{identity.user} dismissed the question"
+        await service_for(request, identity).cancel(request.path_params["id"], message[:2000], by=identity.user)
+        return JSONResponse({"ok": True, "by": identity.user})
+
+    async def decisions(request: Request) -> Response:
+        identity = await auth_of(request).identify(request)
+        return JSONResponse(await list_remembered(services_of(request, identity)))
+
+    async def revoke_decision(request: Request) -> Response:
+        identity = await auth_of(request).identify_for_change(request)
+        body = await _json_body(request, required=False)
+        namespace = body.get("namespace") if isinstance(body, dict) else None
+        decision_id = request.path_params["id"]
+        if not await revoke_remembered(services_of(request, identity), decision_id, by=identity.user,
+                                       namespace=namespace):  # fmt: skip
+            raise WebError(404, "NOT_FOUND", f"no live remembered decision {decision_id}")
+        log.info("%s revoked remembered decision %s", identity.user, decision_id)
+        return JSONResponse({"ok": True, "by": identity.user})
+
+    async def events(request: Request) -> Response:
+        auth = auth_of(request)
+        identity = await auth.identify(request)
+        mine = services_of(request, identity)
+
+        async def still_signed_in() -> bool:
+            # While Redis is away it cannot tell, and nothing new is delivered meanwhile: the stream
+            # goes on and carries the outage to the page (ending it would read as "the server is
+            # gone"), and the session is checked again with the next event once Redis answers.
+            if not all(service.redis_ok for service in mine):
+                return True
+            try:
+                async with asyncio.timeout(_SESSION_CHECK_S):
+                    await auth.identify(request)
+            except WebError:
+                return False  # signed out, revoked or expired meanwhile: the stream ends
+            except (RedisConnectionError, RedisTimeoutError, UserQuestionError, TimeoutError):
+                return True
+            return True
+
+        async def stream() -> AsyncIterator[str]:
+            queue: asyncio.Queue[Event | None] = asyncio.Queue(QUEUE_SIZE * max(1, len(mine)))
+            async with AsyncExitStack() as subscriptions:
+                for service in mine:  # one queue for all: every event names its namespace
+                    await subscriptions.enter_async_context(service.subscribe(queue))
+                yield "retry: 1000\n\n"
+                while True:
+                    try:
+                        event = await asyncio.wait_for(queue.get(), _KEEPALIVE_S)
+                    except TimeoutError:
+                        event = {"type": "keepalive"}
+                    if event is None:
+                        return
+                    # A status event carries no question: it goes out without a session check, so
+                    # an outage is shown at once, not after the check's own wait for Redis.
+                    if event["type"] != "status" and not await still_signed_in():
+                        return
+                    if event["type"] == "keepalive":
+                        yield ": keepalive\n\n"
+                    else:
+                        yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
+
+    routes = [
+        Route("/", page),
+        Route("/healthz", healthz),
+        Route("/favicon.ico", favicon),
+        Route("/metrics", metrics),
+        Route("/api/session", get_session, methods=["GET"]),
+        Route("/api/session", sign_in, methods=["POST"]),
+        Route("/api/session", sign_out, methods=["DELETE"]),
+        Route("/api/requests", list_requests, methods=["GET"]),
+        Route("/api/history", history, methods=["GET"]),
+        Route("/api/requests/{id}/answer", answer, methods=["POST"]),
+        Route("/api/requests/{id}/cancel", cancel, methods=["POST"]),
+        Route("/api/decisions", decisions, methods=["GET"]),
+        Route("/api/decisions/{id}/revoke", revoke_decision, methods=["POST"]),
+        Route("/api/events", events, methods=["GET"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            WebError: _on_web_error,
+            UserQuestionError: _on_question_error,
+            RedisConnectionError: _on_redis_down,
+            RedisTimeoutError: _on_redis_down,
+        },
+    )
+    app.add_middleware(SecurityHeaders)
+    return app

@@ -1,0 +1,162 @@
+"""The web provider's settings: one frozen object built at the process edge.
+
+Who may sign in comes from a TOML users file and/or ``--token NAME=TOKEN`` flags::
+
+    [users]                      # name = password hash (``qbroker web --hash-password``)
+    alice = "scrypt$16384$8$1$<salt hex>$<key hex>"
+
+    [tokens]                     # name = bearer token, for scripts (and sign-in with a token)
+    ci-bot = "a long random string"
+
+    [namespaces]                 # optional: who may answer where, when one server serves several
+    alice = ["team-a", "team-b"]
+    ci-bot = ["team-a"]
+
+Without a ``[namespaces]`` table everyone may answer in every namespace the server serves;
+with one, a name may answer only in the namespaces listed for it (none when it is not listed).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import secrets
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workers.answering.web.throttle import Network, ThrottleLimits
+
+__all__ = ["ConfigError", "Credentials", "WebConfig", "hash_password", "load_credentials", "verify_password"]
+
+_SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
+
+
+class ConfigError(ValueError):
+    """The users file or a flag is malformed."""
+
+
+def hash_password(password: str, *, salt: bytes | None = None) -> str:
+    salt = salt or secrets.token_bytes(16)
+    key = hashlib.scrypt(password.encode(), salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P)
+    return f"scrypt${_SCRYPT_N}${_SCRYPT_R}${_SCRYPT_P}${salt.hex()}${key.hex()}"
+
+
+def verify_password(password: str, stored: str) -> bool:
+    try:
+        scheme, n, r, p, salt, key = stored.split("$")
+        if scheme != "scrypt":
+            return False
+        expected = bytes.fromhex(key)
+        derived = hashlib.scrypt(
+            password.encode(), salt=bytes.fromhex(salt), n=int(n), r=int(r), p=int(p), dklen=len(expected)
+        )
+    except ValueError:
+        return False
+    return hmac.compare_digest(derived, expected)
+
+
+@functools.cache
+def _unknown_user_hash() -> str:
+    """A hash no password matches (its key is not scrypt's output), at the default cost."""
+    return hash_password("", salt=b"\0" * 16)[:-8] + "00000000"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Password hashes by user name and bearer tokens by name; never shown in a repr."""
+
+    users: dict[str, str] = field(default_factory=dict, repr=False)
+    tokens: dict[str, str] = field(default_factory=dict, repr=False)
+    namespaces: dict[str, tuple[str, ...]] | None = None
+    """who may answer where (``[namespaces]``); ``None``: everyone everywhere served"""
+
+    def __post_init__(self) -> None:
+        if self.users:
+            _unknown_user_hash()  # computed now, not on the first unknown name (which would cost two)
+
+    def check_password(self, user: str, password: str) -> bool:
+        """One scrypt whether or not ``user`` exists, so timing does not tell which names do."""
+        stored = self.users.get(user)
+        if stored is None:
+            verify_password(password, _unknown_user_hash())
+            return False
+        return verify_password(password, stored)
+
+    def allowed(self, name: str, served: tuple[str, ...]) -> tuple[str, ...]:
+        """The served namespaces that ``name`` may see and answer in, in the served order."""
+        if self.namespaces is None:
+            return served
+        mine = self.namespaces.get(name, ())
+        return tuple(namespace for namespace in served if namespace in mine)
+
+    def token_owner(self, token: str) -> str | None:
+        owner = None
+        for name, known in self.tokens.items():
+            if hmac.compare_digest(token.encode(), known.encode()):
+                owner = name
+        return owner
+
+    def __bool__(self) -> bool:
+        return bool(self.users or self.tokens)
+
+
+def load_credentials(users_file: Path | None, tokens: list[str]) -> Credentials:
+    users: dict[str, str] = {}
+    named_tokens: dict[str, str] = {}
+    namespaces: dict[str, tuple[str, ...]] | None = None
+    if users_file is not None:
+        try:
+            data = tomllib.loads(users_file.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise ConfigError(f"cannot read users file {users_file}: {error}") from error
+        for section, target in (("users", users), ("tokens", named_tokens)):
+            table = data.get(section, {})
+            if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+                raise ConfigError(f"{users_file}: [{section}] maps names to strings")
+            target.update(table)
+        if "namespaces" in data:
+            table = data["namespaces"]
+            if not isinstance(table, dict) or not all(
+                isinstance(v, list) and all(isinstance(n, str) for n in v) for v in table.values()
+            ):
+                raise ConfigError(f"{users_file}: [namespaces] maps names to lists of namespaces")
+            namespaces = {name: tuple(v) for name, v in table.items()}
+    for spec in tokens:
+        name, sep, token = spec.partition("=")
+        if not sep or not name or len(token) < 16:
+            raise ConfigError("--token takes NAME=TOKEN with a token of at least 16 characters")
+        named_tokens[name] = token
+    for name, token in named_tokens.items():
+        if len(token) < 16:
+            raise ConfigError(f"token of {name!r} is shorter than 16 characters")
+    return Credentials(users=users, tokens=named_tokens, namespaces=namespaces)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebConfig:
+    redis_url: str = field(repr=False)  # may carry a password
+    namespace: str = "default"
+    """the primary namespace: it keeps the sessions and throttles (and is served)"""
+    also_serve: tuple[str, ...] = ()
+    """more namespaces this server provides for (``--serve``), each with its own lease"""
+    name: str = "web"
+    host: str = "127.0.0.1"
+    port: int = 8080
+    credentials: Credentials = field(default_factory=Credentials)
+    secure_cookies: bool = False
+    session_max_age: float = 12 * 3600
+    lease_ttl: float = 10.0
+    trusted_proxies: tuple[Network, ...] = ()
+    """peers whose X-Forwarded-For is believed (``--trusted-proxy``)"""
+    throttle: ThrottleLimits = field(default_factory=ThrottleLimits)
+    public_url: str = ""
+    """where people reach this server's page (``--public-url``); a standby's page links the holder's"""
+    signing_key: str = field(default="", repr=False)
+    """the secret key (qbsk1:...) this server signs its answers with, for every namespace it serves"""
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        """Every namespace served, the primary first."""
+        return (self.namespace, *(n for n in dict.fromkeys(self.also_serve) if n != self.namespace))

@@ -1,0 +1,434 @@
+"""The web provider's broker side: hold the lease, keep the pending list, fan out changes.
+
+``WebProvider.run()`` loops for the life of the app: it stands by for the namespace's
+lease, serves the requests delivered while it holds it, and stands by again after it is
+fenced (``LEASE_LOST``) or Redis drops. Pages follow along through ``subscribe()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from broker import AskUserQuestionAnswer, Broker, PendingRequest, Provider, Remember, UserQuestionError
+from workers.answering.web.history import find_settlement, outcome_json
+from workers.answering.web.keys import WebKeys
+from workers.answering.web.render import asking_view, request_view, safe_url
+from workers.metrics import lease_acquired, lease_lost
+
+__all__ = ["QUEUE_SIZE", "AlreadySettled", "Event", "Status", "WebProvider"]
+
+log = logging.getLogger(__name__)
+
+Status = Literal["connecting", "standby", "active", "stopped"]
+Event = dict[str, Any]
+
+_SETTLED_MEMORY = 2_000
+QUEUE_SIZE = 256
+_PROBE_EVERY_S = 1.0
+_PROBE_TIMEOUT_S = 1.5
+"""how often and how patiently Redis is pinged, so pages learn of an outage in seconds, not after
+the broker's own retries (``unavailable_after``) give up"""
+_REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+_NOT_PENDING, _LEASE_LOST = "NOT_PENDING", "LEASE_LOST"
+
+
+@dataclass(frozen=True)
+class _Settled:
+    state: str
+    by: str
+    answer: Any = None
+    """the accepted answer as JSON-ready data, when it was answered"""
+
+    def view(self) -> Event:
+        return {"state": self.state, "by": self.by, "answer": self.answer}
+
+
+class AlreadySettled(UserQuestionError):
+    """``NOT_PENDING`` that says who was first and what they answered (``winner``)."""
+
+    def __init__(self, message: str, winner: Event | None) -> None:
+        super().__init__(message, _NOT_PENDING)
+        self.winner = winner
+
+
+class WebProvider:
+    """One lease holder (or standby) per app; the pages' view of its pending requests."""
+
+    def __init__(
+        self, broker: Broker, *, name: str, keys: WebKeys, public_url: str = "", retry_delay: float = 1.0
+    ) -> None:
+        self.broker = broker
+        self.name = name
+        self.keys = keys
+        self.public_url = public_url
+        self.status: Status = "connecting"
+        self.holder = ""
+        self.holder_url = ""
+        self.redis_ok = True
+        self._status_changed = asyncio.Event()
+        self._retry_delay = retry_delay
+        self._provider: Provider | None = None
+        self._pending: dict[str, PendingRequest] = {}
+        self._views: dict[str, dict[str, Any]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._settled: OrderedDict[str, _Settled] = OrderedDict()
+        self._shown: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._watchers: dict[str, asyncio.Task[None]] = {}
+        self._lost: set[str] = set()
+        """requests taken down when the lease was lost: each comes back (redelivered) or is said to be gone"""
+        self._subscribers: set[asyncio.Queue[Event | None]] = set()
+
+    # -- what pages see ---------------------------------------------------------------
+
+    def snapshot(self) -> Event:
+        return {
+            "type": "snapshot",
+            "namespace": self.broker.namespace,
+            "status": self.status_event(),
+            "requests": list(self._views.values()),
+            "nowMs": int(time.time() * 1000),
+        }
+
+    def status_event(self) -> Event:
+        return {
+            "type": "status",
+            "namespace": self.broker.namespace,
+            "status": self.status,
+            "holder": self.holder,
+            "holderUrl": self.holder_url if self.status == "standby" else "",
+            "name": self.name,
+            "redis": "ok" if self.redis_ok else "down",
+        }
+
+    def requests(self) -> list[dict[str, Any]]:
+        return list(self._views.values())
+
+    def knows(self, request_id: str) -> bool:
+        """Whether the request is pending here or was settled here lately."""
+        return request_id in self._pending or request_id in self._settled
+
+    def shown(self, request_id: str) -> dict[str, Any] | None:
+        """The view of a request this server showed (pending or recently gone), for the history."""
+        return self._views.get(request_id) or self._shown.get(request_id)
+
+    @asynccontextmanager
+    async def subscribe(
+        self, queue: asyncio.Queue[Event | None] | None = None
+    ) -> AsyncIterator[asyncio.Queue[Event | None]]:
+        """A queue of change events, starting with a snapshot; ``None`` means: stop.
+
+        Pass a queue to share it between the providers of several namespaces (every event
+        names its namespace).
+        """
+        queue = queue if queue is not None else asyncio.Queue(QUEUE_SIZE)
+        queue.put_nowait(self.snapshot())
+        self._subscribers.add(queue)
+        try:
+            yield queue
+        finally:
+            self._subscribers.discard(queue)
+
+    def end_streams(self) -> None:
+        """Tell every page's stream to finish (the server is stopping)."""
+        self._publish(None)
+
+    def _publish(self, event: Event | None) -> None:
+        for queue in list(self._subscribers):
+            try:
+                queue.put_nowait(event)
+            except asyncio.QueueFull:  # a stalled page: drop it, its EventSource reconnects
+                self._subscribers.discard(queue)
+                with suppress(asyncio.QueueEmpty):
+                    queue.get_nowait()
+                queue.put_nowait(None)
+
+    def _set_status(self, status: Status, holder: str = "") -> None:
+        if (status, holder) != (self.status, self.holder):
+            self.holder_url = ""
+        self.status, self.holder = status, holder
+        self._status_changed.set()
+        self._publish(self.status_event())
+
+    # -- acting on requests -------------------------------------------------------------
+
+    async def answer(
+        self, request_id: str, answer: AskUserQuestionAnswer, *, by: str, remember: Remember | None = None
+    ) -> AskUserQuestionAnswer:
+        async with self._settling(request_id) as pending:
+            accepted = await pending.answer(answer, by=by, remember=remember)
+            self._settle(request_id, "answered", by, msgspec.to_builtins(accepted))
+            return accepted
+
+    async def cancel(self, request_id: str, message: str, *, by: str) -> None:
+        async with self._settling(request_id) as pending:
+            await pending.cancel(message, by=by)
+            self._settle(request_id, "cancelled", by)
+
+    @asynccontextmanager
+    async def _settling(self, request_id: str) -> AsyncIterator[PendingRequest]:
+        # One settlement at a time per request: the core lets the same holder settle twice
+        # (a retry after a lost reply), so two people behind this one provider are told
+        # apart here, and the second is told who was first.
+        lock = self._locks.setdefault(request_id, asyncio.Lock())
+        async with lock:
+            provider = self._provider
+            if provider is None or provider.lost:
+                message = "this web provider does not hold the lease; answers are not accepted"
+                raise UserQuestionError(message, _LEASE_LOST)
+            pending = self._pending.get(request_id)
+            if pending is None:
+                raise await self._not_pending(request_id)
+            try:
+                yield pending
+            except UserQuestionError as error:
+                if error.code != _NOT_PENDING:
+                    raise
+                self._remove(request_id, "settled", "")
+                raise await self._not_pending(request_id) from error
+
+    async def _not_pending(self, request_id: str) -> AlreadySettled:
+        settled = self._settled.get(request_id) or await self._settled_in_redis(request_id)
+        if settled is None:
+            return AlreadySettled(f"request {request_id} is not pending here", None)
+        by = f" by {settled.by}" if settled.by else ""
+        return AlreadySettled(f"request {request_id} was already {settled.state}{by}", settled.view())
+
+    async def _settled_in_redis(self, request_id: str) -> _Settled | None:
+        """How a request this server does not remember was settled (by another server, say)."""
+        keys, call = self.broker.keys, self.broker.commands.call
+        try:
+            (state, by), outcome = await asyncio.gather(
+                call("HMGET", keys.request(request_id), "state", "by"), call("GET", keys.outcome(request_id))
+            )
+            if not state or (state != "pending" and not outcome):
+                # The asker has read its outcome: the hash is gone or a slim tombstone, and the
+                # outcome key too. The audit stream holds what was answered and by whom.
+                found = await find_settlement(self.broker, request_id)
+                if found is not None:
+                    return _Settled(*found)
+                if not state:
+                    return None
+        except (*_REDIS_DOWN, UserQuestionError):
+            return None
+        if state == "pending":
+            return None
+        return _Settled(str(state), str(by or ""), outcome_json(outcome).get("answer"))
+
+    def _settle(self, request_id: str, state: str, by: str, answer: Any = None) -> None:
+        settled = _Settled(state, by, answer)
+        self._settled[request_id] = settled
+        while len(self._settled) > _SETTLED_MEMORY:
+            self._settled.popitem(last=False)
+        self._remove(request_id, state, by, settled.view())
+
+    async def _add(self, pending: PendingRequest) -> None:
+        try:
+            view = request_view(pending)
+        except Exception:  # never let one odd request stop the others being served
+            log.exception("cannot show request %s", pending.request_id)
+            return
+        view.update(await self._context(pending), namespace=self.broker.namespace)
+        if pending.withdrawn.is_set():
+            return
+        # Who asks may have changed while the context was read (an asker joined or went away),
+        # and the watcher found no view to update then: take it now.
+        view.update(askerAway=pending.asker_away, **asking_view(pending))
+        self._lost.discard(pending.request_id)
+        self._pending[pending.request_id] = pending
+        self._views[pending.request_id] = view
+        self._publish({"type": "added", "request": view})
+
+    async def _context(self, pending: PendingRequest) -> Event:
+        """What the request hash and the agent record add: the asker's deadline, the agent's owner."""
+        keys, call = self.broker.keys, self.broker.commands.call
+        try:
+            deadline = await call("HGET", keys.request(pending.request_id), "deadline")
+            owner = await call("HGET", keys.agent(pending.agent_id), "owner") if pending.agent_id else None
+        except (*_REDIS_DOWN, UserQuestionError) as error:
+            log.warning("no deadline or owner for %s: %s", pending.request_id, error)
+            return {}
+        return {"deadlineMs": int(deadline) if deadline else None, "owner": owner or None}
+
+    def _remove(self, request_id: str, reason: str, by: str, settled: Event | None = None) -> None:
+        self._pending.pop(request_id, None)
+        self._locks.pop(request_id, None)
+        watcher = self._watchers.pop(request_id, None)
+        if watcher is not None and watcher is not asyncio.current_task():
+            watcher.cancel()
+        view = self._views.pop(request_id, None)
+        if view is not None:
+            questions = [{"id": q["id"], "question": q["question"]} for q in view["questions"]]
+            self._shown[request_id] = {"agent": view["agent"], "questions": questions}  # no plan text kept
+            while len(self._shown) > _SETTLED_MEMORY:
+                self._shown.popitem(last=False)
+            removed = {"type": "removed", "id": request_id, "reason": reason, "by": by, "settled": settled}
+            self._publish({**removed, "namespace": self.broker.namespace})
+
+    # -- the lease loop ---------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Stand by, serve, and stand by again, until cancelled."""
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                advertising = tasks.create_task(self._advertise(), name="qb-web-advertise")
+                probing = tasks.create_task(self._probe_redis(), name="qb-web-probe-redis")
+                try:
+                    await self._serve_forever()
+                finally:
+                    advertising.cancel()
+                    probing.cancel()
+        finally:
+            self._set_status("stopped")
+            self._publish(None)
+
+    async def _serve_forever(self) -> None:
+        while True:
+            try:
+                await self._serve_once()
+            except* UserQuestionError as group:
+                log.warning("web provider %s stopped serving: %s", self.name, _first(group))
+            except* _REDIS_DOWN as group:
+                log.warning("web provider %s lost Redis: %s", self.name, _first(group))
+                self._set_status("connecting")
+                await asyncio.sleep(self._retry_delay)
+            except* Exception as group:  # a bug must not leave the namespace unserved
+                log.error("web provider %s failed; standing by again", self.name, exc_info=group)
+                self._set_status("connecting")
+                await asyncio.sleep(self._retry_delay)
+
+    async def _probe_redis(self) -> None:
+        """Ask Redis something every second; pages are told at once when it stops or starts answering."""
+        while True:
+            try:
+                async with asyncio.timeout(_PROBE_TIMEOUT_S):
+                    # A read of one of the namespace's own keys (it creates nothing): on a Cluster,
+                    # that asks the master holding the namespace's slot, which is the one that matters.
+                    await self.broker.commands.call("EXISTS", self.keys.public_url(self.name))
+                ok = True
+            except (*_REDIS_DOWN, UserQuestionError, TimeoutError):
+                ok = False
+            if ok != self.redis_ok:
+                log.warning("web provider %s: Redis %s", self.name, "answers again" if ok else "does not answer")
+                self.redis_ok = ok
+                self._publish(self.status_event())
+            await asyncio.sleep(_PROBE_EVERY_S)
+
+    async def _advertise(self) -> None:
+        """While active, publish this page's public URL; while standing by, learn the holder's.
+
+        The URL key carries a TTL a few leases long, refreshed every half lease, so a
+        holder that died stops being linked soon after the lease passes on.
+        """
+        every = max(0.2, self.broker.lease_ttl / 2)
+        ttl_ms = int(self.broker.lease_ttl * 3000)
+        call = self.broker.commands.call
+        while True:
+            self._status_changed.clear()
+            try:
+                if self.status == "active" and self.public_url:
+                    await call("SET", self.keys.public_url(self.name), self.public_url, "PX", ttl_ms)
+                elif self.status == "standby" and self.holder:
+                    url = safe_url(await call("GET", self.keys.public_url(self.holder)) or "")
+                    if url != self.holder_url:
+                        self.holder_url = url
+                        self._publish(self.status_event())
+            except (*_REDIS_DOWN, UserQuestionError) as error:
+                log.debug("cannot advertise the public URL: %s", error)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._status_changed.wait(), every)
+
+    async def _serve_once(self) -> None:
+        self._set_status("connecting")
+        on_standby: Callable[[str], None] = lambda holder: self._set_status("standby", holder)  # noqa: E731
+        async with self.broker.provider(self.name, standby=True, on_standby=on_standby) as provider:
+            self._provider = provider
+            lease_acquired(self.broker.namespace)
+            self._set_status("active", self.name)
+            try:
+                async with asyncio.TaskGroup() as tasks:
+                    if self._lost:
+                        tasks.create_task(self._resolve_lost(), name="qb-web-resolve-lost")
+                    try:
+                        async for pending in provider:
+                            self._watchers[pending.request_id] = tasks.create_task(self._watch(pending))
+                            await self._add(pending)
+                    finally:
+                        for watcher in self._watchers.values():
+                            watcher.cancel()
+            finally:
+                if provider.lost:
+                    lease_lost(self.broker.namespace)
+                self._provider = None
+                for request_id in list(self._pending):
+                    self._lost.add(request_id)
+                    self._remove(request_id, "lost", "")
+                while len(self._lost) > _SETTLED_MEMORY:
+                    self._lost.pop()
+
+    async def _resolve_lost(self) -> None:
+        """Serving again: say what became of each request lost with the lease, unless it is still pending.
+
+        A pending one is redelivered (and shown again); one withdrawn, answered or expired meanwhile
+        is announced as removed with that reason, so a page says so instead of dropping it silently.
+        """
+        for request_id in list(self._lost):
+            try:
+                state = await self.broker.commands.call("HGET", self.broker.keys.request(request_id), "state")
+            except (*_REDIS_DOWN, UserQuestionError) as error:
+                log.debug("cannot tell what became of %s: %s", request_id, error)
+                continue
+            if state == "pending" or request_id not in self._lost:
+                continue
+            self._lost.discard(request_id)
+            settled = await self._settled_in_redis(request_id)
+            reason, by = (settled.state, settled.by) if settled is not None else ("gone", "")
+            removed = {"type": "removed", "id": request_id, "reason": reason, "by": by}
+            self._publish(
+                {**removed, "settled": settled.view() if settled else None, "namespace": self.broker.namespace}
+            )
+
+    async def _watch(self, pending: PendingRequest) -> None:
+        """Take the card down when withdrawn; say when its asker goes away or comes back."""
+        withdrawn = asyncio.ensure_future(pending.withdrawn.wait())
+        try:
+            while not withdrawn.done():
+                changed = asyncio.ensure_future(pending.changed.wait())
+                try:
+                    await asyncio.wait({withdrawn, changed}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    changed.cancel()
+                if pending.changed.is_set() and not withdrawn.done():
+                    pending.changed.clear()
+                    self._asker_changed(pending)
+        finally:
+            withdrawn.cancel()
+        self._remove(pending.request_id, "withdrawn", "")
+
+    def _asker_changed(self, pending: PendingRequest) -> None:
+        """An asker went away or came back, joined or left the card, or raised its priority."""
+        view = self._views.get(pending.request_id)
+        if view is None:
+            return
+        now = {"askerAway": pending.asker_away, **asking_view(pending)}
+        if all(view.get(name) == value for name, value in now.items()):
+            return
+        view.update(now)
+        self._publish({"type": "updated", "id": pending.request_id, **now, "namespace": self.broker.namespace})
+
+
+def _first(error: BaseException) -> BaseException:
+    """The first leaf of a (nested) exception group, for a one-line log."""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error

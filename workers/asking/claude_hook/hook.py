@@ -1,0 +1,166 @@
+"""The engine of ``qbroker claude-hook``: a Claude Code hook that asks the namespace's provider.
+
+Input (stdin): a Claude Code hook payload. Two events are asked about:
+
+- ``PermissionRequest`` (the documented one): Claude Code is about to show its permission dialog,
+  so the user's allow/deny/ask rules and permission mode have already been applied. Any tool.
+- ``PreToolUse``, for ``AskUserQuestion`` and ``ExitPlanMode`` only: tools that wait for the user
+  whatever the permission rules say, answered through ``updatedInput``.
+
+Output (stdout, exit status 0): the event's own decision shape; nothing at all for any other event
+(or a PreToolUse of another tool, or a payload it cannot read): Claude Code then goes on as it
+would without the hook. The mapping:
+
+- the human's answer decides (``workers.asking.claude_hook.questions``): allow (with ``updatedInput`` /
+  ``updatedPermissions``) or deny with a reason Claude reads;
+- the human (or a rule) cancels the question (``ASK_CANCELLED``): deny with its reason;
+- nobody can answer (``NO_PROVIDER``, ``ASK_TIMED_OUT``, ``BROKER_UNAVAILABLE``) or the human skips
+  it: Claude Code asks locally (PermissionRequest: no decision and a ``systemMessage``; PreToolUse:
+  ``ask``), or deny with ``--on-unavailable deny``.
+
+Every call of one session asks as one agent, ``claude-code-<session_id>`` (a subagent's calls too: an
+owned agent may not ask a human), keyed per tool call, so a restarted hook re-attaches to its question.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import re
+import signal
+import sys
+from typing import Any, Final
+
+import msgspec
+from redis.exceptions import RedisError
+
+from broker import AskUserQuestionAnswer, UserQuestionError
+from broker.errors import ASK_CANCELLED, BROKER_UNAVAILABLE
+from workers.asking.claude_hook.questions import Asking, HookPayload, Verdict, asking_for
+from workers.settings import Settings
+
+__all__ = ["ASKED_BEFORE_USE", "agent_id_for", "hook", "hook_output", "key_for"]
+
+PERMISSION_REQUEST: Final = "PermissionRequest"
+PRE_TOOL_USE: Final = "PreToolUse"
+ASKED_BEFORE_USE: Final = frozenset({"AskUserQuestion", "ExitPlanMode"})
+"""The tools a PreToolUse hook asks about: they wait for the user whatever the permission rules say."""
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
+
+
+def agent_id_for(payload: HookPayload, given: str | None = None) -> str:
+    """One agent per Claude Code session, so agent-scoped remembered decisions apply again."""
+    if given:
+        return given
+    for unique in (payload.session_id, payload.tool_use_id):
+        if unique and (slug := _UNSAFE.sub("-", unique)[:80]):
+            return f"claude-code-{slug}"
+    return "claude-code"
+
+
+def key_for(payload: HookPayload) -> str:
+    """The tool call's key: its tool_use_id, or (PermissionRequest carries none) a digest of the call."""
+    if payload.tool_use_id and (slug := _UNSAFE.sub("-", payload.tool_use_id)[:120]):
+        return f"tool-{slug}"
+    call = [payload.hook_event_name, payload.agent_id or "", payload.tool_name, payload.tool_input]
+    digest = hashlib.sha1(json.dumps(call, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    return f"call-{digest}"
+
+
+def hook_output(event: str, verdict: Verdict) -> dict[str, Any]:
+    """The JSON Claude Code reads from the hook's stdout for ``event``."""
+    if event == PRE_TOOL_USE:
+        specific: dict[str, Any] = {
+            "hookEventName": PRE_TOOL_USE,
+            "permissionDecision": verdict.behavior,
+            "permissionDecisionReason": verdict.reason,
+        }
+        if verdict.behavior == "allow" and verdict.updated_input is not None:
+            specific["updatedInput"] = verdict.updated_input
+        return {"hookSpecificOutput": specific}
+    if verdict.behavior == "ask":  # no decision: Claude Code shows its own dialog
+        return {"systemMessage": f"{verdict.reason}; Claude Code asks here instead"}
+    decision: dict[str, Any] = {"behavior": verdict.behavior}
+    if verdict.behavior == "deny":
+        decision["message"] = verdict.reason
+    if verdict.behavior == "allow" and verdict.updated_input is not None:
+        decision["updatedInput"] = verdict.updated_input
+    if verdict.behavior == "allow" and verdict.updated_permissions:
+        decision["updatedPermissions"] = verdict.updated_permissions
+    return {"hookSpecificOutput": {"hookEventName": PERMISSION_REQUEST, "decision": decision}}
+
+
+async def _ask(settings: Settings, asking: Asking, agent_id: str, timeout: float) -> AskUserQuestionAnswer:
+    abort = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # Claude Code gives up on us: withdraw the question
+        loop.add_signal_handler(sig, abort.set)
+    try:
+        async with settings.broker() as broker, broker.agent(agent_id) as agent:
+            # Keyed: a hook killed without a word (SIGKILL) leaves its question pending for as long as
+            # it would have waited, and a newer hook of the same session taking the agent id over only
+            # marks it "asker away": the process still waiting gets its answer.
+            return await agent.ask(
+                asking.request,
+                abort=abort,
+                timeout=timeout,
+                key=key_for(asking.payload),
+                detach_grace=timeout,
+                remember=asking.remember,
+            )
+    except* UserQuestionError as group:
+        raise group.exceptions[0] from None
+    except* (OSError, RedisError) as group:
+        raise UserQuestionError(f"Redis is unavailable: {group.exceptions[0]}", BROKER_UNAVAILABLE) from None
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def _say(message: str) -> None:
+    print(f"qbroker claude-hook: {message}", file=sys.stderr, flush=True)
+
+
+async def hook(args: argparse.Namespace) -> int:
+    settings: Settings = args.settings
+    raw = sys.stdin.buffer.read()
+    try:
+        payload = msgspec.json.decode(raw, type=HookPayload)
+    except msgspec.DecodeError as error:
+        _say(f"not a Claude Code hook payload ({error}); passes through")
+        return 0
+    event = payload.hook_event_name
+    if event not in (PERMISSION_REQUEST, PRE_TOOL_USE) or not payload.tool_name:
+        _say(
+            f"{event or 'an event'!r} passes through: it asks on PermissionRequest, and PreToolUse of "
+            + ", ".join(sorted(ASKED_BEFORE_USE))
+        )
+        return 0
+    if event == PRE_TOOL_USE and payload.tool_name not in ASKED_BEFORE_USE:
+        # PreToolUse fires before Claude Code applies the user's rules and mode: asking here would ask
+        # about calls the user already allowed, and then Claude Code would prompt again.
+        _say(f"PreToolUse of {payload.tool_name} passes through: hook PermissionRequest for it")
+        return 0
+    asking = asking_for(payload, remember=bool(args.remember), destination=args.remember_in)
+    if asking is None:
+        _say(f"the {payload.tool_name} input is not the shape it expects: Claude Code asks locally")
+        return _print(event, Verdict("ask", f"question-broker could not read the {payload.tool_name} input"))
+    try:
+        answer = await _ask(settings, asking, agent_id_for(payload, args.agent), args.timeout)
+    except UserQuestionError as error:
+        if error.code == ASK_CANCELLED:
+            return _print(
+                event, Verdict("deny", f"the user dismissed the question in question-broker: {error.message}")
+            )
+        _say(str(error))
+        return _print(event, Verdict(args.on_unavailable, f"question-broker: {error.code}: {error.message}"))
+    return _print(event, asking.verdict(answer))
+
+
+def _print(event: str, verdict: Verdict) -> int:
+    sys.stdout.write(json.dumps(hook_output(event, verdict), ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+    return 0

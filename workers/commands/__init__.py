@@ -1,1 +1,0 @@
-"""The sub-commands of ``qbroker``: one module each, with ``register(subparsers)``."""

@@ -1,0 +1,39 @@
+"""``qbroker status [--json] [--limit N]``: the lease holder, standbys, pending requests, live agents."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "status",
+        help="show a namespace's provider, pending requests and live agents",
+        description="Show the namespace's lease holder, epoch and standbys, how many requests are "
+        "pending and agents live, the request stream's length and the dead-letter count; then the "
+        "oldest pending requests with their age and asking agent, and live agents with their owner.",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument(
+        "--limit",
+        type=_count,
+        default=50,
+        metavar="N",
+        help="list the oldest N pending requests and the first N agents (counts cover all); 0 lists all; default 50",
+    )
+    parser.set_defaults(func=run)
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+async def run(args: argparse.Namespace) -> int:
+    from workers.operating.status.view import show
+
+    return await show(args)

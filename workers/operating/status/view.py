@@ -1,0 +1,112 @@
+"""The engine of ``qbroker status``: read a namespace's state and print it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+import msgspec
+from redis.exceptions import RedisError
+
+from broker import NamespaceStatus, UserQuestionError, namespace_status
+from broker.errors import BROKER_UNAVAILABLE
+from broker.status import PendingInfo
+from workers.exits import EXIT_STATUS
+from workers.settings import Settings
+
+__all__ = ["format_status", "show"]
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (headers, *rows)
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return lines
+
+
+def _age(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
+    return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"
+
+
+def format_status(status: NamespaceStatus) -> str:
+    """The human form: a summary, then a table per section (the listed part of each)."""
+    if status.holder is None:
+        provider = "none (asks fail with NO_PROVIDER unless a standby waits)"
+    else:
+        provider = f"{status.holder} (epoch {status.epoch}, lease {status.lease_ttl_s or 0:.1f}s left)"
+    by_priority = ", ".join(f"{name} {n}" for name, n in status.pending_by_priority.items())
+    out = [
+        f"namespace     {status.namespace}",
+        f"provider      {provider}",
+        f"standbys      {', '.join(status.standbys) or 'none'}",
+        f"pending       {status.pending_count}" + (f" ({by_priority})" if by_priority else ""),
+        f"live agents   {status.agent_count}",
+        f"stream        {status.stream_length} entries",
+        f"dead letters  {status.dead_letters}",
+    ]
+    if status.rejected_answers:
+        out.append(
+            f"REFUSED       {status.rejected_answers} answers askers refused as unsigned or badly signed "
+            "(a forgery, or a provider with an untrusted key: docs/security.md)"
+        )
+    if status.away_count:
+        out.insert(4, f"away askers   {status.away_count} (keyed asks kept for their asker to re-attach)")
+    out += [
+        "",
+        f"pending requests: {status.pending_count}{_shown(len(status.pending), status.pending_count, 'oldest')}",
+    ]
+    if status.pending:
+        rows = [
+            (p.request_id, p.agent or "-", p.priority, _age(p.age_s), str(p.questions),
+             f"epoch {p.delivered_epoch}" if p.delivered_epoch else "not yet", _asker(p))
+            for p in sorted(status.pending, key=lambda p: -p.age_s)
+        ]  # fmt: skip
+        out += _table(("REQUEST", "AGENT", "PRIORITY", "WAITING", "QUESTIONS", "DELIVERED", "ASKER"), rows)
+    out += ["", f"live agents: {status.agent_count}{_shown(len(status.agents), status.agent_count, 'first')}"]
+    if status.agents:
+        agent_rows = [
+            (a.agent_id, a.owner or "- (root: may ask)", time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(a.since)))
+            for a in status.agents
+        ]
+        out += _table(("AGENT", "OWNER", "SINCE (UTC)"), agent_rows)
+    return "\n".join(out)
+
+
+def _shown(listed: int, total: int, which: str) -> str:
+    return "" if listed >= total else f", the {which} {listed} below (--limit N shows more, 0 all)"
+
+
+def _asker(pending: PendingInfo) -> str:
+    key = f" (key {pending.key})" if pending.key else ""
+    if pending.away_s is None:
+        return "waiting" + key
+    left = f", {_age(pending.grace_left_s)} left" if pending.grace_left_s is not None else ""
+    return f"away {_age(pending.away_s)}{left}{key}"
+
+
+async def show(args: argparse.Namespace) -> int:
+    settings: Settings = args.settings
+    try:
+        async with settings.broker() as broker:
+            status = await namespace_status(broker, limit=args.limit or None)
+    except UserQuestionError as error:
+        print(msgspec.json.encode(error.to_payload()).decode(), file=sys.stderr)
+        return EXIT_STATUS.get(error.code, 1)
+    except (OSError, RedisError) as error:
+        unavailable = UserQuestionError(f"Redis is unavailable: {error}", BROKER_UNAVAILABLE)
+        print(msgspec.json.encode(unavailable.to_payload()).decode(), file=sys.stderr)
+        return EXIT_STATUS[BROKER_UNAVAILABLE]
+    if args.json:
+        print(msgspec.json.encode(status).decode())
+    else:
+        print(format_status(status))
+    return 0
