@@ -82,6 +82,8 @@ class ToolCall:
     body: str | None = None
     notes: tuple[str, ...] = ()
     options: tuple[AskUserQuestionOption, ...] | None = None
+    question: str | None = None
+    """a question the tool asks the human (not an approval): shown as is, without the arguments"""
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,14 @@ def _fence(text: str, language: str) -> str:
 
 
 def _item(call: ToolCall, header: str, limit: int) -> AskUserQuestionItem:
+    if call.question is not None:
+        return AskUserQuestionItem(
+            id=call.call_id,
+            question=call.question[:4_000],
+            header=header,
+            detail="\n\n".join((f"Asked through the agent's **{call.tool_name}** tool.", *call.notes)),
+            options=call.options or None,
+        )
     if call.body is not None:
         body, language = call.body, "diff"
     else:
