@@ -80,6 +80,7 @@ class ToolCall:
     args: Mapping[str, Any] | str
     summary: str | None = None
     body: str | None = None
+    body_language: str = "diff"
     notes: tuple[str, ...] = ()
     options: tuple[AskUserQuestionOption, ...] | None = None
     question: str | None = None
@@ -143,7 +144,7 @@ def _item(call: ToolCall, header: str, limit: int) -> AskUserQuestionItem:
             options=call.options or None,
         )
     if call.body is not None:
-        body, language = call.body, "diff"
+        body, language = call.body, call.body_language
     else:
         body, language = _args_text(call.args), "json" if not isinstance(call.args, str) else ""
     shown, cut = _cut(body, limit)
