@@ -3,9 +3,10 @@
 One module per framework, each an optional extra imported only when used:
 
 - ``broker_adapters.langgraph`` (``question-broker[langgraph]``): answer a graph's
-  ``interrupt()`` through the broker and resume it with ``Command(resume=...)``;
-- ``broker_adapters.pydantic_ai`` (``question-broker[pydantic-ai]``): approve or deny the
-  tools marked ``requires_approval`` (its deferred-tool flow);
+  ``interrupt()`` (``ask_human``, text, ``HumanInTheLoopMiddleware``, Agent Inbox) through
+  the broker, keyed by interrupt id, and resume it with ``Command(resume=...)``;
+- ``broker_adapters.pydantic_ai`` (``question-broker[pydantic-ai]``): decide deferred tool
+  calls (approvals and questions), after the run or in it (``HandleDeferredToolCalls``);
 - ``broker_adapters.openai_agents`` (``question-broker[openai-agents]``): the
   ``ask_user_question`` tool with the full request shape, and tool approvals
   (``needs_approval``) routed through the broker;

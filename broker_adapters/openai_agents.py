@@ -5,7 +5,11 @@ request (intent and detail included: a plan review reaches the human as a plan c
 tools created with ``needs_approval=True``, a run stops with ``result.interruptions``;
 ``approve(result, asker)`` asks the human about all of them in one request (Approve / Deny,
 a note typed as "Other" denies and is the message the model reads) and returns the
-``RunState`` to resume with; ``run(agent, input, asker=...)`` loops until no call waits.
+``RunState`` to resume with; ``run(agent, input, asker=...)`` loops until no call waits. The
+SDK's own item fields are read (``call_id``, ``arguments``, ``qualified_name``); shell calls are
+shown as their commands and apply_patch calls as their diffs (both live in the raw item, not in
+``arguments``). With ``key=``, an approval outlives the process: save ``state.to_string()``,
+and after a restart ``approve(RunState.from_string(...), me, key=...)`` re-attaches to its card.
 
 Requires ``question-broker[openai-agents]``.
 """
@@ -13,11 +17,12 @@ Requires ``question-broker[openai-agents]``.
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
-from agents import Agent, FunctionTool, Runner, RunResult, RunState, function_tool
+from agents import Agent, FunctionTool, Runner, RunResult, RunState, ToolApprovalItem, function_tool
 
-from ._approvals import Asker, ToolCall, approval_request, verdicts
+from ._approvals import Asker, ToolCall, ask_approvals
 from .tool import DESCRIPTION, ask_user_question_function
 
 __all__ = ["approve", "ask_user_question_tool", "run"]
@@ -32,31 +37,80 @@ def ask_user_question_tool(asker: Asker, *, timeout: float | None = 900.0) -> Fu
     )
 
 
-def _arguments(raw: Any) -> dict[str, Any] | str:
-    arguments = getattr(raw, "arguments", None)
-    if arguments is None and isinstance(raw, dict):
-        arguments = raw.get("arguments")
-    if isinstance(arguments, str):
-        try:
-            parsed = json.loads(arguments)
-        except ValueError:
-            return arguments
-        return parsed if isinstance(parsed, dict) else arguments
-    return {} if arguments is None else str(arguments)
+def _plain(raw: Any) -> dict[str, Any]:
+    """The raw item as plain data: the SDK keeps a pydantic model or a dict (after a RunState round trip)."""
+    if isinstance(raw, dict):
+        return raw
+    dump = getattr(raw, "model_dump", None)
+    return dump(exclude_none=True) if callable(dump) else {}
 
 
-async def approve(result: RunResult, asker: Asker, *, timeout: float | None = None) -> RunState[Any]:
-    """Decide ``result.interruptions`` through the broker; resume with ``Runner.run(agent, state)``."""
-    state: RunState[Any] = result.to_state()
-    items = list(result.interruptions)
-    calls = []
-    for n, item in enumerate(items):
-        raw = item.raw_item
-        call_id = getattr(raw, "call_id", None) or (raw.get("call_id") if isinstance(raw, dict) else None)
-        calls.append(ToolCall(str(call_id or f"call-{n}"), item.tool_name or "tool", _arguments(raw)))
-    if not calls:
+def _arguments(item: ToolApprovalItem) -> dict[str, Any] | str:
+    text = item.arguments  # the SDK's own reading: arguments, params or input, as JSON text
+    if text is None:
+        return {}
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text
+    return parsed if isinstance(parsed, dict) else text
+
+
+def _shell(action: dict[str, Any]) -> tuple[str, str] | None:
+    """A shell call's commands (hosted ``shell``: ``commands``; ``local_shell``: one argv)."""
+    if isinstance(action.get("commands"), list):
+        commands = [str(c) for c in action["commands"]]
+    elif isinstance(action.get("command"), list):
+        commands = [shlex.join(str(c) for c in action["command"])]
+    else:
+        return None
+    return "; ".join(commands), "\n".join(commands)
+
+
+def _patch(operations: list[dict[str, Any]]) -> tuple[str, str]:
+    """An apply_patch call's operations: ``update_file a.py`` and each diff under its file."""
+    summary = ", ".join(f"{o.get('type', 'edit')} {o.get('path', '?')}" for o in operations)
+    blocks = [f"--- {o.get('type', 'edit')} {o.get('path', '?')}\n{o.get('diff') or ''}".rstrip() for o in operations]
+    return summary, "\n".join(blocks)
+
+
+def _call(n: int, item: ToolApprovalItem) -> ToolCall:
+    """One approval as a question; shell commands and patches shown as such, not as their JSON."""
+    raw = _plain(item.raw_item)
+    call_id = item.call_id or f"call-{n}"
+    name = item.qualified_name or item.name or str(raw.get("type") or "tool")
+    action = raw.get("action")
+    if isinstance(action, dict) and (shell := _shell(action)) is not None:
+        summary, commands = shell
+        return ToolCall(call_id, name, action, summary=summary, body=commands, body_language="sh")
+    operations = raw.get("operations") or ([raw["operation"]] if isinstance(raw.get("operation"), dict) else None)
+    if operations:
+        summary, diff = _patch(operations)
+        return ToolCall(call_id, name, {"operations": operations}, summary=summary, body=diff)
+    return ToolCall(call_id, name, _arguments(item))
+
+
+def _interruptions(pending: RunResult | RunState[Any]) -> tuple[RunState[Any], list[ToolApprovalItem]]:
+    if isinstance(pending, RunState):
+        return pending, list(pending.get_interruptions())
+    return pending.to_state(), list(pending.interruptions)
+
+
+async def approve(
+    pending: RunResult | RunState[Any], asker: Asker, *, timeout: float | None = None, key: str | None = None
+) -> RunState[Any]:
+    """Decide the pending approvals through the broker; resume with ``Runner.run(agent, state)``.
+
+    ``pending`` is a ``RunResult`` with ``interruptions`` or a ``RunState`` (``RunState.from_string``
+    after a restart). ``key`` (the conversation's id, say) makes each card a keyed ask named by it
+    and the calls' ids: a process that saved ``state.to_string()``, died and asks again from it
+    re-attaches to the cards already shown, or collects the answers given meanwhile.
+    """
+    state, items = _interruptions(pending)
+    if not items:
         return state
-    decided = verdicts(await asker.ask(approval_request(calls), timeout=timeout))
+    calls = [_call(n, item) for n, item in enumerate(items)]
+    decided = await ask_approvals(asker, calls, timeout=timeout, key=f"openai-agents:{key}" if key else None)
     for item, call in zip(items, calls, strict=True):
         verdict = decided[call.call_id]
         if verdict.approved:
@@ -67,11 +121,22 @@ async def approve(result: RunResult, asker: Asker, *, timeout: float | None = No
 
 
 async def run(
-    agent: Agent[Any], agent_input: str | list[Any], *, asker: Asker, timeout: float | None = None, **options: Any
+    agent: Agent[Any],
+    agent_input: str | list[Any] | RunState[Any],
+    *,
+    asker: Asker,
+    timeout: float | None = None,
+    key: str | None = None,
+    **options: Any,
 ) -> RunResult:
-    """``Runner.run`` until no tool call waits for approval, asking each batch through the broker."""
+    """``Runner.run`` until no tool call waits for approval, asking each batch through the broker.
+
+    ``agent_input`` may be a ``RunState`` with pending approvals (restored after a restart).
+    """
+    if isinstance(agent_input, RunState) and agent_input.get_interruptions():
+        agent_input = await approve(agent_input, asker, timeout=timeout, key=key)
     result = await Runner.run(agent, agent_input, **options)
     while result.interruptions:
-        state = await approve(result, asker, timeout=timeout)
+        state = await approve(result, asker, timeout=timeout, key=key)
         result = await Runner.run(agent, state, **options)
     return result

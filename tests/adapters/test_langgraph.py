@@ -10,7 +10,7 @@ pytest.importorskip("langgraph", reason="the langgraph extra is not installed (p
 
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import interrupt
+from langgraph.types import Command, interrupt
 
 from broker import (
     AskUserQuestionAnswer,
@@ -100,3 +100,17 @@ async def test_a_text_interrupt_that_fails_leaves_the_graph_paused(make_broker, 
         await run_graph(graph, {"plan": "p"}, config, asker=agent)  # no provider at all
     assert failed.value.code == "NO_PROVIDER"
     assert (await graph.aget_state(config)).next  # still paused: resumable later
+
+
+@pytest.mark.timeout(30)
+async def test_ask_human_states_what_it_must_be_resumed_with(agent):
+    graph = _graph()
+    result = await graph.ainvoke({"plan": "p"}, {"configurable": {"thread_id": "t4"}})
+    schemas = {i.value.get("questions", [{}])[0].get("id") if isinstance(i.value, dict) else "text": i.response_schema
+               for i in result["__interrupt__"]}  # fmt: skip
+    assert schemas["text"] is None  # a plain interrupt("...") says nothing
+    assert "answer" in str(schemas["plan"]) and "error" in str(schemas["plan"])
+    with pytest.raises(Exception, match="validation error"):  # LangGraph checks a resume value against it
+        await graph.ainvoke(
+            Command(resume={i.id: "yes" for i in result["__interrupt__"]}), {"configurable": {"thread_id": "t4"}}
+        )

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from typing import Any
 
 import pytest
 
 pytest.importorskip("agents", reason="the openai-agents extra is not installed (pip install -e '.[openai-agents]')")
 
-from agents import Agent, RunConfig, function_tool
+from agents import Agent, ApplyPatchTool, RunConfig, ShellTool, function_tool
+from openai.types.responses import ResponseFunctionShellToolCall
+from openai.types.responses.response_apply_patch_tool_call import ResponseApplyPatchToolCall
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionRequest, PlanReviewIntent
+from broker.housekeeping import reap_abandoned
 from broker_adapters import openai_agents as adapter
 from tests.adapters.scripted_model import ScriptedModel, call, text
+from tests.workers.procs import env_for
 
 OFFLINE = RunConfig(tracing_disabled=True)
 
@@ -83,3 +89,86 @@ async def test_tool_approvals_route_through_the_broker(human, agent):
     outputs = _outputs(model)
     assert outputs["c1"] == "deleted build/"
     assert outputs["c2"] == "The user denied this call: keep the logs"
+
+
+# -- shell and apply_patch, restarts ---------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+async def test_shell_and_apply_patch_approvals_show_the_command_and_the_patch(human, agent):
+    ran: list[Any] = []
+
+    async def executor(request: Any) -> str:
+        ran.append(request)
+        return "ok"
+
+    class Editor:
+        def create_file(self, operation: Any) -> None:
+            ran.append(operation)
+
+        def update_file(self, operation: Any) -> None:
+            ran.append(operation)
+
+        def delete_file(self, operation: Any) -> None:
+            ran.append(operation)
+
+    shell_call = ResponseFunctionShellToolCall(
+        type="shell_call", id="sh1", call_id="s1", status="completed",
+        action={"commands": ["rm -rf build", "make"], "timeout_ms": 1000, "max_output_length": 100},
+    )  # fmt: skip
+    patch_call = ResponseApplyPatchToolCall(
+        type="apply_patch_call", id="ap1", call_id="p1", status="completed",
+        operation={"type": "update_file", "path": "app.py", "diff": "@@\n-x = 1\n+x = 2\n"},
+    )  # fmt: skip
+
+    def respond(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
+        by_id = {"s1": AskUserQuestionAnswerItem(id="s1", selected=("Approve",)),
+                 "p1": AskUserQuestionAnswerItem(id="p1", selected=("Deny",))}  # fmt: skip
+        return AskUserQuestionAnswer(answers=tuple(by_id[q.id] for q in request.questions))
+
+    person = await human(respond)
+    model = ScriptedModel([shell_call, patch_call], [text("done")])
+    tools = [ShellTool(executor=executor, needs_approval=True), ApplyPatchTool(editor=Editor(), needs_approval=True)]
+    result = await adapter.run(Agent(name="dev", model=model, tools=tools), "build", asker=agent, run_config=OFFLINE)
+    assert result.final_output == "done" and len(ran) == 1  # the shell ran, the patch did not
+    shell, patch = person.seen[0].questions
+    assert shell.question == "Allow shell: `rm -rf build; make`?"
+    assert "```sh\nrm -rf build\nmake\n```" in (shell.detail or "")
+    assert patch.question == "Allow apply_patch: `update_file app.py`?"
+    assert "-x = 1\n+x = 2" in (patch.detail or "")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+async def test_an_approval_survives_a_killed_asking_process(make_broker, redis_server, namespace, tmp_path):
+    saved = tmp_path / "run-state.json"
+
+    async def asker_process() -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.adapters.openai_restart", str(saved),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=env_for(redis_server.url, namespace),
+        )  # fmt: skip
+
+    broker = await make_broker()
+    async with broker.provider("test-human") as provider:
+        seen = aiter(provider)
+        killed = await asker_process()
+        pending = await asyncio.wait_for(anext(seen), 30)
+        assert saved.exists()
+        killed.kill()  # SIGKILL: no chance to withdraw
+        await killed.wait()
+        again = await asker_process()  # restores the RunState and asks under the same key
+        assert again.stdout is not None
+        assert json.loads(await asyncio.wait_for(again.stdout.readline(), 30)) == {"asking": ["c1"]}
+        await asyncio.sleep(1.0)
+        await reap_abandoned(broker)
+        assert [rid for _, rid in pending.askers] == [pending.request_id]  # re-attached, not a second card
+        await pending.answer(
+            AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id="c1", selected=("Approve",)),)), by="alice"
+        )
+        out, err = await asyncio.wait_for(again.communicate(), 30)
+        with pytest.raises(TimeoutError):  # and no second card came
+            await asyncio.wait_for(anext(seen), 0.5)
+    assert again.returncode == 0, err.decode()
+    assert json.loads(out.decode().splitlines()[-1]) == {"output": "done: deleted build/"}

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is not installed (pip install -e '.[pydantic-ai]')")
 
-from pydantic_ai import Agent, DeferredToolRequests, Tool, ToolDenied
+from pydantic_ai import (
+    Agent,
+    ApprovalRequired,
+    CallDeferred,
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    Tool,
+    ToolDenied,
+)
+from pydantic_ai.capabilities import HandleDeferredToolCalls
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
@@ -113,3 +124,161 @@ async def test_the_ask_tool_carries_intent_and_detail(human, agent):
     assert json.loads(result.output) == {"answers": [{"id": "plan", "selected": ["Approve"]}]}
     item = person.seen[0].questions[0]
     assert item.intent == PlanReviewIntent(approve="Approve") and item.detail == "1. add column"
+
+
+# -- mixed runs, questions, metadata, cancel, the in-run path, many calls ----------------------------------
+
+
+def _returns(result: Any) -> dict[str, Any]:
+    return {
+        part.tool_call_id: part.content
+        for message in result.all_messages()
+        for part in getattr(message, "parts", ())
+        if isinstance(part, ToolReturnPart)
+    }
+
+
+def _mixed_agent(ran: list[str], **options: Any) -> Agent[None, str | DeferredToolRequests]:
+    """One model turn calls a tool needing approval (with metadata), an external tool and a question tool."""
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("drop_table", {"name": "users"}, tool_call_id="t-drop"),
+                    ToolCallPart("lookup", {"what": "owner"}, tool_call_id="t-lookup"),
+                    ToolCallPart(
+                        "ask_user", {"question": "Which region?", "options": ["eu", "us"]}, tool_call_id="t-ask"
+                    ),
+                ]
+            )
+        return ModelResponse(parts=[TextPart("done")])
+
+    subject: Agent[None, str | DeferredToolRequests] = Agent(
+        FunctionModel(model), output_type=[str, DeferredToolRequests], **options
+    )
+
+    @subject.tool
+    def drop_table(ctx: RunContext[None], name: str) -> str:
+        """Drop a table."""
+        if not ctx.tool_call_approved:
+            raise ApprovalRequired(metadata={"reason": "production database", "rows": 1200})
+        ran.append(f"drop {name}")
+        return f"dropped {name}"
+
+    @subject.tool_plain
+    def lookup(what: str) -> str:
+        """Looked up by another service."""
+        raise CallDeferred()
+
+    @subject.tool_plain
+    def ask_user(question: str, options: list[str]) -> str:
+        """Ask the user."""
+        raise CallDeferred(kind="question")
+
+    return subject
+
+
+def _answer_mixed(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
+    by_id = {"t-drop": AskUserQuestionAnswerItem(id="t-drop", selected=("Approve",)),
+             "t-ask": AskUserQuestionAnswerItem(id="t-ask", selected=("eu",))}  # fmt: skip
+    return AskUserQuestionAnswer(answers=tuple(by_id[q.id] for q in request.questions))
+
+
+@pytest.mark.timeout(30)
+async def test_a_mixed_run_gets_approvals_questions_and_external_results_together(human, agent):
+    person = await human(_answer_mixed)
+    ran: list[str] = []
+
+    async def external(requests: DeferredToolRequests) -> DeferredToolResults:
+        return DeferredToolResults(calls={"t-lookup": "team-db"})
+
+    result = await adapter.run(_mixed_agent(ran), "go", asker=agent, external=external)
+    assert result.output == "done" and ran == ["drop users"]
+    assert _returns(result) == {"t-drop": "dropped users", "t-lookup": "team-db", "t-ask": "eu"}
+    (request,) = person.seen
+    drop, ask = request.questions
+    assert "production database" in (drop.detail or "") and '"rows": 1200' in (drop.detail or "")
+    assert ask.question == "Which region?"  # the question itself, not "Allow ask_user: ..."
+    assert [o.label for o in ask.options or ()] == ["eu", "us"]
+
+
+@pytest.mark.timeout(30)
+async def test_a_mixed_run_without_an_external_handler_stops_rather_than_crashing(human, agent):
+    person = await human(_answer_mixed)
+    result = await adapter.run(_mixed_agent([]), "go", asker=agent)
+    assert isinstance(result.output, DeferredToolRequests) and person.seen == []
+    decided = await adapter.decide(result.output, agent)  # the caller adds the external results and resumes
+    decided.calls["t-lookup"] = "team-db"
+    resumed = await _mixed_agent([]).run(message_history=result.all_messages(), deferred_tool_results=decided)
+    assert resumed.output == "done"
+
+
+@pytest.mark.timeout(30)
+async def test_a_dismissed_question_is_a_denial_the_model_reads_not_an_exception(human, agent):
+    await human(lambda request: "not today")
+    ran: list[str] = []
+
+    async def external(requests: DeferredToolRequests) -> DeferredToolResults:
+        return DeferredToolResults(calls={"t-lookup": "team-db"})
+
+    result = await adapter.run(_mixed_agent(ran), "go", asker=agent, external=external)
+    assert result.output == "done" and ran == []
+    returns = _returns(result)
+    assert "dismissed" in str(returns["t-drop"]) and "not today" in str(returns["t-drop"])
+
+
+@pytest.mark.timeout(30)
+async def test_the_in_run_path_decides_without_stopping_the_run(human, agent):
+    await human(_answer_mixed)
+    ran: list[str] = []
+
+    async def external(ctx: RunContext[None], requests: DeferredToolRequests) -> DeferredToolResults:
+        return DeferredToolResults(calls={"t-lookup": "team-db"})
+
+    subject = _mixed_agent(
+        ran,
+        capabilities=[
+            HandleDeferredToolCalls(handler=adapter.handler(agent)),
+            HandleDeferredToolCalls(handler=external),
+        ],
+    )
+    result = await subject.run("go")
+    assert result.output == "done" and ran == ["drop users"]
+    assert _returns(result)["t-ask"] == "eu"
+
+
+@pytest.mark.timeout(30)
+async def test_the_in_run_path_leaves_the_calls_pending_when_nobody_can_answer(agent):
+    subject = _mixed_agent([], capabilities=[HandleDeferredToolCalls(handler=adapter.handler(agent))])
+    result = await subject.run("go")  # no provider: NO_PROVIDER
+    assert isinstance(result.output, DeferredToolRequests) and len(result.output.approvals) == 1
+
+
+@pytest.mark.timeout(30)
+async def test_more_approvals_than_a_card_holds_are_split(human, agent):
+    person = await human(
+        lambda request: AskUserQuestionAnswer(
+            answers=tuple(AskUserQuestionAnswerItem(id=q.id, selected=("Approve",)) for q in request.questions)
+        )
+    )
+    ran: list[str] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("touch", {"n": n}, tool_call_id=f"t{n}") for n in range(23)])
+        return ModelResponse(parts=[TextPart("done")])
+
+    subject: Agent[None, str | DeferredToolRequests] = Agent(
+        FunctionModel(model), output_type=[str, DeferredToolRequests]
+    )
+
+    @subject.tool_plain(requires_approval=True)
+    def touch(n: int) -> str:
+        """Touch a file."""
+        ran.append(str(n))
+        return "ok"
+
+    result = await adapter.run(subject, "go", asker=agent)
+    assert result.output == "done" and len(ran) == 23
+    assert sorted(len(r.questions) for r in person.seen) == [3, 20]
