@@ -161,10 +161,7 @@ if ARGV[14] == 'solo' then -- ask(coalesce=False): never presented together with
 end
 local entry = redis.call('XADD', KEYS[1], '*', unpack(fields))
 redis.call('HSET', KEYS[2], 'state', 'pending', 'request', ARGV[2], 'agent', ARGV[3], 'agent_fp', agent_fp,
-  'client', ARGV[5], 'entry', entry, 'created', now, 'deadline', deadline, 'remember', ARGV[15] == '0' and '0' or '1')
-if ARGV[14] == 'solo' then
-  redis.call('HSET', KEYS[2], 'coalesce', '0')
-end
+  'client', ARGV[5], 'entry', entry, 'created', now, 'deadline', deadline, 'remember', ARGV[15] == '0' and '0' or '1', 'coalesce', ARGV[14] == 'solo' and '0' or '1')
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
 if key ~= '' then
   redis.call('HSET', KEYS[2], 'key', key, 'grace', ARGV[12], 'digest', ARGV[13])
