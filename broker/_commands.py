@@ -76,6 +76,7 @@ SCRIPTS = {
         "agent_heartbeat",
         "notice_ack",
         "settled_cleanup",
+        "durable_release",
         "decision_revoke",
     )
 }

@@ -233,11 +233,11 @@ class Inbox:
             future = self._waiting.pop(request_id, None)
             if future is not None and not future.done():
                 future.set_result(outcome)
-            elif future is None:  # nobody here waits for it (any more): clean up for the asker
+            elif future is None:  # nobody here waits for it (any more): clean up, unless a keyed asker may re-attach
                 self._commands.fire_script(
                     SCRIPTS["settled_cleanup"],
                     [self._keys.request(request_id), self._keys.outcome(request_id)],
-                    [TOMBSTONE_MS, self._client_id],
+                    [TOMBSTONE_MS, self._client_id, "unclaimed"],
                 )
         if bare:  # housekeeping's notices carry no outcome
             await self._resolve(bare)

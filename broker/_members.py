@@ -36,7 +36,8 @@ class Members(Generic[M]):
     """A card's members in arrival order, by request id, with counts by level, asker and state.
 
     An asker is an agent id in one asking process (``client_id``); a member's ``away`` and
-    ``client_id`` change only through ``set_away`` and ``rebind``, which keep the counts true.
+    ``client_id`` and ``opted_out`` change only through ``set_away``, ``rebind`` and ``set_opted_out``, which keep
+    the counts true.
     """
 
     __slots__ = ("_askers", "_by_id", "_levels", "away", "opted_out")
@@ -100,6 +101,12 @@ class Members(Generic[M]):
         if self._by_id.get(member.request_id) is member and member.away != away:
             self.away += 1 if away else -1
         member.away = away
+
+    def set_opted_out(self, member: M, opted_out: bool) -> None:
+        """The member's asker re-attached with another ``remember`` (the request hash's word)."""
+        if self._by_id.get(member.request_id) is member and member.opted_out != opted_out:
+            self.opted_out += 1 if opted_out else -1
+        member.opted_out = opted_out
 
     def rebind(self, member: M, client_id: str) -> None:
         """The member's asker re-attached from another asking process."""

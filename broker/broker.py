@@ -350,6 +350,11 @@ class Broker:
             ]
             self._commands.fire_script(SCRIPTS["settled_cleanup"], keys, [TOMBSTONE_MS, self.client_id])
 
+    def _fire_script(self, name: str, keys: list[str], args: list[Any]) -> None:
+        """Queue a clean-up script nobody waits for; dropped once the broker is closed."""
+        if self._commands is not None and self._open:
+            self._commands.fire_script(SCRIPTS[name], keys, args)
+
     def _fire(self, *args: Any) -> None:
         """Queue a clean-up command nobody waits for; dropped once the broker is closed."""
         if self._commands is not None and self._open:
@@ -544,7 +549,7 @@ class Broker:
         remembered: list[Any] = []
         if not gate_only:  # ask.lua's KEYS[7] and ARGV[14..]: coalescing, the provider check, remembered decisions
             lookup = routing.remember and routing.lookup
-            script_keys.append(keys.outcome(request_id))
+            script_keys += [keys.outcome(request_id), keys.away]
             found = decision_keys(keys, request) if lookup else []
             looked_up = len(found) // 2
             remembered = [
@@ -686,6 +691,8 @@ class _Ask:
         self.routing = routing
         self._checked: tuple[str, Outcome] | None = None
         """the last outcome ``accepts`` decoded and let through: the ask returns it without decoding again"""
+        self.attached_unsure: str | None = None
+        """a keyed request the re-attach may have made this process's before the ask was stopped"""
         self.settled_after: int | None = None
         """for a keyed ask that re-attached: the earliest (unix ms, Redis clock) its outcome may have
         been settled, the key being the asking side's to rewrite (an old answer must not pass)"""
@@ -846,6 +853,10 @@ class _Ask:
         # The request's keys go only now, after the ask call returned: a retried ask can then
         # never land after them and enqueue the question again.
         broker._forget_settled(self.request_id)
+        if self.durable is not None and reply[0] != "decided":  # received: the key names nothing any more
+            broker._fire_script(
+                "durable_release", [broker.keys.durable(self.request.agent, self.durable.key)], [self.request_id]
+            )
         if reply[0] == "decided":
             if decided is not None:
                 return decided
@@ -938,6 +949,9 @@ class _Ask:
             except BaseException:
                 if named is not None:
                     inbox.forget(named)
+                    # The script may have run (its reply lost with the cancellation): then the hash names this
+                    # process, which no longer waits; the withdrawal detaches it (detach.lua checks the client).
+                    self.attached_unsure = named
                 raise
             finally:
                 if named is not None:
@@ -1005,6 +1019,15 @@ class _Ask:
         except Exception as error:
             log.warning("could not withdraw request %s: %r (housekeeping reaps it)", self.request_id, error)
 
+    async def _detach(self, request_id: str) -> Any:
+        broker, keys = self.broker, self.broker.keys
+        settings = broker._provider_settings
+        return await broker.commands.script(
+            SCRIPTS["detach"],
+            [keys.request(request_id), keys.requests, keys.away, keys.asklog],
+            [request_id, broker.client_id, settings.audit_maxlen, int(settings.result_ttl * 1000)],
+        )
+
     async def _withdraw(self, future: asyncio.Future[str]) -> str | None:
         """Withdraw the request; if it was settled first, return that outcome instead."""
         settled = _outcome_of(future)
@@ -1012,13 +1035,11 @@ class _Ask:
             return settled
         broker = self.broker
         keys = broker.keys
+        if self.durable is not None and self.attached_unsure is not None:
+            await self._detach(self.attached_unsure)
         if self.durable is not None and self.withdrawal == "withdrawn":
             # A keyed ask is given up only by an abort or a timeout; otherwise it is detached.
-            reply = await broker.commands.script(
-                SCRIPTS["detach"],
-                [keys.request(self.request_id), keys.requests, keys.away, keys.asklog],
-                [self.request_id, broker.client_id, broker._provider_settings.audit_maxlen],
-            )
+            reply = await self._detach(self.request_id)
             if reply[0] != "settled":
                 return _outcome_of(future)
             outcome_key = keys.outcome(self.request_id)

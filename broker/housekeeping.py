@@ -145,27 +145,35 @@ async def reap_abandoned(broker: Broker, away: list[str] | None = None) -> tuple
     settings = broker._provider_settings
     withdrawn: list[str] = []
     stale = 0
-    async for asks in _ask_entries(broker):
-        calls = []
-        for entry_id, fields in asks:
-            rid, client, agent = fields["rid"], fields["client"], fields.get("agent", "")
-            request_key = keys.request(rid)
-            calls.append(
-                broker.commands.script(
-                    _REAP,
-                    [
-                        request_key,
-                        keys.requests,
-                        keys.agent(agent) if agent else request_key,
-                        keys.client(client),
-                        keys.inbox(client),
-                        keys.outcome(rid),
-                        keys.audit,
-                        keys.away,
-                    ],
-                    [rid, entry_id, GROUP, int(settings.result_ttl * 1000), settings.audit_maxlen],
-                )
+
+    async def reap(entry_id: str, fields: dict[str, str]) -> Any:
+        rid, client, agent = fields["rid"], fields["client"], fields.get("agent", "")
+        request_key = keys.request(rid)
+        reply: Any = None
+        # The entry's client is who asked first; the hash names who asks now (a keyed ask re-attached): reap.lua
+        # says 'moved' when they differ, and is called again with the hash's.
+        for _ in range(3):
+            reply = await broker.commands.script(
+                _REAP,
+                [
+                    request_key,
+                    keys.requests,
+                    keys.agent(agent) if agent else request_key,
+                    keys.client(client),
+                    keys.inbox(client),
+                    keys.outcome(rid),
+                    keys.audit,
+                    keys.away,
+                ],
+                [rid, entry_id, GROUP, int(settings.result_ttl * 1000), settings.audit_maxlen],
             )
+            if reply[0] != "moved":
+                break
+            client = reply[1]
+        return reply
+
+    async for asks in _ask_entries(broker):
+        calls = [reap(entry_id, fields) for entry_id, fields in asks]
         for (_, fields), reply in zip(asks, await asyncio.gather(*calls), strict=True):
             if reply[0] == "withdrawn":
                 withdrawn.append(fields["rid"])
@@ -232,6 +240,10 @@ async def expire_overdue(broker: Broker) -> list[str]:
         ]
         for (_, fields), reply in zip(asks, await asyncio.gather(*calls), strict=True):
             if reply[0] == "expired":
+                if len(reply) > 1 and reply[1]:  # a keyed ask re-attached from another process: tell that one
+                    inbox = keys.inbox(reply[1])
+                    await broker.commands.call("RPUSH", inbox, fields["rid"])
+                    await broker.commands.call("PEXPIRE", inbox, int(settings.result_ttl * 1000))
                 expired.append(fields["rid"])
                 log.info(
                     "expired request %s of agent %s in %s: its deadline passed",

@@ -311,9 +311,13 @@ class PendingRequest:
         provider = self._provider
         refused: UserQuestionError | None = None
         settled: list[tuple[_Member, str]] = []
+        tell: list[tuple[_Member, str, str]] = []
+        """settled askers still to be told: (member, outcome, the client the request hash names)"""
         for member, (_, args, _), reply in zip(members, settlements, replies, strict=True):
             if reply[0] == "ok":
                 settled.append((member, args[2]))
+                if len(reply) > 1 and reply[1]:
+                    tell.append((member, args[2], str(reply[1])))
                 provider.forget(member.request_id)
                 continue
             if reply[1] == LEASE_LOST:
@@ -325,18 +329,22 @@ class PendingRequest:
         if refused is not None and (not settled or refused.code != NOT_PENDING):
             raise refused
         settings = provider.settings
-        if settings.min_replicas and settled:
-            # settle.lua held the askers' notices back: tell them only once replicas have it.
-            if not await replicated(provider.commands, settings, f"the answer to {self.request_id}"):
-                raise UserQuestionError(
-                    f"request {self.request_id} is settled, but fewer than {settings.min_replicas} replicas"
-                    " confirmed it; the asker is told once they do",
-                    BROKER_UNAVAILABLE,
-                )
-            for member, outcome in settled:
-                inbox = provider.keys.inbox(member.client_id)
-                await provider.commands.call("RPUSH", inbox, f"{member.request_id} {outcome}")
-                await provider.commands.call("PEXPIRE", inbox, int(settings.result_ttl * 1000))
+        # With min_replicas settle.lua held the askers' notices back: tell them only once replicas have it.
+        if (
+            settings.min_replicas
+            and settled
+            and not await replicated(provider.commands, settings, f"the answer to {self.request_id}")
+        ):
+            raise UserQuestionError(
+                f"request {self.request_id} is settled, but fewer than {settings.min_replicas} replicas"
+                " confirmed it; the asker is told once they do",
+                BROKER_UNAVAILABLE,
+            )
+        # Only the askers the hash names as waiting (never an away or detached one: settle.lua knows).
+        for member, outcome, client in tell:
+            inbox = provider.keys.inbox(client)
+            await provider.commands.call("RPUSH", inbox, f"{member.request_id} {outcome}")
+            await provider.commands.call("PEXPIRE", inbox, int(settings.result_ttl * 1000))
 
 
 def _with_ids_of(
@@ -751,16 +759,38 @@ class Provider:
             else:
                 self._reschedule(card, level)
         elif (member := card._member(request_id)) is not None:
-            if kind == "back" and _ID.match(client_id):
-                card._members.rebind(member, client_id)
-            was_away = card.asker_away
-            card._members.set_away(member, kind == "away")
-            if card.asker_away != was_away:
+            # The notice says something changed; what is true now is the request hash's.
+            client, away, remember = await self.commands.call(
+                "HMGET", self.keys.request(request_id), "client", "away", "remember"
+            )
+            was = (card.asker_away, card.opted_out)
+            if client and _ID.match(client) and client != member.client_id:
+                card._members.rebind(member, client)
+            gone = client is None and away is None  # the hash expired meanwhile: the notice's word is all there is
+            card._members.set_away(member, kind == "away" if gone else away is not None or client == "")
+            if remember is not None:
+                card._members.set_opted_out(member, remember == "0")
+            if (card.asker_away, card.opted_out) != was:
                 card.changed.set()
         return True
 
     async def _deliver(self, asks: list[tuple[str, dict[str, str], str, str]]) -> list[tuple[PendingRequest, bool]]:
-        """deliver.lua for one read's asks; each presentable one with whether it may be coalesced."""
+        """deliver.lua for one read's asks; each presentable one with whether it may be coalesced.
+
+        Who asks is the request hash's: an ask whose hash names another client than its entry (a keyed ask
+        re-attached) is delivered again with that client's keys.
+        """
+        shown: list[tuple[PendingRequest, bool]] = []
+        for _ in range(3):
+            moved = await self._deliver_once(asks, shown)
+            if not moved:
+                break
+            asks = moved
+        return shown
+
+    async def _deliver_once(
+        self, asks: list[tuple[str, dict[str, str], str, str]], shown: list[tuple[PendingRequest, bool]]
+    ) -> list[tuple[str, dict[str, str], str, str]]:
         keys = self.keys
         script_keys = [keys.provider, keys.requests, keys.audit, keys.away]
         args: list[Any] = [
@@ -785,8 +815,11 @@ class Provider:
         if reply[0] != "ok":
             self.fenced()
             return []
-        shown: list[tuple[PendingRequest, bool]] = []
+        moved: list[tuple[str, dict[str, str], str, str]] = []
         for (entry_id, fields, request_id, client_id), one in zip(asks, reply[1], strict=True):
+            if one[0] == "moved":
+                moved.append((entry_id, fields, request_id, str(one[1])))
+                continue
             if one[0] == "gone":
                 log.info("request %s not presented: %s", request_id, one[1])
                 continue
@@ -797,20 +830,23 @@ class Provider:
             except (msgspec.DecodeError, UserQuestionError) as error:
                 await self._dead_letter(entry_id, fields, f"undeliverable request: {error}")
                 continue
+            # the hash's word (who asks, the opt-outs), the entry's only for a hash written before it had them
+            remember = str(one[8]) if len(one) > 8 and one[8] else fields.get("remember", "1")
+            coalesce = str(one[9]) if len(one) > 9 and one[9] else fields.get("coalesce", "1")
             pending = PendingRequest(
                 self,
                 request_id=request_id,
                 request=request,
                 request_sha=hashlib.sha256(raw.encode()).hexdigest(),
-                client_id=client_id,
+                client_id=str(one[7]) if len(one) > 7 else client_id,
                 created_ms=int(one[3]),
                 entry_id=entry_id,
                 asker_away=len(one) > 5 and one[5] == "1",
                 durable=str(one[6]) if len(one) > 6 else "",
-                opted_out=fields.get("remember") == "0",
+                opted_out=remember == "0",
             )
-            shown.append((pending, self.coalesce and fields.get("coalesce") != "0"))
-        return shown
+            shown.append((pending, self.coalesce and coalesce != "0"))
+        return moved
 
     async def _dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
         keys = self.keys

@@ -341,6 +341,28 @@ async def test_a_cleanup_of_a_request_still_pending_only_drops_its_body(ns):
     assert "request" in before and after == {f: v for f, v in before.items() if f != "request"}
 
 
+async def test_settle_tells_no_away_asker(ns):
+    """An away asker's process is not waiting (or is gone): no notice; the re-attacher reads the outcome."""
+    fence, epoch, _ = await delivered_request(ns)
+    await ns.redis.hset(ns.keys.request("r1"), mapping={"key": "release-9", "grace": 60_000, "away": 1})
+    assert await ns.settle(fence, epoch, "r1", outcome("yes"), call="call-1") == ["ok"]
+    assert await ns.redis.llen(ns.keys.inbox("c1")) == 0
+    assert await ns.redis.exists(ns.keys.outcome("r1")) == 1
+
+
+async def test_an_unclaimed_notice_never_cleans_up_a_keyed_request(ns):
+    """A notice nobody in the process waits for cleans up only an unkeyed request: a keyed one is kept for the
+    asker that re-attaches (issue 23: the old rule deleted an answer its asker had not received)."""
+    fence, epoch, _ = await delivered_request(ns)
+    await ns.redis.hset(ns.keys.request("r1"), mapping={"key": "release-9", "grace": 60_000})
+    assert await ns.settle(fence, epoch, "r1", outcome("yes"), call="call-1") == ["ok"]
+    cleanup = [ns.keys.request("r1"), ns.keys.outcome("r1")]
+    assert await ns.script("settled_cleanup", cleanup, [60_000, "c1", "unclaimed"]) == 0
+    assert await ns.redis.exists(ns.keys.outcome("r1")) == 1
+    assert await ns.script("settled_cleanup", cleanup, [60_000, "c1"]) == 1  # its ask call returned with it
+    assert await ns.redis.exists(ns.keys.outcome("r1")) == 0
+
+
 async def test_an_empty_fence_is_refused(ns):
     await holder(ns, "tokA")
     assert await ns.renew("") == 0

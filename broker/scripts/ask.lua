@@ -15,10 +15,14 @@
 -- ARGV[11] the ask's key ('' for an unkeyed ask)   ARGV[12] its detach grace ms   ARGV[13] the request's digest
 -- ARGV[14] 'solo' when the asker opted out of coalescing (ask(coalesce=False)): the entry says coalesce '0'
 -- (KEYS[7] and ARGV[15..]: see the remembered decisions block below)   ARGV[17] the provider lease key
--- ARGV[18] the standbys zset key
+-- ARGV[18] the standbys zset key   KEYS[8] the away zset (absent when checking the gate only)
+-- The request hash is the record of who asks (docs/architecture.md): 'client' (the asking process), 'away',
+-- 'remember' and 'coalesce' ('0': opted out), 'deadline'. The stream entry's copies say how it was first asked.
 -- returns {'ok', entry id} | {'decided', outcome JSON, Redis time ms, records} | {'err', CODE, message}, and for a
 -- keyed ask also
---   {'attached', previous client id} the key's pending request (KEYS[6]) is this asker's now
+--   {'attached', previous client id} the key's pending request (KEYS[6]) is this asker's now; the previous client
+--                                    ('' for none waiting) is told it was replaced, also after a lost reply: the
+--                                    hash's 'replaced' keeps it for a retry of the same call (same ARGV[1])
 --   {'settled', state}                 it was answered or cancelled while the asker was away: read its outcome
 --   {'retry'}                          the durable key changed since the asker read it: read it and call again
 -- The stream entry carries the request JSON too, so the provider presents it without reading the hash.
@@ -58,7 +62,8 @@ if key ~= '' then
     return {'retry'}
   end
   if named then
-    local r = redis.call('HMGET', KEYS[6], 'state', 'digest', 'client', 'away', 'delivered', 'request', 'created')
+    local r = redis.call('HMGET', KEYS[6], 'state', 'digest', 'client', 'away', 'delivered', 'request', 'created',
+      'remember', 'coalesce', 'replaced')
     local live = r[1] == 'pending' or ((r[1] == 'answered' or r[1] == 'cancelled') and r[6])
     if live and r[2] ~= ARGV[13] then
       return {'err', 'BAD_REQUEST', 'key ' .. key .. ' names a different request, asked at ' .. r[7] ..
@@ -66,22 +71,34 @@ if key ~= '' then
     end
     if live and r[1] ~= 'pending' then
       redis.call('HSET', KEYS[6], 'client', ARGV[5]) -- this asker collects it (settled_cleanup.lua)
+      redis.call('ZREM', KEYS[8], named)
       return {'settled', r[1]}
     end
     if live then
-      redis.call('HSET', KEYS[6], 'client', ARGV[5], 'agent_fp', agent_fp, 'deadline', deadline)
+      local remember, coalesce = ARGV[15] == '0' and '0' or '1', ARGV[14] == 'solo' and '0' or '1'
+      local previous = r[3] or ''
+      if previous == ARGV[5] and r[10] then -- a retry of this very re-attach: the replaced client is still told
+        local was, by = string.match(r[10], '^(%S*) (%S+)$')
+        if by == ARGV[1] then previous = was end
+      end
+      redis.call('HSET', KEYS[6], 'client', ARGV[5], 'agent_fp', agent_fp, 'deadline', deadline, 'remember', remember,
+        'coalesce', coalesce)
+      if r[3] ~= ARGV[5] then
+        redis.call('HSET', KEYS[6], 'replaced', (r[3] or '') .. ' ' .. ARGV[1])
+      end
       if r[4] then
         redis.call('HDEL', KEYS[6], 'away')
+        redis.call('ZREM', KEYS[8], named)
       end
-      if r[5] and (r[4] or r[3] ~= ARGV[5]) then
-        -- the provider that shows it settles for the new client from now on
+      if r[5] and (r[4] or r[3] ~= ARGV[5] or (r[8] or '1') ~= remember or (r[9] or '1') ~= coalesce) then
+        -- the provider that shows it re-reads who asks from the hash (settlements go to the new client)
         redis.call('XADD', KEYS[1], '*', 'kind', 'back', 'rid', named, 'client', ARGV[5])
       end
       if r[3] ~= ARGV[5] then
         redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'event', 'attached', 'rid', named, 'agent', ARGV[3],
           'client', ARGV[5], 'key', key)
       end
-      return {'attached', r[3]}
+      return {'attached', previous}
     end
   end
 end
@@ -144,7 +161,7 @@ if ARGV[14] == 'solo' then -- ask(coalesce=False): never presented together with
 end
 local entry = redis.call('XADD', KEYS[1], '*', unpack(fields))
 redis.call('HSET', KEYS[2], 'state', 'pending', 'request', ARGV[2], 'agent', ARGV[3], 'agent_fp', agent_fp,
-  'client', ARGV[5], 'entry', entry, 'created', now, 'deadline', deadline)
+  'client', ARGV[5], 'entry', entry, 'created', now, 'deadline', deadline, 'remember', ARGV[15] == '0' and '0' or '1', 'coalesce', ARGV[14] == 'solo' and '0' or '1')
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
 if key ~= '' then
   redis.call('HSET', KEYS[2], 'key', key, 'grace', ARGV[12], 'digest', ARGV[13])

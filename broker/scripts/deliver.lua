@@ -8,8 +8,13 @@
 -- back (an entry written without its request body) or '0'
 -- returns {'err', 'LEASE_LOST', message} for the whole read, or {'ok', {one reply per entry}}, each
 --   {'ok', request JSON or '', agent id, created unix ms, 'again' or '', '1' if its asker is away else '0',
---    the ask's key or ''}
+--    the ask's key or '', the asking process's client id, remember ('0': opted out), coalesce ('0': opted out)}
 --   | {'gone', why}
+--   | {'moved', client id}  the hash names another asking process than the one this entry's keys were built for
+--                          (a keyed ask re-attached): nothing was done; deliver it again with that client's keys
+-- Who asks is the request hash's (its 'client', 'away', 'remember', 'coalesce'), never the stream entry's: the entry
+-- says who asked first, and a keyed ask may have re-attached from another process since (docs/architecture.md).
+-- A hash naming no client ('') is a keyed ask whose asker detached: its asker is away.
 -- ('again': this epoch delivered it before, e.g. a re-claim after a broken read)
 -- A request whose asker is gone is withdrawn here rather than shown (the asker, if it still
 -- waits, is told CALLER_NOT_LIVE). A keyed request (asked with a key) is not: its asker is marked
@@ -32,6 +37,12 @@ local function tell(k, rid, code, message)
   redis.call('PEXPIRE', KEYS[k + 3], ARGV[4])
 end
 local now = nil
+-- Without a maintenance worker nothing ends an away asker's grace: the away zset lapses the result TTL after the
+-- last grace it holds ends.
+local function away_lapses(at)
+  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  if last[2] then redis.call('PEXPIRE', KEYS[4], math.max(1, tonumber(last[2]) - at) + tonumber(ARGV[4])) end
+end
 -- Entries of one read mostly share their asker: each agent record and liveness key is read once per call.
 local fps, alive = {}, {}
 local function live_fp(key)
@@ -46,9 +57,12 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
   local k, a = 5 + 5 * i, 6 + 3 * i
   local entry, rid = ARGV[a], ARGV[a + 1]
   local r = redis.call('HMGET', KEYS[k], 'state', 'agent', 'agent_fp', 'created', 'delivered', 'key', 'grace',
-    'away')
+    'away', 'client', 'remember', 'coalesce')
   local why = nil
-  if not r[1] or r[1] ~= 'pending' then
+  local client = r[9] or ''
+  if r[1] == 'pending' and client ~= '' and string.sub(KEYS[k + 2], -#client - 1) ~= ':' .. client then
+    replies[#replies + 1] = {'moved', client}
+  elseif not r[1] or r[1] ~= 'pending' then
     done[#done + 1] = entry
     if not r[1] then
       tell(k, rid, 'BROKER_UNAVAILABLE',
@@ -58,6 +72,8 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
   else
     if r[2] ~= '' and live_fp(KEYS[k + 1]) ~= r[3] then
       why = 'the asking agent is no longer live'
+    elseif client == '' then
+      why = 'the asker detached'
     elseif not process_alive(KEYS[k + 2]) then
       why = 'the asking process stopped'
     end
@@ -71,6 +87,7 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
         end
         redis.call('HSET', KEYS[k], 'away', now)
         redis.call('ZADD', KEYS[4], now + tonumber(r[7]), rid)
+        away_lapses(now)
         redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', 'away', 'rid', rid, 'reason', reason)
       end
     end
@@ -85,10 +102,10 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
       local body = ''
       if ARGV[a + 2] == '1' then body = redis.call('HGET', KEYS[k], 'request') end
       if r[5] == ARGV[3] then
-        replies[#replies + 1] = {'ok', body, r[2], r[4], 'again', away, r[6] or ''}
+        replies[#replies + 1] = {'ok', body, r[2], r[4], 'again', away, r[6] or '', client, r[10] or '', r[11] or ''}
       else
         redis.call('HSET', KEYS[k], 'delivered', ARGV[3])
-        replies[#replies + 1] = {'ok', body, r[2], r[4], '', away, r[6] or ''}
+        replies[#replies + 1] = {'ok', body, r[2], r[4], '', away, r[6] or '', client, r[10] or '', r[11] or ''}
       end
     end
   end

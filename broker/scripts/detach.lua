@@ -3,8 +3,11 @@
 -- its broker closed); the request stays pending, its asker away, for its detach grace.
 -- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] away zset   KEYS[4] the askers' log (qb:{NS}:asklog)
 -- ARGV[1] request id   ARGV[2] the detaching process's client id   ARGV[3] log max length
+-- ARGV[4] result TTL ms (the away zset lapses that long after the last grace it holds ends; absent: 0)
 -- returns {'ok'} | {'settled', state} (read the outcome) | {'gone'} | {'other'} (another process re-attached)
--- Idempotent: a retry after a lost reply finds the asker already away and changes nothing.
+-- The hash's 'client' becomes '' (nobody waits): housekeeping and a provider then see the asker away however
+-- long the detaching process runs on, and nothing it receives later cleans the request up (docs/architecture.md).
+-- Idempotent: a retry after a lost reply finds the asker already detached and changes nothing.
 local r = redis.call('HMGET', KEYS[1], 'state', 'client', 'away', 'delivered', 'grace')
 if not r[1] then
   return {'gone'}
@@ -12,9 +15,10 @@ end
 if r[1] ~= 'pending' then
   return {'settled', r[1]}
 end
-if r[2] ~= ARGV[2] then
+if r[2] ~= ARGV[2] and not (r[2] == '' and r[3]) then
   return {'other'}
 end
+redis.call('HSET', KEYS[1], 'client', '')
 if r[3] then
   return {'ok'}
 end
@@ -22,6 +26,8 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('HSET', KEYS[1], 'away', now)
 redis.call('ZADD', KEYS[3], now + tonumber(r[5] or '0'), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+redis.call('PEXPIRE', KEYS[3], math.max(1, tonumber(last[2]) - now) + tonumber(ARGV[4] or '0'))
 if r[4] then
   redis.call('XADD', KEYS[2], '*', 'kind', 'away', 'rid', ARGV[1])
 end

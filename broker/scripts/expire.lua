@@ -3,11 +3,14 @@
 -- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] outcome key   KEYS[4] asker's inbox
 -- KEYS[5] audit stream
 -- ARGV[1] request id   ARGV[2] group   ARGV[3] result TTL ms   ARGV[4] audit max length
--- returns {'expired'} | {'waiting', ms left} | {'no-deadline'} | {'settled', state} | {'gone'}
+-- returns {'expired', client id still to be told or ''} | {'waiting', ms left} | {'no-deadline'} | {'settled', state}
+--   | {'gone'}
 -- The deadline is judged by the Redis clock. The first terminal transition wins, as in settle.lua:
 -- the outcome goes to the per-request key and a notice to the asker's inbox; a provider that
--- showed the request gets a withdraw notice on the stream so its UI takes the card down.
-local r = redis.call('HMGET', KEYS[1], 'state', 'entry', 'delivered', 'deadline')
+-- showed the request gets a withdraw notice on the stream so its UI takes the card down. The notice goes only to
+-- the asking process the hash names (KEYS[4] is its inbox, or the caller's view is stale, or a keyed asker detached):
+-- any other asker finds the outcome by its sweep, or on re-attaching.
+local r = redis.call('HMGET', KEYS[1], 'state', 'entry', 'delivered', 'deadline', 'client')
 if not r[1] then
   return {'gone'}
 end
@@ -33,8 +36,15 @@ redis.call('XDEL', KEYS[2], r[2])
 if r[3] then
   redis.call('XADD', KEYS[2], '*', 'kind', 'withdraw', 'rid', ARGV[1], 'reason', 'expired')
 end
-redis.call('RPUSH', KEYS[4], ARGV[1])
-redis.call('PEXPIRE', KEYS[4], ARGV[3])
+local client = r[5] or ''
+if client ~= '' and string.sub(KEYS[4], -#client - 1) == ':' .. client then
+  redis.call('RPUSH', KEYS[4], ARGV[1])
+  redis.call('PEXPIRE', KEYS[4], ARGV[3])
+  client = ''
+end
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[4], '*', 'event', 'expired', 'rid', ARGV[1], 'reason', message,
   'by', 'housekeeping')
+if client ~= '' then
+  return {'expired', client}
+end
 return {'expired'}

@@ -6,6 +6,11 @@
 -- ARGV[1] request id   ARGV[2] the stream entry id seen   ARGV[3] group   ARGV[4] result TTL ms
 -- ARGV[5] audit max length
 -- returns {'withdrawn', reason} | {'away', reason} | {'live'} | {'stale', state}
+--   | {'moved', client id}: the hash names another asking process than KEYS[4] and KEYS[5] were built for (a keyed
+--     ask re-attached); nothing was done: call again with that client's keys
+-- The asker is the request hash's 'client' (and 'agent_fp'), never the stream entry's: the entry says who asked
+-- first (docs/architecture.md). A hash naming no client ('') is a keyed ask whose asker detached: it stays away,
+-- whatever the process that detached it does.
 -- The asker is gone when its agent record expired (or another instance holds the id) or when its
 -- process stopped refreshing its liveness key. As in deliver.lua, the outcome (CALLER_NOT_LIVE) is
 -- written and a notice pushed to the asker's inbox even when its process looks dead: a process that
@@ -17,7 +22,12 @@
 -- A keyed request is not withdrawn: its asker is marked away (as in deliver.lua), and a provider that
 -- showed it gets a kind=away notice; an away asker found live again (a paused process that woke up)
 -- is marked back, with a kind=back notice. Its detach grace is judged by away_end.lua.
-local r = redis.call('HMGET', KEYS[1], 'state', 'entry', 'delivered', 'agent', 'agent_fp', 'key', 'grace', 'away')
+local r = redis.call('HMGET', KEYS[1], 'state', 'entry', 'delivered', 'agent', 'agent_fp', 'key', 'grace', 'away',
+  'client')
+local client = r[9] or ''
+if r[1] == 'pending' and client ~= '' and string.sub(KEYS[4], -#client - 1) ~= ':' .. client then
+  return {'moved', client}
+end
 if not r[1] or r[1] ~= 'pending' then
   redis.pcall('XACK', KEYS[2], ARGV[3], ARGV[2])
   redis.call('XDEL', KEYS[2], ARGV[2])
@@ -33,6 +43,8 @@ end
 local why = nil
 if r[4] and r[4] ~= '' and redis.call('HGET', KEYS[3], 'fp') ~= r[5] then
   why = 'the asking agent is no longer live'
+elseif client == '' then
+  why = 'the asker detached'
 elseif redis.call('EXISTS', KEYS[4]) == 0 then
   why = 'the asking process stopped'
 end
@@ -49,6 +61,9 @@ if r[6] then
     local now = t[1] * 1000 + math.floor(t[2] / 1000)
     redis.call('HSET', KEYS[1], 'away', now)
     redis.call('ZADD', KEYS[8], now + tonumber(r[7]), ARGV[1])
+    -- without a maintenance worker the set lapses the result TTL after the last grace it holds ends
+    local last = redis.call('ZRANGE', KEYS[8], -1, -1, 'WITHSCORES')
+    redis.call('PEXPIRE', KEYS[8], math.max(1, tonumber(last[2]) - now) + tonumber(ARGV[4]))
     if r[3] then
       redis.call('XADD', KEYS[2], '*', 'kind', 'away', 'rid', ARGV[1])
     end

@@ -14,9 +14,13 @@
 -- array), a summary (JSON: scope, agent, fingerprint, question, header), its signature (JSON, broker/decisions.py
 -- DecisionProof: what an asker checks before the decision answers it)
 -- returns {'err', 'LEASE_LOST', message} for the whole call, or {'ok', {one reply per settlement}}, each
---   {'ok'} | {'err', CODE, message}
+--   {'ok'} | {'ok', client id} | {'err', CODE, message}
+-- where a client id names an asking process still to be told (RPUSH '<request id> <outcome>' onto its inbox):
+-- with ARGV[7] '1', every asker waiting (not away); else one whose inbox is not the settlement's (a keyed ask
+-- re-attached from another process since the provider learnt its client).
 -- A retry of the same call after a lost reply finds its own settlement and succeeds again. A decision is
--- refused (BAD_ANSWER, the request stays pending) for a request whose ask entry says remember '0'.
+-- refused (BAD_ANSWER, the request stays pending) for a request whose hash says remember '0' (the asker's last
+-- word: a re-attach may opt out; a hash written before that field existed falls back to its ask entry).
 -- A keyed request (asked with a key) keeps its outcome for its detach grace if that is longer than the
 -- result TTL; while its asker is away no notice is pushed (nobody reads that inbox, or a process that
 -- detached would clean the outcome up): the asker that re-attaches reads the outcome.
@@ -44,18 +48,20 @@ while a <= #ARGV do
   local rid, state, outcome, by, call = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local decisions = tonumber(ARGV[a + 5])
   local dk, da = k + 3, a + 6
-  local r = redis.call('HMGET', KEYS[k], 'state', 'entry', 'settle_call', 'by', 'grace', 'away')
+  local r = redis.call('HMGET', KEYS[k], 'state', 'entry', 'settle_call', 'by', 'grace', 'away', 'client', 'remember')
+  local client = r[7] or ''
+  local waiting = not r[6] and client ~= ''
   if not r[1] then
     replies[#replies + 1] = {'err', 'NOT_PENDING', 'request ' .. rid .. ' is no longer pending'}
   elseif r[1] ~= 'pending' then
     if r[3] == call then
-      replies[#replies + 1] = {'ok'}
+      replies[#replies + 1] = (ARGV[7] == '1' and waiting) and {'ok', client} or {'ok'}
     else
       local who = ''
       if r[4] and r[4] ~= '' then who = ' by ' .. r[4] end
       replies[#replies + 1] = {'err', 'NOT_PENDING', 'request ' .. rid .. ' is already ' .. r[1] .. who}
     end
-  elseif decisions > 0 and (state ~= 'answered' or opted_out(r[2])) then
+  elseif decisions > 0 and (state ~= 'answered' or r[8] == '0' or (not r[8] and opted_out(r[2]))) then
     replies[#replies + 1] = {'err', 'BAD_ANSWER', 'request ' .. rid ..
       ' cannot be remembered: only an answer is, and its asker asked for a human every time (remember=False)'}
   else
@@ -69,7 +75,10 @@ while a <= #ARGV do
     redis.call('PEXPIRE', KEYS[k], hash_keep)
     redis.call('SET', KEYS[k + 1], outcome, 'PX', keep)
     done[#done + 1] = r[2]
-    if ARGV[7] ~= '1' and not r[6] then
+    local tell = ''
+    if waiting and (ARGV[7] == '1' or string.sub(KEYS[k + 2], -#client - 1) ~= ':' .. client) then
+      tell = client
+    elseif waiting then
       redis.call('RPUSH', KEYS[k + 2], rid .. ' ' .. outcome)
       if not pushed[KEYS[k + 2]] then -- the settlements of one call mostly share their asker's inbox
         redis.call('PEXPIRE', KEYS[k + 2], ARGV[6])
@@ -100,7 +109,7 @@ while a <= #ARGV do
         'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'ttl', ttl, 'summary', ARGV[d + 3])
       remembered = true
     end
-    replies[#replies + 1] = {'ok'}
+    replies[#replies + 1] = tell ~= '' and {'ok', tell} or {'ok'}
   end
   k, a = dk + decisions, da + 5 * decisions
 end

@@ -3,7 +3,12 @@
 -- KEYS: two per request, from KEYS[1 + 2i] for request i = 0, 1, ...: request hash, outcome key
 -- ARGV[1] how long the tombstone outlives this, ms (TOMBSTONE_MS, 60 s)
 -- ARGV[2] the cleaning process's client id: a request whose hash names another client is left alone
+-- ARGV[3] 'unclaimed' when no ask of this process received these outcomes (a notice nobody here waits for): a keyed
+-- request is then left alone, whatever its hash names, for the asker that re-attaches to it (it is collected then,
+-- or ends by its TTL or away_end.lua); absent: the ask calls returned with these outcomes
 -- returns the number of requests cleaned up
+-- The rule: an outcome goes only once its asker received it (its ask call returned with it), or when no asker can
+-- ever collect it (an unkeyed ask that ended without it). Never for a keyed ask its process stopped waiting on.
 -- For every request the asker resolved in one tick: the outcome goes, and a settled request's hash becomes a
 -- tombstone for the tombstone time that keeps only what a retry reads: 'state', 'settle_call' and 'by' (a
 -- provider's settle.lua retried after a lost reply recognises its own settlement instead of getting NOT_PENDING)
@@ -14,8 +19,8 @@
 -- retry after a lost reply.
 local cleaned = 0
 for i = 1, #KEYS, 2 do
-  local r = redis.call('HMGET', KEYS[i], 'client', 'state', 'settle_call', 'by')
-  if not r[1] or r[1] == ARGV[2] then
+  local r = redis.call('HMGET', KEYS[i], 'client', 'state', 'settle_call', 'by', 'key')
+  if (not r[1] or r[1] == ARGV[2]) and not (r[5] and ARGV[3] == 'unclaimed') then
     redis.call('UNLINK', KEYS[i + 1])
     if r[2] and r[2] ~= 'pending' then
       local kept = {'state', r[2]}
