@@ -736,14 +736,16 @@ class Provider:
             self._delivering.difference_update(request_id for _, _, request_id, _ in asks)
         for pending, coalesce in shown:
             if (card := self._place(pending, coalesce)) is not None:
+                # Scheduled as it is listed: a failure below must not leave it in pending, never handed out.
+                self._schedule.push(card, card.level, card.agent_id)
                 new_cards.append(card)
-        for entry_id, kind, request_id, client_id in notices:
-            if not await self._take_notice(entry_id, kind, request_id, client_id):
-                break
-        for card in new_cards:
-            self._schedule.push(card, card.level, card.agent_id)
-        if new_cards:
-            self._wake.set()
+        try:
+            for entry_id, kind, request_id, client_id in notices:
+                if not await self._take_notice(entry_id, kind, request_id, client_id):
+                    break
+        finally:
+            if new_cards:  # woken once this read's withdraw notices have taken their cards down
+                self._wake.set()
 
     async def _take_notice(self, entry_id: str, kind: str, request_id: str, client_id: str) -> bool:
         """A notice: take the card down (withdraw), or mark its asker away or back; False when fenced.
