@@ -400,3 +400,20 @@ async def test_an_asker_found_gone_when_its_card_is_settled_leaves_the_card(make
         assert card.withdrawn.is_set()  # the UI takes it down
         asking.cancel()
         await asyncio.gather(asking, return_exceptions=True)
+
+
+@pytest.mark.timeout(30)
+async def test_a_coalesced_card_settled_over_several_calls_remembers_its_decision_once(
+    make_broker, provider, redis, monkeypatch
+):
+    """Each call of a split card carries the decision again (its first asker may be gone): written once."""
+    monkeypatch.setattr("broker.provider._SETTLE_BATCH", 1)
+    async with askers(make_broker, "a1", "a2", "a3") as agents:
+        asks = [asyncio.ensure_future(agent.ask(deploy(), timeout=30)) for agent in agents]
+        card = await next_pending(provider)
+        await until(lambda: len(card.askers) == 3)
+        await card.answer(pick("yes"), by="alice", remember=Remember(ttl=60))
+        assert await asyncio.wait_for(asyncio.gather(*asks), 5) == [pick("yes")] * 3
+        decisions = await agents[0]._broker.decisions()
+        assert [d.request_id for d in decisions] == [card.askers[0].request_id]
+        assert len(await audit_events(redis, agents[0]._broker, "remembered")) == 1
