@@ -347,7 +347,9 @@ async def test_every_scheme_gets_the_same_timeouts(url):
     from broker.connection import COMMAND_TIMEOUT, redis_from_url
 
     def options(client: Any) -> dict[str, Any]:
-        return dict(client.connection_kwargs if isinstance(client, RedisCluster) else client.connection_pool.connection_kwargs)
+        return dict(
+            client.connection_kwargs if isinstance(client, RedisCluster) else client.connection_pool.connection_kwargs
+        )
 
     command, blocking = redis_from_url(url), redis_from_url(url, blocking=True)
     try:
