@@ -84,6 +84,9 @@ class ProviderSettings:
 
 _Settlement = tuple[list[str], list[Any], Seal]
 """one settlement's settle.lua keys and arguments, and what seals its outcome"""
+_CARRIED = -1
+"""settle.lua's D for a coalesced card's later asker: the card's decisions go with it when the first asker's
+request was no longer pending"""
 
 
 class Asker(NamedTuple):
@@ -279,6 +282,8 @@ class PendingRequest:
                     outcome = encode(Outcome(answer=own)).decode()
                     if remember is not None and (member is members[0] or remember.scope == "agent"):
                         extra_keys, extra_args = _remembering(self._provider, member.request, own, remember, now_ms, by)
+                    elif remember is not None:
+                        extra_args = [_CARRIED]  # settle.lua writes the first asker's decisions with it if need be
                 settlements.append(self._settlement(member, state, outcome, by, extra_keys, extra_args))
             try:
                 replies = await self._provider.settle_all(settlements)
@@ -323,8 +328,11 @@ class PendingRequest:
             if reply[1] == LEASE_LOST:
                 provider.fenced()
                 raise UserQuestionError(reply[2], reply[1])
-            if reply[1] == NOT_PENDING and len(members) > 1:
-                provider.forget(member.request_id)  # withdrawn or settled meanwhile: it leaves the card
+            if reply[1] == NOT_PENDING:  # withdrawn, lapsed or settled meanwhile: it leaves the card
+                shown = provider._shown.get(member.request_id) is self
+                provider.forget(member.request_id)
+                if shown and self._leave(member.request_id):
+                    self.withdrawn.set()  # its last asker: the UI takes the card down
             refused = refused or UserQuestionError(reply[2], reply[1])
         if refused is not None and (not settled or refused.code != NOT_PENDING):
             raise refused
@@ -554,6 +562,7 @@ class Provider:
 
     async def _send_settles(self) -> None:
         settings = self.settings
+        carrier: tuple[list[str], list[Any]] | None = None  # the last decisions sent: their keys, D and arguments
         while self._settles:
             batch, self._settles = self._settles[:_SETTLE_BATCH], self._settles[_SETTLE_BATCH:]
             keys: list[str] = [
@@ -572,6 +581,13 @@ class Provider:
                 int(settings.result_ttl * 1000),
                 "1" if settings.min_replicas else "0",
             ]
+            first_keys, first_args, *_ = batch[0]
+            if first_args[5] == _CARRIED and carrier is not None:
+                # A coalesced card split across calls: this call carries its decisions again (written once).
+                batch[0] = (first_keys[:3] + carrier[0], [*first_args[:5], *carrier[1]], batch[0][2], batch[0][3])
+            for settle_keys, settle_args, _, _ in batch:
+                if settle_args[5] > 0:
+                    carrier = (settle_keys[3:], settle_args[5:])
             # Sealed once per batch, before the first send: a retry after a lost reply sends the same bytes.
             sealed = seal_outcomes(
                 self._signing_key, self.keys.namespace, self.epoch, self.redis_ms(), [s for _, _, s, _ in batch]
@@ -728,14 +744,16 @@ class Provider:
             self._delivering.difference_update(request_id for _, _, request_id, _ in asks)
         for pending, coalesce in shown:
             if (card := self._place(pending, coalesce)) is not None:
+                # Scheduled as it is listed: a failure below must not leave it in pending, never handed out.
+                self._schedule.push(card, card.level, card.agent_id)
                 new_cards.append(card)
-        for entry_id, kind, request_id, client_id in notices:
-            if not await self._take_notice(entry_id, kind, request_id, client_id):
-                break
-        for card in new_cards:
-            self._schedule.push(card, card.level, card.agent_id)
-        if new_cards:
-            self._wake.set()
+        try:
+            for entry_id, kind, request_id, client_id in notices:
+                if not await self._take_notice(entry_id, kind, request_id, client_id):
+                    break
+        finally:
+            if new_cards:  # woken once this read's withdraw notices have taken their cards down
+                self._wake.set()
 
     async def _take_notice(self, entry_id: str, kind: str, request_id: str, client_id: str) -> bool:
         """A notice: take the card down (withdraw), or mark its asker away or back; False when fenced.

@@ -13,6 +13,8 @@ when it returns:
 - ``drop_next_reply(*words)``: the next reply to a command whose first words match (the name
   case-insensitively, e.g. ``b"EVALSHA", sha``) is not forwarded; that client connection is
   reset instead: a reply lost with a broken connection, after Redis ran the command.
+- ``fail_next_reply(*words, error=...)``: the next reply to a matching command is replaced by an
+  error reply (``-ERR ...``); the connection stays open: Redis ran the command, its caller got an error.
 - ``reset()``: every open connection is closed with a RST (SO_LINGER 0), both sides.
 - ``silence()``: nothing is forwarded either way, but every socket stays open (a half-open
   host); what arrives meanwhile is held and forwarded after ``heal()``.
@@ -40,6 +42,7 @@ __all__ = ["FaultProxy", "parse_resp"]
 
 T = TypeVar("T")
 _KILL = object()  # a queue item: reset the connection here
+_FIRED = object()  # a queue item: the rule's error reply went out
 _AGGREGATES = {ord(c): c for c in "*~>%|"}
 
 
@@ -94,9 +97,11 @@ def _rst(writer: asyncio.StreamWriter) -> None:
 
 
 class _Rule:
-    def __init__(self, words: tuple[bytes, ...], skip_empty: bool) -> None:
+    def __init__(self, words: tuple[bytes, ...], skip_empty: bool, error: bytes | None = None) -> None:
         self.words = words
         self.skip_empty = skip_empty
+        self.error = error
+        """None: drop the reply and reset the connection; else the error reply sent instead"""
         self.fired = threading.Event()
 
     def matches(self, command: list[bytes], reply: Any) -> bool:
@@ -205,6 +210,16 @@ class FaultProxy:
         and does not use the rule up. The returned event is set once the reply was dropped.
         """
         rule = _Rule(tuple(w.encode() if isinstance(w, str) else w for w in words), skip_empty)
+        self._call(lambda: self._rules.append(rule))
+        return rule.fired
+
+    def fail_next_reply(self, *words: bytes | str, error: str = "ERR injected by the fault proxy") -> threading.Event:
+        """Replace the next reply to a command starting with ``words`` by the error reply ``-<error>``.
+
+        The connection stays open and in step (one reply for one command). The returned event is
+        set once the error was sent.
+        """
+        rule = _Rule(tuple(w.encode() if isinstance(w, str) else w for w in words), False, error.encode())
         self._call(lambda: self._rules.append(rule))
         return rule.fired
 
@@ -325,6 +340,14 @@ class FaultProxy:
                 if not (isinstance(reply, tuple) and reply[:1] == ("push",)) and connection.asked:
                     command = connection.asked.popleft()
                     rule = next((r for r in self._rules if r.matches(command, reply)), None)
+                    if rule is not None and rule.error is not None:
+                        self._rules.remove(rule)
+                        if pos > start:
+                            out.put_nowait((due, bytes(buf[start:pos])))
+                        out.put_nowait((due, b"-" + rule.error + b"\r\n"))
+                        out.put_nowait((due, (_FIRED, rule)))
+                        pos = start = end
+                        continue
                     if rule is not None:
                         self._rules.remove(rule)
                         if pos > start:
@@ -360,5 +383,8 @@ class FaultProxy:
                 connection.kill()
                 item[1].fired.set()
                 return
+            if isinstance(item, tuple) and item[0] is _FIRED:
+                item[1].fired.set()
+                continue
             writer.write(item)
             await writer.drain()

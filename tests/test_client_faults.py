@@ -337,17 +337,28 @@ async def test_an_unreachable_cluster_is_a_coded_error_within_unavailable_after(
         "redis://127.0.0.1:7000/0",
         "rediss://127.0.0.1:7001/0?ssl_cert_reqs=none",
         "redis+sentinel://127.0.0.1:26379/mymaster",
+        "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
     ],
-    ids=["redis", "rediss", "sentinel"],
+    ids=["redis", "rediss", "sentinel", "cluster"],
 )
 async def test_every_scheme_gets_the_same_timeouts(url):
+    from redis.asyncio import RedisCluster
+
     from broker.connection import COMMAND_TIMEOUT, redis_from_url
+
+    def options(client: Any) -> dict[str, Any]:
+        return dict(
+            client.connection_kwargs if isinstance(client, RedisCluster) else client.connection_pool.connection_kwargs
+        )
 
     command, blocking = redis_from_url(url), redis_from_url(url, blocking=True)
     try:
-        assert command.connection_pool.connection_kwargs["socket_timeout"] == COMMAND_TIMEOUT
-        assert blocking.connection_pool.connection_kwargs["socket_timeout"] is None
-        assert blocking.connection_pool.connection_kwargs["retry"]._retries == 0  # never re-sent
+        assert options(command)["socket_timeout"] == COMMAND_TIMEOUT
+        assert options(blocking)["socket_timeout"] is None
+        assert options(blocking)["retry"]._retries == 0  # never re-sent
+        if isinstance(blocking, RedisCluster):  # nor by the cluster client after a connection error
+            assert blocking.cluster_error_retry_attempts == 0
+            assert isinstance(command, RedisCluster) and command.cluster_error_retry_attempts > 0
     finally:
         await command.aclose()
         await blocking.aclose()

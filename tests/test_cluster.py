@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redis.asyncio import RedisCluster
+from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import ConnectionError
 
 from broker import Broker
 from broker.connection import redis_from_url
@@ -132,6 +133,29 @@ async def test_a_script_spanning_two_namespaces_is_refused_by_the_cluster(redis,
     first, second = namespaces_on_distinct_masters(redis_cluster, 2)
     with pytest.raises(Exception, match=r"CROSSSLOT|same key slot|same slot"):
         await redis.eval("return 1", 2, f"qb:{{{first}}}:provider", f"qb:{{{second}}}:provider")
+
+
+@pytest.mark.timeout(20)
+async def test_a_blocking_cluster_client_never_resends_a_read(redis, redis_cluster):
+    """docs/reliability.md: a blocking read lost with its connection is never re-sent, on a Cluster
+    client too (which re-sends a command after a connection error unless told not to): its caller
+    sees the break and recovers from durable state. A re-sent read would block again instead."""
+    key = "{never-resent}:empty"
+    node = redis.get_node_from_key(key)
+    blocking = redis_from_url(redis_cluster.url, blocking=True)
+    killer = Redis(host=node.host, port=node.port, decode_responses=True)
+    try:
+        read = asyncio.create_task(blocking.execute_command("BLMPOP", 5, 1, key, "LEFT"))
+        async with asyncio.timeout(5):
+            while not any("blmpop" in c["cmd"] for c in await killer.client_list(_type="normal")):
+                await asyncio.sleep(0.02)
+        assert await killer.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 1
+        with pytest.raises(ConnectionError):
+            async with asyncio.timeout(3):
+                await read
+    finally:
+        await blocking.aclose()
+        await killer.aclose()
 
 
 def test_the_cluster_fixture_is_three_masters(redis_cluster: RedisClusterFixture) -> None:

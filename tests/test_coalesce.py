@@ -354,3 +354,66 @@ async def test_remembering_a_coalesced_answer_decides_for_each_asker_in_scope(ma
         again = [await asyncio.wait_for(agent.ask(deploy("later")), 5) for agent in agents]
     assert again == [pick("yes", "later")] * 2  # answered by the decisions, no human asked
     assert provider.pending == []
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("batch", [256, 1], ids=["one-call", "a-call-per-asker"])
+async def test_remembering_a_coalesced_answer_is_stored_when_its_first_askers_request_is_gone(
+    make_broker, provider, redis, monkeypatch, batch
+):
+    """The decision went with the first asker's settlement only: that request no longer pending (its
+    hash lapsed, or it was withdrawn just before), the answer still reached the others and
+    ``answer(remember=...)`` returned, but nothing was remembered. ``batch`` 1 splits the card's
+    settlements over several settle.lua calls (as a card of more than 256 askers is)."""
+    monkeypatch.setattr("broker.provider._SETTLE_BATCH", batch)
+    async with askers(make_broker, "a1", "a2", "a3") as agents:
+        asks = {agent.id: asyncio.ensure_future(agent.ask(deploy(), timeout=30)) for agent in agents}
+        card = await next_pending(provider)
+        await until(lambda: len(card.askers) == 3)
+        first, *others = card.askers
+        await redis.delete(provider.keys.request(first.request_id))  # it lapsed: no notice comes
+        await card.answer(pick("yes"), by="alice", remember=Remember(ttl=60))
+        got = await asyncio.wait_for(asyncio.gather(*(asks[asker.agent_id] for asker in others)), 5)
+        assert got == [pick("yes")] * 2
+        asks[first.agent_id].cancel()
+        await asyncio.gather(asks[first.agent_id], return_exceptions=True)
+        decisions = await agents[1]._broker.decisions()
+        assert [(d.scope, d.selected, d.by) for d in decisions] == [("namespace", ("yes",), "alice")]
+        assert decisions[0].request_id in {asker.request_id for asker in others}
+        remembered = await audit_events(redis, agents[0]._broker, "remembered")
+        assert len(remembered) == 1
+        later = await make_broker()
+        assert await asyncio.wait_for(later.ask(deploy("later")), 5) == pick("yes", "later")  # no human
+    assert provider.pending == []
+
+
+@pytest.mark.timeout(30)
+async def test_an_asker_found_gone_when_its_card_is_settled_leaves_the_card(make_broker, provider, redis):
+    """A request whose hash lapsed sends no notice: the settle finds it. Its card does not stay in
+    ``pending`` (never to be handed out again) once its last asker turned out gone."""
+    async with askers(make_broker, "a1") as (agent,):
+        asking = asyncio.ensure_future(agent.ask(deploy(), timeout=30))
+        card = await next_pending(provider)
+        await redis.delete(provider.keys.request(card.request_id))
+        assert await code_of(card.answer(pick("yes"))) == "NOT_PENDING"
+        assert provider.pending == [] and provider.pending_count == 0
+        assert card.withdrawn.is_set()  # the UI takes it down
+        asking.cancel()
+        await asyncio.gather(asking, return_exceptions=True)
+
+
+@pytest.mark.timeout(30)
+async def test_a_coalesced_card_settled_over_several_calls_remembers_its_decision_once(
+    make_broker, provider, redis, monkeypatch
+):
+    """Each call of a split card carries the decision again (its first asker may be gone): written once."""
+    monkeypatch.setattr("broker.provider._SETTLE_BATCH", 1)
+    async with askers(make_broker, "a1", "a2", "a3") as agents:
+        asks = [asyncio.ensure_future(agent.ask(deploy(), timeout=30)) for agent in agents]
+        card = await next_pending(provider)
+        await until(lambda: len(card.askers) == 3)
+        await card.answer(pick("yes"), by="alice", remember=Remember(ttl=60))
+        assert await asyncio.wait_for(asyncio.gather(*asks), 5) == [pick("yes")] * 3
+        decisions = await agents[0]._broker.decisions()
+        assert [d.request_id for d in decisions] == [card.askers[0].request_id]
+        assert len(await audit_events(redis, agents[0]._broker, "remembered")) == 1

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from broker import PendingRequest, Provider, UserQuestionError
-from broker.housekeeping import end_away, reap_abandoned
+from broker.housekeeping import digest_audit, end_away, reap_abandoned
 from tests.helpers import one_question, pick, trail
 from tests.test_ask import code_of, next_pending
 
@@ -149,7 +149,7 @@ async def test_the_grace_lapsing_ends_the_request_as_expired_and_the_key_asks_an
         asking.cancel()
 
 
-async def test_an_uncollected_answer_ends_as_expired_once_it_lapses(make_broker, redis):
+async def test_an_uncollected_answer_is_dropped_once_it_lapses_and_the_request_ends_once(make_broker, redis):
     holder = await make_broker(result_ttl=0.3)
     async with holder.provider("ui") as provider:
         pending = await detached_ask(make_broker, provider, detach_grace=0.3)
@@ -160,8 +160,11 @@ async def test_an_uncollected_answer_ends_as_expired_once_it_lapses(make_broker,
     await asyncio.sleep(0.5)
     await end_away(housekeeper)
     events = await audit_events(redis, housekeeper, pending.request_id)
-    assert events[-2:] == ["answered", "expired"]
+    assert events[-2:] == ["answered", "uncollected"]  # it ended answered; the drop is not a second end
     assert not await redis.exists(holder.keys.request(pending.request_id), holder.keys.outcome(pending.request_id))
+    ends = await digest_audit(housekeeper)  # what the metrics and webhooks count
+    assert ends is not None
+    assert [e.outcome for e in ends if e.request_id == pending.request_id] == ["answered"]
 
 
 async def test_a_timeout_or_an_abort_gives_a_keyed_question_up(make_broker, provider, redis):

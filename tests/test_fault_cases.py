@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from broker import UserQuestionError
+from broker._commands import SCRIPTS
 from tests.faultproxy import FaultProxy
 from tests.helpers import one_question, pick
 from tests.redis_server import RedisServer
@@ -80,3 +81,29 @@ async def test_an_ask_behind_a_silent_connection_ends_within_the_bound(proxy, ma
             assert await ends_within(task) in (pick("yes"), "BROKER_UNAVAILABLE")
         finally:
             proxy.heal()
+
+
+async def test_an_error_while_taking_a_read_does_not_strand_the_cards_it_registered(proxy, make_broker, redis, asks):
+    """Issue 23 case 8: a card was listed in ``pending`` when placed but scheduled only after the read's
+    notices were acked; an error from ``notice_ack`` in between stranded it (listed, never handed
+    out, its asker waiting), and the claim after the error skipped its entry as already shown."""
+    asking = await make_broker()
+    keys = asking.keys
+    await redis.set(keys.provider, "1:0123456789abcdef:stalled", px=60_000)  # a holder that reads nothing
+    kept = asyncio.create_task(asking.ask(one_question(), timeout=40))
+    asks.append(kept)
+    async with asyncio.timeout(5):
+        while not await redis.xlen(keys.requests):
+            await asyncio.sleep(0.02)
+    # A withdraw notice (of a request the stalled holder had shown) after it: the next holder's first
+    # read takes an ask and a notice together.
+    await redis.xadd(keys.requests, {"kind": "withdraw", "rid": "r-shown-before", "reason": "withdrawn"})
+    await redis.delete(keys.provider)  # its lease lapsed
+    failed = proxy.fail_next_reply(b"EVALSHA", SCRIPTS["notice_ack"].sha)
+    answering = await make_broker(url=proxy.url)
+    async with answering.provider("ui") as provider:
+        assert await asyncio.to_thread(failed.wait, 5), "notice_ack was never called"
+        shown = await next_pending(provider, timeout=10)
+        await shown.answer(pick("yes"))
+        assert await asyncio.wait_for(kept, 10) == pick("yes")
+        assert provider.pending == []

@@ -111,6 +111,21 @@ def test_drop_next_reply_can_name_one_script_by_its_sha(proxy, redis_server, nam
     assert c.evalsha(one, 1, f"{namespace}:ran") == 2
 
 
+def test_fail_next_reply_sends_an_error_in_place_of_the_reply_and_keeps_the_connection(
+    proxy, redis_server, namespace
+) -> None:
+    c = client(proxy)
+    pipe = c.pipeline(transaction=False)
+    for _ in range(2):
+        pipe.execute_command("INCR", f"{namespace}:n")
+    pipe.get(f"{namespace}:n")
+    fired = proxy.fail_next_reply(b"INCR", error="ERR injected")
+    first, second, value = pipe.execute(raise_on_error=False)
+    assert isinstance(first, redis.ResponseError) and str(first) == "injected"
+    assert (second, value) == (2, b"2")  # it ran; the replies after it stay in step
+    assert fired.is_set() and proxy.open_connections == 1
+
+
 def test_a_drop_inside_a_pipeline_delivers_the_replies_before_it(proxy, namespace, raw) -> None:
     sock = raw(proxy)
     proxy.drop_next_reply("GET")

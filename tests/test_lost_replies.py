@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from broker._commands import SCRIPTS
+from broker._keys import TOMBSTONE_MS
 from tests.faultproxy import FaultProxy
 from tests.helpers import one_question, pick
 from tests.redis_server import RedisServer
@@ -92,3 +94,35 @@ async def seen(proxy: FaultProxy, command: str, within: float = 10.0) -> None:
     async with asyncio.timeout(within):
         while not proxy.seen(command):
             await asyncio.sleep(0.02)
+
+
+async def test_a_settle_retried_after_the_asker_cleaned_up_is_recognised_as_done(proxy, make_broker, redis, asks):
+    """docs/reliability.md: the asker removes a request's keys once its ask returned, leaving a slim 60 s
+    tombstone for a provider's settle retry. Here the settle's reply is lost, the asker gets the answer
+    and cleans up, and only then does the provider's retry get through: it must be recognised as
+    its own settlement (not NOT_PENDING, which fails the answer), and re-create nothing."""
+    asking = await make_broker()
+    answering = await make_broker(url=proxy.url, lease_ttl=30.0)  # its lease outlives the outage below
+    async with answering.provider("ui") as provider:
+        task = asyncio.create_task(asking.ask(one_question(), timeout=40))
+        asks.append(task)
+        pending = await next_pending(provider)
+        key = asking.keys.request(pending.request_id)
+        await redis.script_load(SCRIPTS["settle"].source)  # the reply dropped is the script's, not a NOSCRIPT
+        lost = proxy.drop_next_reply(b"EVALSHA", SCRIPTS["settle"].sha)
+        proxy.refuse()  # the retry waits until the asker has cleaned up
+        try:
+            answered = asyncio.create_task(pending.answer(pick("yes")))
+            assert await asyncio.to_thread(lost.wait, 5), "the settle's reply never came"
+            assert await asyncio.wait_for(task, 10) == pick("yes")
+            async with asyncio.timeout(5):
+                while "entry" in await redis.hgetall(key):  # the clean-up leaves the tombstone alone
+                    await asyncio.sleep(0.02)
+            await asyncio.sleep(0.5)  # a retry comes within about a second; the tombstone must outlive it
+        finally:
+            proxy.heal()
+        assert await asyncio.wait_for(answered, 15) == pick("yes")
+    assert await redis.hget(key, "state") == "answered"
+    assert set(await redis.hgetall(key)) == {"state", "client", "settle_call", "by"}  # still the slim tombstone
+    assert not await redis.exists(asking.keys.outcome(pending.request_id))  # nothing re-created for nobody
+    assert 50_000 < await redis.pttl(key) <= TOMBSTONE_MS

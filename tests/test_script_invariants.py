@@ -263,6 +263,44 @@ async def test_a_fence_of_the_same_token_but_an_older_epoch_is_stale(ns):
     assert await ns.renew(old_fence) == 0
 
 
+async def same_epoch_holders(ns: Namespace) -> tuple[str, str, int]:
+    """A's lease lost in a failover whose new master hands the same epoch to B: (A's fence, B's fence, epoch).
+
+    The old master's counter ran ahead of the clock; the replica had it one acquisition behind.
+    """
+    ahead = await redis_ms(ns.redis) + 600_000
+    await ns.redis.set(ns.keys.epoch, ahead)
+    old_fence, epoch = await holder(ns, "tokA")
+    await ns.redis.delete(ns.keys.provider)
+    await ns.redis.set(ns.keys.epoch, epoch - 1)
+    new_fence, new_epoch = await holder(ns, "tokB")
+    assert new_epoch == epoch
+    return old_fence, new_fence, epoch
+
+
+async def test_a_fence_of_the_same_epoch_but_another_token_is_stale(ns):
+    """docs/reliability.md: the fence is the epoch and the token, so a holder whose acquisition a
+    failover lost cannot act even when the new master hands the same epoch to another holder."""
+    old_fence, new_fence, epoch = await same_epoch_holders(ns)
+    await ns.asker_alive()
+    entry = (await ns.ask("r1"))[1]
+    await ns.redis.xreadgroup(GROUP, "ui-consumer", {ns.keys.requests: ">"})
+    before = await ns.snapshot()
+    assert (await ns.deliver(old_fence, epoch, "r1", entry))[:2] == ["err", "LEASE_LOST"]
+    assert (await ns.settle(old_fence, epoch, "r1", outcome("yes"), call="call-old"))[:2] == ["err", "LEASE_LOST"]
+    ack = await ns.script("notice_ack", [ns.keys.provider, ns.keys.requests], [old_fence, entry, GROUP])
+    assert ack[:2] == ["err", "LEASE_LOST"]
+    assert await ns.snapshot() == before
+    holder_value = await ns.redis.get(ns.keys.provider)
+    assert await ns.renew(old_fence, ttl_ms=600_000) == 0
+    assert await ns.release(old_fence, "tokA:ui") == 0
+    assert await ns.redis.get(ns.keys.provider) == holder_value  # neither extended nor released
+    assert await ns.redis.pttl(ns.keys.provider) <= LEASE_MS
+    assert await ns.redis.exists(ns.keys.lease_signal) == 0
+    assert (await ns.deliver(new_fence, epoch, "r1", entry))[0] == "ok"  # the holder itself is not refused
+    assert await ns.settle(new_fence, epoch, "r1", outcome("yes"), call="call-new") == ["ok"]
+
+
 # -- first answer wins ------------------------------------------------------------------------
 
 

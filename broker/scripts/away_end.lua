@@ -2,12 +2,13 @@
 -- away_end: end a keyed request whose asker stayed away past its detach grace (housekeeping).
 -- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] outcome key   KEYS[4] away zset   KEYS[5] audit stream
 -- ARGV[1] request id   ARGV[2] group   ARGV[3] audit max length
--- returns {'expired', was} | {'waiting', ms left} | {'back'} | {'collected'} | {'gone'}
+-- returns {'expired', 'pending'} | {'uncollected', state} | {'waiting', ms left} | {'back'} | {'collected'} | {'gone'}
 -- Pending and still away when the grace ends: the request ends as expired (a provider that showed
 -- it gets a withdraw notice). Answered or cancelled while away and not collected by a re-attach:
 -- the outcome is kept while its key lives (settle.lua keeps it for the longer of the result TTL and
--- the grace), then the request ends as expired, in the audit, and its keys go. An asker that came
--- back, or collected its outcome, just leaves the away zset. Idempotent.
+-- the grace), then its keys go, audited as 'uncollected': not a second end (settle.lua audited the
+-- one it had), so a digest of the audit counts each request once. An asker that came back, or
+-- collected its outcome, just leaves the away zset. Idempotent.
 local score = redis.call('ZSCORE', KEYS[4], ARGV[1])
 if not score then
   return {'gone'}
@@ -53,6 +54,6 @@ if left > 0 then
 end
 redis.call('DEL', KEYS[1], KEYS[3])
 redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[3], '*', 'event', 'expired', 'rid', ARGV[1],
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[3], '*', 'event', 'uncollected', 'rid', ARGV[1],
   'reason', 'the ' .. r[1] .. ' outcome was not collected: the asker did not come back', 'by', 'housekeeping')
-return {'expired', r[1]}
+return {'uncollected', r[1]}

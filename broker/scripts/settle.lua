@@ -10,9 +10,10 @@
 -- ARGV[7] '1' to hold the askers' notices back (the caller pushes them once replicas confirm; min_replicas)
 -- then per settlement, in order, after ARGV[7]: request id, new state ('answered' | 'cancelled'),
 -- outcome JSON, who, for the audit ('' when unknown), this call's unique id, D (the number of decisions to
--- remember with it, usually '0'), then five per decision: decision id, TTL ms, the selected labels (a JSON
--- array), a summary (JSON: scope, agent, fingerprint, question, header), its signature (JSON, broker/decisions.py
--- DecisionProof: what an asker checks before the decision answers it)
+-- remember with it, usually '0'; '-1': another asker of the coalesced card above, see below), then five per
+-- decision: decision id, TTL ms, the selected labels (a JSON array), a summary (JSON: scope, agent, fingerprint,
+-- question, header), its signature (JSON, broker/decisions.py DecisionProof: what an asker checks before the
+-- decision answers it)
 -- returns {'err', 'LEASE_LOST', message} for the whole call, or {'ok', {one reply per settlement}}, each
 --   {'ok'} | {'ok', client id} | {'err', CODE, message}
 -- where a client id names an asking process still to be told (RPUSH '<request id> <outcome>' onto its inbox):
@@ -21,6 +22,10 @@
 -- A retry of the same call after a lost reply finds its own settlement and succeeds again. A decision is
 -- refused (BAD_ANSWER, the request stays pending) for a request whose hash says remember '0' (the asker's last
 -- word: a re-attach may opt out; a hash written before that field existed falls back to its ask entry).
+-- A coalesced card's decisions go with its first asker's settlement, and its other askers follow with D '-1':
+-- when that first request is no longer pending (withdrawn or lapsed just before), the decisions are written
+-- with the next of them settled here, so that no one asker's fate loses them. Decisions whose first key
+-- already holds their id (written by an earlier call for the same card) are not written again.
 -- A keyed request (asked with a key) keeps its outcome for its detach grace if that is longer than the
 -- result TTL; while its asker is away no notice is pushed (nobody reads that inbox, or a process that
 -- detached would clean the outcome up): the asker that re-attaches reads the outcome.
@@ -43,23 +48,29 @@ local function opted_out(entry)
   end
   return false
 end
+local carry = nil -- {key index, argument index, D}: a card's decisions its first asker's settlement did not write
 local k, a = 6, 8
 while a <= #ARGV do
   local rid, state, outcome, by, call = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local decisions = tonumber(ARGV[a + 5])
   local dk, da = k + 3, a + 6
+  local held = carry
+  carry = nil
   local r = redis.call('HMGET', KEYS[k], 'state', 'entry', 'settle_call', 'by', 'grace', 'away', 'client', 'remember')
   local client = r[7] or ''
   local waiting = not r[6] and client ~= ''
   if not r[1] then
     replies[#replies + 1] = {'err', 'NOT_PENDING', 'request ' .. rid .. ' is no longer pending'}
+    if decisions > 0 then carry = {dk, da, decisions} elseif decisions < 0 then carry = held end
   elseif r[1] ~= 'pending' then
     if r[3] == call then
+      -- a retry: what it carried was written the first time
       replies[#replies + 1] = (ARGV[7] == '1' and waiting) and {'ok', client} or {'ok'}
     else
       local who = ''
       if r[4] and r[4] ~= '' then who = ' by ' .. r[4] end
       replies[#replies + 1] = {'err', 'NOT_PENDING', 'request ' .. rid .. ' is already ' .. r[1] .. who}
+      if decisions > 0 then carry = {dk, da, decisions} elseif decisions < 0 then carry = held end
     end
   elseif decisions > 0 and (state ~= 'answered' or r[8] == '0' or (not r[8] and opted_out(r[2]))) then
     replies[#replies + 1] = {'err', 'BAD_ANSWER', 'request ' .. rid ..
@@ -87,8 +98,17 @@ while a <= #ARGV do
     end
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', state, 'rid', rid,
       'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'outcome', outcome)
-    for j = 0, decisions - 1 do
-      local key, d = KEYS[dk + j], da + 5 * j
+    local from_k, from_a, count = dk, da, decisions
+    if decisions < 0 then
+      count = 0
+      if held and state == 'answered' and r[8] ~= '0' and (r[8] or not opted_out(r[2])) then
+        from_k, from_a, count = held[1], held[2], held[3]
+      end
+    elseif decisions > 0 and redis.call('HGET', KEYS[dk], 'id') == ARGV[da] then
+      count = 0
+    end
+    for j = 0, count - 1 do
+      local key, d = KEYS[from_k + j], from_a + 5 * j
       local id, ttl = ARGV[d], tonumber(ARGV[d + 1])
       if not now then
         local t = redis.call('TIME')
@@ -111,7 +131,8 @@ while a <= #ARGV do
     end
     replies[#replies + 1] = tell ~= '' and {'ok', tell} or {'ok'}
   end
-  k, a = dk + decisions, da + 5 * decisions
+  local own = math.max(decisions, 0)
+  k, a = dk + own, da + 5 * own
 end
 if remembered then
   -- the index never outgrows the live decisions: drop the expired, and let it expire with the last one
