@@ -32,6 +32,7 @@ COMMANDS = (
     "ask",
     "status",
     "decisions",
+    "audit",
     "web",
     "worker",
     "mcp",

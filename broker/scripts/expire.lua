@@ -35,6 +35,6 @@ if r[3] then
 end
 redis.call('RPUSH', KEYS[4], ARGV[1])
 redis.call('PEXPIRE', KEYS[4], ARGV[3])
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[4], '*', 'event', 'expired', 'rid', ARGV[1], 'reason', message,
+audit_append(KEYS[5], ARGV[4], 'event', 'expired', 'rid', ARGV[1], 'reason', message,
   'by', 'housekeeping')
 return {'expired'}
