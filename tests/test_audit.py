@@ -291,3 +291,28 @@ async def test_under_fakeredis_entries_are_unchained():
         assert fields["chain"] == ""
         report = await verify(broker.commands, broker.keys, TRUSTED)
     assert report.status == "unchained" and report.findings == []
+
+
+async def test_a_provider_seals_while_the_audit_moves_and_not_while_idle(make_broker, redis, monkeypatch):
+    from broker import audit
+
+    monkeypatch.setattr(audit, "CHECKPOINT_EVERY", 0.1)
+    broker = await make_broker()
+
+    async def checkpoints() -> int:
+        return sum(1 for _, f in await entries(redis, broker.keys.audit) if f["event"] == "checkpoint")
+
+    async with broker.provider("p1") as provider:
+        task = asyncio.create_task(broker.ask(one_question()))
+        await (await _next(provider)).answer(pick("yes"))
+        await asyncio.wait_for(task, 5)
+        for _ in range(50):
+            if await checkpoints():
+                break
+            await asyncio.sleep(0.05)
+        assert await checkpoints() == 1
+        await asyncio.sleep(0.5)  # five periods, nothing new: no checkpoint
+        assert await checkpoints() == 1
+        report = await check(broker)
+        assert report.status == "intact" and report.unsealed == 0
+    assert await checkpoints() == 1  # the clean stop had nothing new to seal either
