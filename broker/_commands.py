@@ -80,7 +80,8 @@ def _with_library(source: str) -> str:
     if "audit_append(" not in source:
         return source
     shebang, rest = source.split("\n", 1)
-    assert shebang.startswith("#!"), "every script starts with its #!lua line"
+    if not shebang.startswith("#!"):
+        raise ValueError("a script that audits starts with its #!lua line, the helper goes in front of the next")
     return f"{shebang}\n{_AUDIT} {rest}"
 
 
