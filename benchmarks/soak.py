@@ -503,8 +503,8 @@ async def soak(
     return result
 
 
-_BENIGN = ("asked", "answered", "delivered", "away", "back", "attached")
-"""audit events of a clean run (a keyed asker killed and restarted is marked away, then attached)"""
+_BENIGN = ("asked", "answered", "delivered", "away", "back", "attached", "checkpoint")
+"""audit events of a clean run (a keyed asker killed and restarted is away, then attached; providers seal the audit)"""
 
 
 def tally(result: Result, audit_events: list[tuple[str, str, str]]) -> None:

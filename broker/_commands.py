@@ -51,13 +51,38 @@ class Script:
         self.name = name
         self.batches = batches
         """takes several calls in one: ARGV[1] '*', ARGV[2] n, then n (key count, argument count) pairs"""
-        self.source = resources.files(__package__).joinpath("scripts", f"{name}.lua").read_text()
+        self.source = _with_library(resources.files(__package__).joinpath("scripts", f"{name}.lua").read_text())
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
         self.plain = self.source.removeprefix("#!lua\n")
         self.plain_sha = hashlib.sha1(self.plain.encode()).hexdigest()
 
     def __repr__(self) -> str:
         return f"Script({self.name!r})"
+
+
+def _one_line(library: str) -> str:
+    """A helper file's code on one line: its comment lines dropped, the rest joined."""
+    code = [line.strip() for line in library.splitlines() if line.strip() and not line.strip().startswith("--")]
+    if any("--" in line for line in code):
+        raise ValueError("a script helper may have whole-line comments only: it is joined onto one line")
+    return " ".join(code)
+
+
+_AUDIT = _one_line(resources.files(__package__).joinpath("scripts", "_audit.lua").read_text())
+
+
+def _with_library(source: str) -> str:
+    """The script with ``scripts/_audit.lua`` in front of its second line when it calls ``audit_append``.
+
+    Every audit entry is chained by that one helper (no copy of it per script); put in front of a
+    line rather than on a line of its own, so an error's line number is still the script file's.
+    """
+    if "audit_append(" not in source:
+        return source
+    shebang, rest = source.split("\n", 1)
+    if not shebang.startswith("#!"):
+        raise ValueError("a script that audits starts with its #!lua line, the helper goes in front of the next")
+    return f"{shebang}\n{_AUDIT} {rest}"
 
 
 SCRIPTS = {
@@ -78,6 +103,7 @@ SCRIPTS = {
         "settled_cleanup",
         "durable_release",
         "decision_revoke",
+        "audit_append",
     )
 }
 

@@ -26,6 +26,7 @@ class Keys:
         "agents",
         "asklog",
         "audit",
+        "audit_head",
         "away",
         "dead",
         "decision_expiry",
@@ -51,6 +52,9 @@ class Keys:
         self.lease_signal = self.prefix + "lease-released"
         self.audit = self.prefix + "audit"
         """capped stream: what the answering side and the maintenance worker did (askers may not write it)"""
+        self.audit_head = self.audit + ":head"
+        """the audit chain's head, '<entry id> <chain>': the scripts build this name from the audit key
+        (scripts/_audit.lua), so it is always the audit key plus ':head'"""
         self.asklog = self.prefix + "asklog"
         """capped stream: what askers say they did (asked, withdrew, detached, re-attached, answered by a
         remembered decision); written with asking credentials, so a claim, never evidence (docs/security.md)"""

@@ -651,12 +651,14 @@ class Broker:
             )
             log.info("provider %s holds the lease of %s (epoch %d)", name, self.namespace, epoch)
             try:
-                async with running(provider.keep_lease, provider.read, provider.reclaim):
+                async with running(provider.keep_lease, provider.read, provider.reclaim, provider.seal_audit):
                     yield provider
             finally:
                 try:
                     # Bounded: past its TTL the lease lapses by itself anyway.
                     async with asyncio.timeout(self.lease_ttl):
+                        if not provider.lost:
+                            await provider.checkpoint()  # seal what this provider leaves behind
                         await release_lease(commands, self.keys, provider)
                 except Exception as error:
                     log.warning("could not release the lease: %r (it lapses after its TTL)", error)

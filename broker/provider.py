@@ -27,6 +27,7 @@ import msgspec
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError, ResponseError
 
+from . import audit
 from ._backoff import Backoff
 from ._commands import SCRIPTS, Commands
 from ._ids import UniqueIds
@@ -430,6 +431,10 @@ class Provider:
         """request fingerprint -> the card identical requests join"""
         self._delivering: set[str] = set()
         self._lost = asyncio.Event()
+        self.checkpoint_every = audit.CHECKPOINT_EVERY
+        """seconds between audit checkpoints while the audit moves"""
+        self._checkpoint: str | None = None
+        """the entry id of the audit checkpoint this provider wrote last"""
 
     def __repr__(self) -> str:
         return f"Provider(name={self.name!r}, namespace={self.keys.namespace!r}, epoch={self.epoch})"
@@ -643,6 +648,35 @@ class Provider:
                 self.fenced()
             else:
                 valid_until = loop.time() + ttl
+
+    async def seal_audit(self) -> None:
+        """Checkpoint the audit at once, then every ``checkpoint_every`` seconds while it moves.
+
+        Each checkpoint signs the chain head (docs/security.md, "a tamper-evident audit"): one
+        signature per period however busy the namespace, none while it is idle. Until the next
+        one, the entries after the last checkpoint are chained but not signed.
+        """
+        while not self._lost.is_set():
+            await self.checkpoint()
+            await asyncio.sleep(self.checkpoint_every)
+
+    async def checkpoint(self) -> None:
+        """One audit checkpoint, unless nothing moved since this provider's last; a failure is only logged."""
+        try:
+            self._checkpoint = (
+                await audit.checkpoint(
+                    self.commands,
+                    self.keys,
+                    self._signing_key,
+                    provider=self.name,
+                    epoch=self.epoch,
+                    maxlen=self.settings.audit_maxlen,
+                    unless_at=self._checkpoint,
+                )
+                or self._checkpoint
+            )
+        except Exception as error:
+            log.warning("audit checkpoint failed: %r (the next one seals what this one would have)", error)
 
     async def read(self) -> None:
         """Deliver the stream's requests into the local queue until the lease is lost."""

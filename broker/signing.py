@@ -46,6 +46,7 @@ _SECRET_PREFIX = "qbsk1:"
 _PUBLIC_PREFIX = "qbpk1:"
 _OUTCOMES_DOMAIN = b"qb-outcomes/1\x00"
 _DECISION_DOMAIN = b"qb-decision/1\x00"
+_CHECKPOINT_DOMAIN = b"qb-audit-checkpoint/1\x00"
 _LEAF, _NODE = b"\x00", b"\x01"
 _VERIFIED_ROOTS = 4096
 """verified batch roots (and decision signatures) an asker remembers before it starts afresh"""
@@ -102,6 +103,10 @@ class SigningKey:
     def sign_decision(self, message: bytes) -> str:
         """The signature of a remembered decision's ``decision_message``."""
         return self.sign(_DECISION_DOMAIN + message)
+
+    def sign_checkpoint(self, message: bytes) -> str:
+        """The signature of an audit checkpoint's message (broker/audit.py ``checkpoint_message``)."""
+        return self.sign(_CHECKPOINT_DOMAIN + message)
 
     def __repr__(self) -> str:
         return f"SigningKey(id={self.id!r})"
@@ -213,6 +218,9 @@ class TrustedKeys:
             return False
         self._remember(token)
         return True
+
+    def verify_checkpoint(self, message: bytes, kid: str, signature: str) -> bool:
+        return self._check(kid, signature, _CHECKPOINT_DOMAIN + message)
 
     def __repr__(self) -> str:
         return f"TrustedKeys(ids={list(self._keys)!r})"

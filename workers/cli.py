@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "ask": "workers.asking.ask.command",
     "status": "workers.operating.status.command",
     "decisions": "workers.operating.decisions.command",
+    "audit": "workers.operating.audit.command",
     "web": "workers.answering.web.command",
     "worker": "workers.operating.worker.command",
     "mcp": "workers.asking.mcp.command",

@@ -38,7 +38,7 @@ if r[1] == 'pending' then
     redis.call('XADD', KEYS[2], '*', 'kind', 'withdraw', 'rid', ARGV[1], 'reason', 'expired')
   end
   redis.call('ZREM', KEYS[4], ARGV[1])
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[3], '*', 'event', 'expired', 'rid', ARGV[1], 'reason', message,
+  audit_append(KEYS[5], ARGV[3], 'event', 'expired', 'rid', ARGV[1], 'reason', message,
     'by', 'housekeeping')
   return {'expired', 'pending'}
 end
@@ -54,6 +54,6 @@ if left > 0 then
 end
 redis.call('DEL', KEYS[1], KEYS[3])
 redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[3], '*', 'event', 'uncollected', 'rid', ARGV[1],
+audit_append(KEYS[5], ARGV[3], 'event', 'uncollected', 'rid', ARGV[1],
   'reason', 'the ' .. r[1] .. ' outcome was not collected: the asker did not come back', 'by', 'housekeeping')
 return {'uncollected', r[1]}

@@ -20,5 +20,5 @@ if ARGV[6] ~= '' and redis.call('HGET', KEYS[3], 'state') == 'pending' then
   redis.call('RPUSH', KEYS[5], ARGV[6] .. ' ' .. outcome)
   redis.call('PEXPIRE', KEYS[5], ARGV[5])
 end
-redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[7], '*', 'event', 'dead-lettered', 'rid', ARGV[6], 'reason', ARGV[2])
+audit_append(KEYS[6], ARGV[7], 'event', 'dead-lettered', 'rid', ARGV[6], 'reason', ARGV[2])
 return {'ok'}

@@ -20,6 +20,6 @@ if redis.call('HGET', key, 'id') ~= ARGV[1] then
 end
 local summary = redis.call('HGET', key, 'summary') or ''
 redis.call('DEL', key)
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'event', 'forgotten', 'decision', ARGV[1], 'by', ARGV[2],
+audit_append(KEYS[3], ARGV[3], 'event', 'forgotten', 'decision', ARGV[1], 'by', ARGV[2],
   'summary', summary)
 return {'ok'}

@@ -88,7 +88,7 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
         redis.call('HSET', KEYS[k], 'away', now)
         redis.call('ZADD', KEYS[4], now + tonumber(r[7]), rid)
         away_lapses(now)
-        redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', 'away', 'rid', rid, 'reason', reason)
+        audit_append(KEYS[3], ARGV[5], 'event', 'away', 'rid', rid, 'reason', reason)
       end
     end
     if why then
@@ -96,7 +96,7 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
       redis.call('PEXPIRE', KEYS[k], ARGV[4])
       tell(k, rid, 'CALLER_NOT_LIVE', why)
       done[#done + 1] = entry
-      redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', 'withdrawn', 'rid', rid, 'reason', why)
+      audit_append(KEYS[3], ARGV[5], 'event', 'withdrawn', 'rid', rid, 'reason', why)
       replies[#replies + 1] = {'gone', 'asker-gone'}
     else
       local body = ''

@@ -42,7 +42,7 @@ if client ~= '' and string.sub(KEYS[4], -#client - 1) == ':' .. client then
   redis.call('PEXPIRE', KEYS[4], ARGV[3])
   client = ''
 end
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[4], '*', 'event', 'expired', 'rid', ARGV[1], 'reason', message,
+audit_append(KEYS[5], ARGV[4], 'event', 'expired', 'rid', ARGV[1], 'reason', message,
   'by', 'housekeeping')
 if client ~= '' then
   return {'expired', client}

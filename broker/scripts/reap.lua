@@ -55,7 +55,7 @@ if r[6] then
     if r[3] then
       redis.call('XADD', KEYS[2], '*', 'kind', 'back', 'rid', ARGV[1])
     end
-    redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], '*', 'event', 'back', 'rid', ARGV[1], 'by', 'housekeeping')
+    audit_append(KEYS[7], ARGV[5], 'event', 'back', 'rid', ARGV[1], 'by', 'housekeeping')
   elseif why and not r[8] then
     local t = redis.call('TIME')
     local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -67,7 +67,7 @@ if r[6] then
     if r[3] then
       redis.call('XADD', KEYS[2], '*', 'kind', 'away', 'rid', ARGV[1])
     end
-    redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], '*', 'event', 'away', 'rid', ARGV[1], 'reason', why,
+    audit_append(KEYS[7], ARGV[5], 'event', 'away', 'rid', ARGV[1], 'reason', why,
       'by', 'housekeeping')
   end
   if why then
@@ -88,6 +88,6 @@ redis.call('SET', KEYS[6], cjson.encode({error = {name = 'UserQuestionError', co
   message = why}}), 'PX', ARGV[4])
 redis.call('RPUSH', KEYS[5], ARGV[1])
 redis.call('PEXPIRE', KEYS[5], ARGV[4])
-redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], '*', 'event', 'withdrawn', 'rid', ARGV[1], 'reason', why,
+audit_append(KEYS[7], ARGV[5], 'event', 'withdrawn', 'rid', ARGV[1], 'reason', why,
   'by', 'housekeeping')
 return {'withdrawn', why}

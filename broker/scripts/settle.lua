@@ -96,7 +96,7 @@ while a <= #ARGV do
         pushed[KEYS[k + 2]] = true
       end
     end
-    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', state, 'rid', rid,
+    audit_append(KEYS[3], ARGV[5], 'event', state, 'rid', rid,
       'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'outcome', outcome)
     local from_k, from_a, count = dk, da, decisions
     if decisions < 0 then
@@ -125,7 +125,7 @@ while a <= #ARGV do
       redis.call('PEXPIRE', key, ttl)
       redis.call('HSET', KEYS[4], id, key)
       redis.call('ZADD', KEYS[5], now + ttl, id)
-      redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', 'remembered', 'decision', id, 'rid', rid,
+      audit_append(KEYS[3], ARGV[5], 'event', 'remembered', 'decision', id, 'rid', rid,
         'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'ttl', ttl, 'summary', ARGV[d + 3])
       remembered = true
     end

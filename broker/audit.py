@@ -1,0 +1,293 @@
+"""A tamper-evident audit: every entry chained to the one before it, sealed by signed checkpoints.
+
+Every audit entry is appended by one Lua helper (``scripts/_audit.lua``), inside the script that
+makes the change it records: the entry starts with ``prev``, the chain head before it
+(``<entry id> <chain>``), and ends with ``chain``, the SHA-1 of all its fields. The head is kept in
+``qb:{NS}:audit:head``. So an entry deleted, altered or slipped in between shows as a broken link;
+and the answering side, which holds the signing key, appends now and then a ``checkpoint`` entry
+signing (namespace, entry id, chain) of the head it follows: rewriting history under a checkpoint
+(recomputing every chain after the change) needs the signing key, or a SHA-1 second preimage.
+
+``verify`` walks the stream and says what it found (docs/security.md, docs/cli.md
+``qbroker audit verify``). Trimming the stream's start (its cap) is normal: the first entry
+left names a predecessor that is gone, reported as the start, not as a deletion.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from ._commands import SCRIPTS, Commands
+from ._keys import Keys
+from .signing import SigningKey, TrustedKeys
+
+__all__ = [
+    "CHECKPOINT_EVERY",
+    "AuditReport",
+    "Finding",
+    "chain_of",
+    "checkpoint",
+    "checkpoint_message",
+    "verify",
+]
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_EVERY: Final = 10.0
+"""seconds between a provider's checkpoints while the audit moves (and one more as it stops)"""
+_PAGE: Final = 1000
+
+FindingKind = Literal["deleted", "altered", "inserted", "restarted", "unchained", "checkpoint"]
+
+
+def chain_of(pairs: list[tuple[str, str]]) -> str:
+    """The chain value of an entry whose fields (``prev`` first, ``chain`` left out) are ``pairs``."""
+    digest = hashlib.sha1(usedforsecurity=False)
+    for name, value in pairs:
+        for text in (name, value):
+            data = text.encode()
+            digest.update(b"%d:%s" % (len(data), data))
+    return digest.hexdigest()
+
+
+def checkpoint_message(namespace: str, entry_id: str, chain: str) -> bytes:
+    """What a checkpoint signs: this namespace's audit, up to and including ``entry_id``, hashes to ``chain``."""
+    return f"{namespace}\0{entry_id}\0{chain}".encode()
+
+
+async def checkpoint(
+    commands: Commands,
+    keys: Keys,
+    key: SigningKey,
+    *,
+    provider: str,
+    epoch: int,
+    maxlen: int,
+    unless_at: str | None = None,
+) -> str | None:
+    """Seal the audit as it stands: append a checkpoint signing its head; the checkpoint's entry id.
+
+    Nothing is written (None) when the audit is empty or unchained (fakeredis), or when its head
+    is still ``unless_at`` (the checkpoint this provider wrote last: nothing new to seal).
+    """
+    for _ in range(5):
+        head = await commands.call("GET", keys.audit_head) or ""
+        entry_id, _, chain = head.partition(" ")
+        if not chain or entry_id == unless_at:
+            return None
+        signature = key.sign_checkpoint(checkpoint_message(keys.namespace, entry_id, chain))
+        fields = ["event", "checkpoint", "at", entry_id, "sealed", chain, "key", key.id, "sig", signature]
+        reply = await commands.script(
+            SCRIPTS["audit_append"], [keys.audit], [maxlen, head, *fields, "provider", provider, "epoch", epoch]
+        )
+        if reply[0] == "ok":
+            return str(reply[1])
+        # Another entry came first: sign the new head, so a checkpoint always seals all before it.
+    log.info("audit checkpoint of %s skipped: the audit kept moving", keys.namespace)
+    return None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One sign of tampering: ``entry`` is the id of the entry concerned (gone, for ``deleted``)."""
+
+    kind: FindingKind
+    entry: str
+    detail: str
+
+
+@dataclass
+class AuditReport:
+    """What ``verify`` found in one namespace's audit."""
+
+    namespace: str
+    entries: int = 0
+    first: str | None = None
+    """the first entry left"""
+    trimmed: bool = False
+    """the first entry names a predecessor that is gone: earlier entries were trimmed (the cap)"""
+    last: str | None = None
+    legacy: int = 0
+    """entries before the chain began (no ``chain`` field: written by an older version, or under fakeredis)"""
+    checkpoints: int = 0
+    """checkpoints signed by a trusted key that match the chain"""
+    sealed_through: str | None = None
+    """the latest entry a trusted checkpoint seals (it and everything before it)"""
+    unsealed: int = 0
+    """entries after ``sealed_through`` (checkpoints aside): chained, not yet signed"""
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def status(self) -> Literal["intact", "broken", "unchained"]:
+        if self.findings:
+            return "broken"
+        if self.entries and self.legacy == self.entries:
+            return "unchained"
+        return "intact"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "status": self.status,
+            "entries": self.entries,
+            "first": self.first,
+            "trimmed": self.trimmed,
+            "last": self.last,
+            "unchained": self.legacy,
+            "checkpoints": self.checkpoints,
+            "sealedThrough": self.sealed_through,
+            "unsealed": self.unsealed,
+            "findings": [{"kind": f.kind, "entry": f.entry, "detail": f.detail} for f in self.findings],
+        }
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    try:
+        return int(ms), int(seq or 0)
+    except ValueError:
+        return (-1, -1)
+
+
+@dataclass
+class _Entry:
+    id: str
+    pairs: list[tuple[str, str]]
+    chain: str
+    prev_id: str
+    prev_chain: str
+
+    @property
+    def fields(self) -> dict[str, str]:
+        return dict(self.pairs)
+
+
+def _parse(entry_id: str, flat: Any) -> _Entry:
+    items = list(flat.items()) if isinstance(flat, dict) else list(zip(flat[::2], flat[1::2], strict=True))
+    pairs = [(str(k), str(v)) for k, v in items]
+    chain, prev = "", ""
+    if len(pairs) >= 2 and pairs[0][0] == "prev" and pairs[-1][0] == "chain":
+        chain, prev = pairs[-1][1], pairs[0][1]
+    prev_id, _, prev_chain = prev.partition(" ")
+    return _Entry(entry_id, pairs, chain, prev_id, prev_chain)
+
+
+async def _read_all(commands: Commands, stream: str) -> list[_Entry]:
+    entries: list[_Entry] = []
+    start = "-"
+    while True:
+        page = await commands.call("XRANGE", stream, start, "+", "COUNT", _PAGE)
+        entries += [_parse(entry_id, flat) for entry_id, flat in page]
+        if len(page) < _PAGE:
+            return entries
+        start = "(" + page[-1][0]
+
+
+async def verify(commands: Commands, keys: Keys, trusted: TrustedKeys) -> AuditReport:
+    """Walk the audit stream: recompute its chain and check its checkpoints against ``trusted``."""
+    head = await commands.call("GET", keys.audit_head)  # before the entries: later ones must chain from it
+    return judge(keys.namespace, await _read_all(commands, keys.audit), head, trusted)
+
+
+def judge(namespace: str, entries: list[_Entry], head: str | None, trusted: TrustedKeys) -> AuditReport:
+    report = AuditReport(namespace, entries=len(entries))
+    if not entries:
+        if head:
+            report.findings.append(Finding("deleted", head.partition(" ")[0], "the audit is empty, its head names it"))
+        return report
+    report.first, report.last = entries[0].id, entries[-1].id
+    # Entries written before the chain began (an older version, fakeredis) come first, if at all.
+    start = 0
+    while start < len(entries) and not entries[start].chain:
+        start += 1
+    report.legacy = start
+    chain = entries[start:]
+    if not chain:
+        return report
+    found = report.findings
+    reported: set[tuple[str, str]] = set()
+
+    def find(kind: FindingKind, entry: str, detail: str) -> None:
+        if (kind, entry) not in reported:
+            reported.add((kind, entry))
+            found.append(Finding(kind, entry, detail))
+
+    if start and chain[0].prev_id:
+        find("altered", entries[start - 1].id, "not chained, though the chain's first entry names it")
+    at = {entry.id: i for i, entry in enumerate(chain)}
+    for entry in chain:
+        if not entry.chain:
+            find("unchained", entry.id, "no chain: written past the audit's chain")
+        elif chain_of(entry.pairs[:-1]) != entry.chain:
+            find("altered", entry.id, "its fields do not hash to its chain")
+
+    # The chain runs back from its head: the last entry appended by the scripts.
+    head_id, _, head_chain = (head or "").partition(" ")
+    if not head_id:
+        find("deleted", chain[-1].id, "the chain head key is gone")
+        tail = len(chain) - 1
+    elif head_id in at:
+        tail = at[head_id]
+        if chain[tail].chain != head_chain:
+            find("altered", head_id, "the chain head names another version of it")
+    else:
+        find("deleted", head_id, "the chain head names it, and it is gone")
+        tail = max((i for i, e in enumerate(chain) if _id_key(e.id) < _id_key(head_id)), default=-1)
+    # Entries appended after the head was read must chain on from it.
+    for i in range(tail + 1, len(chain)):
+        entry, before = chain[i], chain[i - 1] if i else None
+        if before is None or (entry.prev_id, entry.prev_chain) != (before.id, before.chain):
+            find("inserted", entry.id, "after the chain head, and not chained to the entry before it")
+
+    on_chain: set[int] = set()
+    i = tail
+    while i >= 0:
+        on_chain.add(i)
+        entry = chain[i]
+        if not entry.prev_id:
+            if i > 0:
+                find("restarted", entry.id, "the chain starts afresh here: its head was deleted or reset")
+            j = i - 1
+        elif entry.prev_id in at and at[entry.prev_id] < i:
+            j = at[entry.prev_id]
+            if chain[j].chain != entry.prev_chain:
+                find("altered", chain[j].id, f"rewritten: {entry.id} follows another version of it")
+        elif _id_key(entry.prev_id) < _id_key(chain[0].id):
+            if not start:
+                report.trimmed = True
+            j = -1
+        elif entry.prev_id in at:
+            find("altered", entry.id, f"names a later entry, {entry.prev_id}, as the one before it")
+            j = i - 1
+        else:
+            find("deleted", entry.prev_id, f"{entry.id} follows it, and it is gone")
+            j = max((k for k in range(i) if _id_key(chain[k].id) < _id_key(entry.prev_id)), default=-1)
+        for k in range(j + 1, i):
+            find("inserted", chain[k].id, "not in the chain: no entry after it follows it")
+        i = j
+
+    sealed = -1
+    for i, entry in enumerate(chain):
+        fields = entry.fields
+        if fields.get("event") != "checkpoint":
+            continue
+        target, sealed_chain = fields.get("at", ""), fields.get("sealed", "")
+        message = checkpoint_message(namespace, target, sealed_chain)
+        if not trusted.verify_checkpoint(message, fields.get("key", ""), fields.get("sig", "")):
+            find("checkpoint", entry.id, f"not signed by a trusted key (key {fields.get('key', '')!r})")
+        elif target in at:
+            j = at[target]
+            if chain[j].chain != sealed_chain or j not in on_chain or j >= i:
+                find("checkpoint", entry.id, f"seals {target} as another chain than the one it holds now")
+            elif not any(f.entry == chain[j].id for f in found):
+                report.checkpoints += 1
+                sealed = max(sealed, j)
+        elif _id_key(target) >= _id_key(chain[0].id):
+            find("deleted", target, f"checkpoint {entry.id} seals it, and it is gone")
+    if sealed >= 0:
+        report.sealed_through = chain[sealed].id
+    report.unsealed = sum(1 for e in chain[sealed + 1 :] if e.fields.get("event") != "checkpoint")
+    return report
