@@ -163,7 +163,14 @@ async def reap_abandoned(broker: Broker, away: list[str] | None = None) -> tuple
                         keys.audit,
                         keys.away,
                     ],
-                    [rid, entry_id, GROUP, int(settings.result_ttl * 1000), settings.audit_maxlen],
+                    [
+                        rid,
+                        entry_id,
+                        GROUP,
+                        int(settings.result_ttl * 1000),
+                        settings.audit_maxlen,
+                        int(settings.liveness_grace * 1000),
+                    ],
                 )
             )
         for (_, fields), reply in zip(asks, await asyncio.gather(*calls), strict=True):

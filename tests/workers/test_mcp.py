@@ -279,7 +279,7 @@ async def test_another_instance_taking_the_agent_id(
     broker = await make_broker()
     async with provider(broker, pick_first), mcp_client(redis_server, namespace, "--agent-id", "shared") as session:
         first = await session.call_tool("ask_user_question", YES_NO)
-        async with broker.agent("shared"):  # a newer instance replaces the server's
+        async with broker.agent("shared", restart=True):  # a restarted instance replaces the server's
             second = await session.call_tool("ask_user_question", YES_NO)
     assert not first.is_error
     assert structured(second)["code"] == "CALLER_NOT_LIVE"
