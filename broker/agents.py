@@ -1,8 +1,15 @@
 """Live agent instances: who may ask a human at all.
 
-An instance is an unguessable token; Redis keeps only its SHA-1 fingerprint in the agent
-record, so the token goes from the agent to Redis in an ask and nowhere else (not to
+Each registering process holds an unguessable token; Redis keeps only its SHA-1 fingerprint in
+the agent record, so the token goes from the agent to Redis in an ask and nowhere else (not to
 providers, UIs, logs or the audit stream).
+
+The record is the agent id's live instance, shared by its processes: several processes (shell
+steps, workers) registered under one id join it and ask at once, none superseding another. A
+restart (``Broker.agent(..., restart=True)``, ``qbroker ask --restart``), or registering under
+another owner, starts a new instance and supersedes every process registered before it, as the
+seeds require of a restarted agent. A process whose entry lapsed while it lived (a Redis restart
+that outlasted the TTL, a pause) puts itself back; only a restart supersedes it.
 """
 
 from __future__ import annotations
@@ -29,14 +36,18 @@ log = logging.getLogger(__name__)
 class Agent:
     """A registered, heart-beating agent instance; ask through it to ask as it."""
 
-    def __init__(self, broker: Broker, agent_id: str, owner: str | None) -> None:
+    def __init__(self, broker: Broker, agent_id: str, owner: str | None, *, restart: bool = False) -> None:
         self._broker = broker
         self.id = agent_id
         self.owner = owner
+        self.restart = restart
+        """this registration starts a new instance of the id, superseding every earlier process"""
         self._token = secrets.token_urlsafe(32)
         self._fingerprint = hashlib.sha1(self._token.encode()).hexdigest()
+        self._registered = "0"
+        """when this process registered (Redis ms): a restart after it supersedes it"""
         self.alive = False
-        """False once the record expired or another instance took the id"""
+        """False once a restart of the id superseded this process, or its heartbeats failed for a whole TTL"""
 
     def __repr__(self) -> str:  # the token stays out of reprs and logs
         return f"Agent(id={self.id!r}, owner={self.owner!r}, alive={self.alive})"
@@ -84,16 +95,26 @@ class Agent:
         reply = await commands.script(
             SCRIPTS["agent_register"],
             [keys.agent(self.id), owner_key, keys.agents],
-            [self._fingerprint, self.owner or "", int(ttl * 1000), "1" if self.owner else "0", self.id],
+            [
+                self._fingerprint,
+                self.owner or "",
+                int(ttl * 1000),
+                "1" if self.owner else "0",
+                self.id,
+                "restart" if self.restart else "join",
+            ],
         )
         self.alive = reply[0] == "ok"
+        if self.alive:
+            self._registered = str(reply[1])
         return list(reply)
 
     async def heartbeat(self, commands: Commands, keys: Keys, ttl: float) -> None:
-        """Refresh the record every third of its TTL until cancelled or superseded.
+        """Refresh this process's entry every third of its TTL until cancelled or superseded.
 
-        While no heartbeat succeeds for a whole TTL the record may have expired, so the agent
-        counts as not alive (its asks fail ``CALLER_NOT_LIVE`` at once) until one succeeds.
+        While no heartbeat succeeds for a whole TTL the entry may have lapsed, so the agent
+        counts as not alive (its asks fail ``CALLER_NOT_LIVE`` at once) until one succeeds: the
+        one that succeeds puts the entry (and the record) back if it lapsed meanwhile.
         """
         loop = asyncio.get_running_loop()
         valid_until = loop.time() + ttl
@@ -103,7 +124,7 @@ class Agent:
                 held = await commands.script(
                     SCRIPTS["agent_heartbeat"],
                     [keys.agent(self.id), keys.agents],
-                    [self._fingerprint, int(ttl * 1000), self.id],
+                    [self._fingerprint, int(ttl * 1000), self.id, self._registered, self.owner or ""],
                 )
             except Exception as error:
                 log.log(
@@ -117,7 +138,7 @@ class Agent:
                     self.alive = False
                 continue
             if held != 1:
-                log.warning("agent %s is no longer the live instance", self.id)
+                log.warning("agent %s restarted: this process is no longer one of its live instance's", self.id)
                 self.alive = False
                 return
             self.alive = True
@@ -126,5 +147,7 @@ class Agent:
     async def remove(self, commands: Commands, keys: Keys) -> None:
         self.alive = False
         await commands.script(
-            SCRIPTS["agent_heartbeat"], [keys.agent(self.id), keys.agents], [self._fingerprint, "0", self.id]
+            SCRIPTS["agent_heartbeat"],
+            [keys.agent(self.id), keys.agents],
+            [self._fingerprint, "0", self.id, self._registered, self.owner or ""],
         )

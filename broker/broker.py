@@ -184,6 +184,7 @@ class Broker:
             limits=self.limits,
             min_replicas=min_replicas,
             replica_timeout=replica_timeout,
+            liveness_grace=max(agent_ttl, client_ttl),
         )
         self._answerers: list[_Registration] = []
         self._agents: dict[str, Agent] = {}
@@ -369,10 +370,18 @@ class Broker:
     # -- agents ---------------------------------------------------------------------
 
     @asynccontextmanager
-    async def agent(self, agent_id: str, owner: Agent | str | None = None) -> AsyncIterator[Agent]:
-        """Register a live agent instance for the block; ``owner`` makes it an owned child."""
+    async def agent(
+        self, agent_id: str, owner: Agent | str | None = None, *, restart: bool = False
+    ) -> AsyncIterator[Agent]:
+        """Register this process as the agent ``agent_id`` for the block; ``owner`` makes it an owned child.
+
+        Processes registered under one id are one live instance and ask at once (several shell steps
+        of one agent). ``restart=True`` starts a new instance of the id instead: every process
+        registered before is no longer live (its asks fail, its pending questions are withdrawn).
+        Registering under another owner than the live instance's starts a new instance too.
+        """
         owner_id = owner.id if isinstance(owner, Agent) else owner
-        agent = Agent(self, agent_id, owner_id)
+        agent = Agent(self, agent_id, owner_id, restart=restart)
         commands = self.commands
         try:
             reply = await agent.register(commands, self.keys, self.agent_ttl)

@@ -165,7 +165,14 @@ async def reap_abandoned(broker: Broker, away: list[str] | None = None) -> tuple
                     keys.audit,
                     keys.away,
                 ],
-                [rid, entry_id, GROUP, int(settings.result_ttl * 1000), settings.audit_maxlen],
+                [
+                    rid,
+                    entry_id,
+                    GROUP,
+                    int(settings.result_ttl * 1000),
+                    settings.audit_maxlen,
+                    int(settings.liveness_grace * 1000),
+                ],
             )
             if reply[0] != "moved":
                 break

@@ -71,6 +71,8 @@ class ProviderSettings:
     limits: Limits
     min_replicas: int = 0
     replica_timeout: float = 1.0
+    liveness_grace: float = 0.0
+    """after a Redis start, how long askers have to beat again before any is judged gone"""
 
     @property
     def block_s(self) -> float:
@@ -851,6 +853,7 @@ class Provider:
             self.epoch,
             int(self.settings.result_ttl * 1000),
             self.settings.audit_maxlen,
+            int(self.settings.liveness_grace * 1000),
         ]
         for entry_id, fields, request_id, client_id in asks:
             agent_id = fields.get("agent", "")

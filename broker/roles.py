@@ -9,7 +9,8 @@ Three roles, each its own Redis user:
   and the decisions (``ask.lua``'s lookup, whose finds it verifies), and nothing else: it cannot
   write the lease, the epoch or the decisions, nor read or write the audit (every agent's
   questions and answers), the web's sessions and throttles, or the maintenance worker's keys.
-- **answerer**: providers (``qbroker web``, ``provide``, ``auto``): the whole namespace.
+- **answerer**: providers (``qbroker web``, ``provide``, ``auto``): the whole namespace, and ``INFO``
+  (deliver.lua reads the server's uptime: after a restart, askers get time to beat again).
 - **maintenance**: ``qbroker worker`` and operators' ``qbroker status`` / ``decisions``: the
   whole namespace, and arq's queue when it shares the Redis.
 
@@ -52,6 +53,8 @@ _ASKER_READS: Final = ("provider", "standbys", "decision:*", "decisions", "decis
 """what an asker reads and never writes: the lease and standbys, the remembered decisions"""
 _ARQ: Final = "~qbroker:{namespace}* ~arq:* +@transaction +info"
 """the maintenance worker's arq queue and job keys, MULTI/EXEC/WATCH, and INFO, when arq shares the Redis"""
+_ANSWERER: Final = "+info"
+"""INFO, for the server's uptime: deliver.lua judges no asker gone while a restart may have dropped live ones' keys"""
 
 
 def acl_rule(namespace: str, role: Role) -> str:
@@ -65,6 +68,8 @@ def acl_rule(namespace: str, role: Role) -> str:
     else:
         raise ValueError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
     rule = " ".join(patterns) + " " + _COMMANDS
+    if role == "answerer":
+        rule += " " + _ANSWERER
     if role == "maintenance":
         rule += " " + _ARQ.format(namespace=namespace)
     return rule

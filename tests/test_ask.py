@@ -58,9 +58,9 @@ async def test_guessing_a_live_agents_id_does_not_let_another_process_ask_as_it(
         assert await code_of(other_process.ask(one_question(agent="root"))) == "CALLER_NOT_LIVE"
 
 
-async def test_a_newer_instance_of_the_same_id_makes_the_older_not_live(make_broker, answering):
+async def test_a_restarted_instance_of_the_same_id_makes_the_older_not_live(make_broker, answering):
     first_process, second_process = await make_broker(), await make_broker()
-    async with first_process.agent("root") as old, second_process.agent("root"):
+    async with first_process.agent("root") as old, second_process.agent("root", restart=True):
         assert await code_of(old.ask(one_question())) == "CALLER_NOT_LIVE"
 
 

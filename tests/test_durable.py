@@ -129,7 +129,7 @@ async def test_the_re_attaching_instance_must_be_live_and_a_root(make_broker, pr
     async with restarted.agent("root") as root, restarted.agent("ci", owner=root) as child:
         assert await code_of(child.ask(one_question("yes", "no"), key=KEY)) == "DELEGATED_CALLER"
     newest = await make_broker()
-    async with restarted.agent("ci") as superseded, newest.agent("ci"):  # a newer instance took the id
+    async with restarted.agent("ci") as superseded, newest.agent("ci", restart=True):  # a newer instance took the id
         assert await code_of(superseded.ask(one_question("yes", "no"), key=KEY)) == "CALLER_NOT_LIVE"
 
 

@@ -29,7 +29,7 @@ async def run(redis: Redis, name: str, keys: list[str], args: list[Any]) -> Any:
     return await redis.evalsha(script.sha, len(keys), *keys, *args)
 
 
-async def reap(ns: Namespace, rid: str, entry: str, client: str = "c1") -> list[str]:
+async def reap(ns: Namespace, rid: str, entry: str, client: str = "c1", *, grace_ms: int = 0) -> list[str]:
     k = ns.keys
     keys = [
         k.request(rid),
@@ -41,7 +41,7 @@ async def reap(ns: Namespace, rid: str, entry: str, client: str = "c1") -> list[
         k.audit,
         k.away,
     ]
-    return list(await run(ns.redis, "reap", keys, [rid, entry, GROUP, RESULT_MS, AUDIT_MAX]))
+    return list(await run(ns.redis, "reap", keys, [rid, entry, GROUP, RESULT_MS, AUDIT_MAX, grace_ms]))
 
 
 async def expire(ns: Namespace, rid: str, client: str = "c1") -> list[Any]:
@@ -64,6 +64,23 @@ async def test_reap_leaves_a_request_whose_asker_is_alive(ns):
     before = await ns.snapshot()
     assert await reap(ns, "r1", entry) == ["live"]
     assert await ns.snapshot() == before
+
+
+@pytest.mark.parametrize(
+    ("created", "grace_ms", "reply"),
+    [
+        pytest.param(1, 10**13, "live", id="asked-before-the-server-started-within-the-grace"),
+        pytest.param(None, 10**13, "withdrawn", id="asked-since-the-server-started"),
+        pytest.param(1, 0, "withdrawn", id="the-grace-is-over"),
+    ],
+)
+async def test_reap_gives_askers_time_to_beat_again_after_a_redis_start(ns, created, grace_ms, reply):
+    """A restart that outlasted the TTLs dropped live askers' keys with the dead ones' (issue 26 item 4)."""
+    _, _, entry = await delivered_request(ns)
+    await ns.redis.delete(ns.keys.client("c1"))  # gone, as such a restart drops it
+    if created is not None:
+        await ns.redis.hset(ns.keys.request("r1"), "created", created)  # asked before this server started
+    assert (await reap(ns, "r1", entry, grace_ms=grace_ms))[0] == reply  # a grace longer than the uptime
 
 
 async def test_reap_withdraws_a_request_whose_asking_process_stopped(ns):

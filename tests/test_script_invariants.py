@@ -59,20 +59,25 @@ class Namespace:
 
     # -- agents
 
-    async def register(self, agent: str, token: str, owner: str = "", ttl_ms: int = 30_000) -> list[str]:
+    async def register(
+        self, agent: str, token: str, owner: str = "", ttl_ms: int = 30_000, *, restart: bool = False
+    ) -> list[str]:
+        """agent_register.lua: ['ok', when it registered (Redis ms)] or an error."""
         k = self.keys
         owner_key = k.agent(owner) if owner else k.agent(agent)
         return list(
             await self.script(
                 "agent_register",
                 [k.agent(agent), owner_key, k.agents],
-                [fingerprint(token), owner, ttl_ms, "1" if owner else "0", agent],
+                [fingerprint(token), owner, ttl_ms, "1" if owner else "0", agent, "restart" if restart else "join"],
             )
         )
 
-    async def heartbeat(self, agent: str, fp: str, ttl_ms: int | str) -> int:
+    async def heartbeat(self, agent: str, fp: str, ttl_ms: int | str, registered: str = "0", owner: str = "") -> int:
         return int(
-            await self.script("agent_heartbeat", [self.keys.agent(agent), self.keys.agents], [fp, ttl_ms, agent])
+            await self.script(
+                "agent_heartbeat", [self.keys.agent(agent), self.keys.agents], [fp, ttl_ms, agent, registered, owner]
+            )
         )
 
     # -- asks
@@ -95,13 +100,17 @@ class Namespace:
     async def asker_alive(self, client: str = "c1") -> None:
         await self.redis.set(self.keys.client(client), "1", px=30_000)
 
-    async def deliver(self, fence: str, epoch: int, rid: str, entry: str, *, client: str = "c1") -> list[Any]:
+    async def deliver(
+        self, fence: str, epoch: int, rid: str, entry: str, *, client: str = "c1", grace_ms: int = 0
+    ) -> list[Any]:
         """deliver.lua for a read of one entry: that entry's reply (or the whole call's refusal)."""
-        return (await self.deliver_many(fence, epoch, [(rid, entry, client)]))[0]
+        return (await self.deliver_many(fence, epoch, [(rid, entry, client)], grace_ms=grace_ms))[0]
 
-    async def deliver_many(self, fence: str, epoch: int, entries: list[tuple[str, str, str]]) -> list[Any]:
+    async def deliver_many(
+        self, fence: str, epoch: int, entries: list[tuple[str, str, str]], *, grace_ms: int = 0
+    ) -> list[Any]:
         k = self.keys
-        keys, args = [k.provider, k.requests, k.audit, k.away], [fence, GROUP, epoch, RESULT_MS, AUDIT_MAX]
+        keys, args = [k.provider, k.requests, k.audit, k.away], [fence, GROUP, epoch, RESULT_MS, AUDIT_MAX, grace_ms]
         for rid, entry, client in entries:
             keys += [k.request(rid), k.request(rid), k.client(client), k.inbox(client), k.outcome(rid)]  # no agent
             args += [entry, rid, "0"]
@@ -419,7 +428,7 @@ async def test_withdraw_of_a_settled_request_returns_settled_and_changes_nothing
 
 async def test_ask_refuses_a_wrong_agent_token_and_enqueues_nothing(ns):
     await holder(ns)
-    assert await ns.register("root", "right-token") == ["ok"]
+    assert (await ns.register("root", "right-token"))[0] == "ok"
     before = await ns.snapshot()
     reply = await ns.ask("r1", agent="root", token="wrong-token")
     assert reply[:2] == ["err", "CALLER_NOT_LIVE"]
@@ -431,7 +440,7 @@ async def test_ask_refuses_a_wrong_agent_token_and_enqueues_nothing(ns):
 async def test_ask_refuses_an_owned_agent_as_a_delegated_caller(ns):
     await holder(ns)
     await ns.register("parent", "parent-token")
-    assert await ns.register("child", "child-token", owner="parent") == ["ok"]
+    assert (await ns.register("child", "child-token", owner="parent"))[0] == "ok"
     before = await ns.snapshot()
     reply = await ns.ask("r1", agent="child", token="child-token")
     assert reply[:2] == ["err", "DELEGATED_CALLER"]
@@ -449,16 +458,45 @@ async def test_the_gate_only_ask_checks_and_enqueues_nothing(ns):
 # -- agent heartbeat ownership --------------------------------------------------------------
 
 
-async def test_a_heartbeat_with_another_instances_fingerprint_neither_refreshes_nor_deletes(ns):
-    await ns.register("root", "live-token", ttl_ms=5000)
+async def test_a_heartbeat_of_a_process_a_restart_superseded_neither_refreshes_nor_deletes(ns):
+    _, old_at = await ns.register("root", "an-older-instance", ttl_ms=5000)
+    _, live_at = await ns.register("root", "live-token", ttl_ms=5000, restart=True)
     record = await ns.redis.hgetall(ns.keys.agent("root"))
-    other = fingerprint("an-older-instance")
-    assert await ns.heartbeat("root", other, 600_000) == 0
+    old = fingerprint("an-older-instance")
+    assert "p:" + old not in record
+    assert await ns.heartbeat("root", old, 600_000, old_at) == 0
     assert await ns.redis.pttl(ns.keys.agent("root")) <= 5000
-    assert await ns.heartbeat("root", other, "0") == 0
+    assert await ns.heartbeat("root", old, "0", old_at) == 0
     assert await ns.redis.hgetall(ns.keys.agent("root")) == record
-    assert await ns.heartbeat("root", fingerprint("live-token"), 600_000) == 1  # the owner still can
+    assert await ns.heartbeat("root", fingerprint("live-token"), 600_000, live_at) == 1  # the live one still can
     assert await ns.redis.pttl(ns.keys.agent("root")) > 5000
+
+
+async def test_processes_joining_an_agent_share_its_record_and_a_lapsed_one_is_put_back(ns):
+    _, first_at = await ns.register("root", "first", ttl_ms=5000)
+    _, second_at = await ns.register("root", "second", ttl_ms=5000)  # joins: the first stays live
+    record = await ns.redis.hgetall(ns.keys.agent("root"))
+    assert {"p:" + fingerprint("first"), "p:" + fingerprint("second")} <= set(record)
+    await holder(ns)
+    assert (await ns.ask("r1", agent="root", token="first"))[0] == "ok"
+    assert (await ns.ask("r2", agent="root", token="second"))[0] == "ok"
+    await ns.redis.delete(ns.keys.agent("root"))  # both lapsed (a Redis restart that outlasted the TTL)
+    assert await ns.heartbeat("root", fingerprint("first"), 5000, first_at) == 1  # it lives: it comes back
+    assert (await ns.ask("r3", agent="root", token="first"))[0] == "ok"
+    assert (await ns.ask("r4", agent="root", token="second"))[:2] == ["err", "CALLER_NOT_LIVE"]
+    assert await ns.heartbeat("root", fingerprint("second"), "0", second_at) == 1  # out: the first keeps it
+    assert await ns.redis.exists(ns.keys.agent("root")) == 1
+    assert await ns.heartbeat("root", fingerprint("first"), "0", first_at) == 1  # the last out removes it
+    assert await ns.redis.exists(ns.keys.agent("root")) == 0
+
+
+async def test_a_lapsed_process_of_a_live_agent_cannot_ask(ns):
+    await holder(ns)
+    await ns.register("root", "paused", ttl_ms=5000)
+    await ns.register("root", "beating", ttl_ms=60_000)
+    await ns.redis.hset(ns.keys.agent("root"), "p:" + fingerprint("paused"), 1)  # its entry lapsed long ago
+    assert (await ns.ask("r1", agent="root", token="paused"))[:2] == ["err", "CALLER_NOT_LIVE"]
+    assert (await ns.ask("r2", agent="root", token="beating"))[0] == "ok"
 
 
 # -- ask retry idempotency ------------------------------------------------------------------
@@ -508,6 +546,23 @@ async def test_deliver_of_a_stale_entry_acks_and_removes_it(ns):
     [late] = await ns.stream_ids()
     assert await ns.deliver(fence, epoch, "r1", late) == ["gone", "answered"]
     assert await ns.stream_ids() == []
+
+
+@pytest.mark.parametrize(
+    ("created", "grace_ms", "reply"),
+    [
+        pytest.param(1, 10**13, "ok", id="asked-before-the-server-started-within-the-grace"),
+        pytest.param(None, 10**13, "gone", id="asked-since-the-server-started"),
+        pytest.param(1, 0, "gone", id="the-grace-is-over"),
+    ],
+)
+async def test_deliver_gives_askers_time_to_beat_again_after_a_redis_start(ns, created, grace_ms, reply):
+    """A restart that outlasted the TTLs dropped live askers' keys with the dead ones' (issue 26 item 4)."""
+    fence, epoch = await holder(ns)
+    entry = (await ns.ask("r1"))[1]  # its asker's liveness key is gone, as such a restart drops it
+    if created is not None:
+        await ns.redis.hset(ns.keys.request("r1"), "created", created)  # asked before this server started
+    assert (await ns.deliver(fence, epoch, "r1", entry, grace_ms=grace_ms))[0] == reply  # grace beyond the uptime
 
 
 async def test_a_second_deliver_of_the_same_entry_is_detectable(ns):

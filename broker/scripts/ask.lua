@@ -36,9 +36,11 @@ if ARGV[9] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then
 end
 local agent_fp = ''
 if ARGV[3] ~= '' then
-  local record = redis.call('HMGET', KEYS[3], 'fp', 'owner')
   if redis.sha1hex then agent_fp = redis.sha1hex(ARGV[4]) else agent_fp = ARGV[10] end
-  if not record[1] or record[1] ~= agent_fp then
+  -- one field per live process of the agent (agent_register.lua): this token's, and not lapsed
+  local record = redis.call('HMGET', KEYS[3], 'p:' .. agent_fp, 'owner')
+  local clock = redis.call('TIME')
+  if not record[1] or tonumber(record[1]) < clock[1] * 1000 + math.floor(clock[2] / 1000) then
     return {'err', 'CALLER_NOT_LIVE', 'agent ' .. ARGV[3] .. ' is not the live instance'}
   end
   if record[2] and record[2] ~= '' then

@@ -4,7 +4,8 @@
 -- then five keys per entry i = 0, 1, ..., starting at KEYS[5 + 5i]: request hash, agent record (the request hash
 -- when none), asker's client liveness key, asker's inbox, outcome key
 -- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] group   ARGV[3] epoch   ARGV[4] result TTL ms   ARGV[5] audit max length
--- then three arguments per entry, starting at ARGV[6 + 3i]: entry id, request id, '1' to get the request JSON
+-- ARGV[6] the askers' liveness grace after a Redis start, ms (see below)
+-- then three arguments per entry, starting at ARGV[7 + 3i]: entry id, request id, '1' to get the request JSON
 -- back (an entry written without its request body) or '0'
 -- returns {'err', 'LEASE_LOST', message} for the whole read, or {'ok', {one reply per entry}}, each
 --   {'ok', request JSON or '', agent id, created unix ms, 'again' or '', '1' if its asker is away else '0',
@@ -22,6 +23,10 @@
 -- shown; its asker may come back and re-attach. An entry whose request hash is missing (expired
 -- after the request TTL, or lost in a failover) is removed, and its asker, if it still waits, is
 -- told BROKER_UNAVAILABLE: no ask waits on a request that no longer exists.
+-- The asking process is live while its field in the agent record ('p:<fingerprint>', agent_register.lua) has not
+-- lapsed. A Redis restart that outlasted the liveness TTLs dropped live askers' keys with the dead ones': a request
+-- asked before the server started is not judged by them until it has been up for ARGV[6] ms (time for a live asker
+-- to beat again); housekeeping (reap.lua) judges the ones shown meanwhile.
 -- Who was given a request is the hash's 'delivered' field (the epoch); the audit records who
 -- answered, under which epoch, when the request is settled (settle.lua).
 local lease = redis.call('GET', KEYS[1])
@@ -36,25 +41,37 @@ local function tell(k, rid, code, message)
   redis.call('RPUSH', KEYS[k + 3], rid .. ' ' .. outcome)
   redis.call('PEXPIRE', KEYS[k + 3], ARGV[4])
 end
-local now = nil
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+-- Entries of one read mostly share their asker: each agent process and liveness key is read once per call.
+local lapses, alive = {}, {}
+local function agent_live(key, fp)
+  local field = 'p:' .. (fp or '')
+  if lapses[key .. ' ' .. field] == nil then
+    lapses[key .. ' ' .. field] = tonumber(redis.call('HGET', key, field) or '0')
+  end
+  return lapses[key .. ' ' .. field] >= now
+end
 -- Without a maintenance worker nothing ends an away asker's grace: the away zset lapses the result TTL after the
 -- last grace it holds ends.
 local function away_lapses(at)
   local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
   if last[2] then redis.call('PEXPIRE', KEYS[4], math.max(1, tonumber(last[2]) - at) + tonumber(ARGV[4])) end
 end
--- Entries of one read mostly share their asker: each agent record and liveness key is read once per call.
-local fps, alive = {}, {}
-local function live_fp(key)
-  if fps[key] == nil then fps[key] = redis.call('HGET', key, 'fp') end
-  return fps[key]
+local up = nil
+local function asked_before_a_restart(created)
+  if up == nil then
+    local info = redis.pcall('INFO', 'server')
+    up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or false
+  end
+  return up and up * 1000 < tonumber(ARGV[6]) and tonumber(created or now) < now - (up + 1) * 1000
 end
 local function process_alive(key)
   if alive[key] == nil then alive[key] = redis.call('EXISTS', key) == 1 end
   return alive[key]
 end
 for i = 0, (#KEYS - 4) / 5 - 1 do
-  local k, a = 5 + 5 * i, 6 + 3 * i
+  local k, a = 5 + 5 * i, 7 + 3 * i
   local entry, rid = ARGV[a], ARGV[a + 1]
   local r = redis.call('HMGET', KEYS[k], 'state', 'agent', 'agent_fp', 'created', 'delivered', 'key', 'grace',
     'away', 'client', 'remember', 'coalesce')
@@ -70,21 +87,20 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
     end
     replies[#replies + 1] = {'gone', r[1] or 'missing'}
   else
-    if r[2] ~= '' and live_fp(KEYS[k + 1]) ~= r[3] then
+    if r[2] ~= '' and not agent_live(KEYS[k + 1], r[3]) then
       why = 'the asking agent is no longer live'
     elseif client == '' then
       why = 'the asker detached'
     elseif not process_alive(KEYS[k + 2]) then
       why = 'the asking process stopped'
     end
+    if why and asked_before_a_restart(r[4]) then
+      why = nil
+    end
     local away, reason = '0', why
     if why and r[6] then
       away, why = '1', nil
       if not r[8] then
-        if not now then
-          local t = redis.call('TIME')
-          now = t[1] * 1000 + math.floor(t[2] / 1000)
-        end
         redis.call('HSET', KEYS[k], 'away', now)
         redis.call('ZADD', KEYS[4], now + tonumber(r[7]), rid)
         away_lapses(now)

@@ -4,7 +4,7 @@
 -- KEYS[4] asker's client liveness key   KEYS[5] asker's inbox   KEYS[6] outcome key   KEYS[7] audit stream
 -- KEYS[8] away zset
 -- ARGV[1] request id   ARGV[2] the stream entry id seen   ARGV[3] group   ARGV[4] result TTL ms
--- ARGV[5] audit max length
+-- ARGV[5] audit max length   ARGV[6] the askers' liveness grace after a Redis start, ms
 -- returns {'withdrawn', reason} | {'away', reason} | {'live'} | {'stale', state}
 --   | {'moved', client id}: the hash names another asking process than KEYS[4] and KEYS[5] were built for (a keyed
 --     ask re-attached); nothing was done: call again with that client's keys
@@ -22,8 +22,12 @@
 -- A keyed request is not withdrawn: its asker is marked away (as in deliver.lua), and a provider that
 -- showed it gets a kind=away notice; an away asker found live again (a paused process that woke up)
 -- is marked back, with a kind=back notice. Its detach grace is judged by away_end.lua.
+-- The asking process is live while its field in the agent record ('p:<fingerprint>', agent_register.lua) has not
+-- lapsed. A Redis restart that outlasted the liveness TTLs dropped live askers' keys with the dead ones': a request
+-- asked before the server started is not judged by them ({'live'}) until it has been up for ARGV[6] ms (time for a
+-- live asker to beat again).
 local r = redis.call('HMGET', KEYS[1], 'state', 'entry', 'delivered', 'agent', 'agent_fp', 'key', 'grace', 'away',
-  'client')
+  'client', 'created')
 local client = r[9] or ''
 if r[1] == 'pending' and client ~= '' and string.sub(KEYS[4], -#client - 1) ~= ':' .. client then
   return {'moved', client}
@@ -40,13 +44,22 @@ if not r[1] or r[1] ~= 'pending' then
   end
   return {'stale', r[1] or 'missing'}
 end
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local why = nil
-if r[4] and r[4] ~= '' and redis.call('HGET', KEYS[3], 'fp') ~= r[5] then
+if r[4] and r[4] ~= '' and tonumber(redis.call('HGET', KEYS[3], 'p:' .. (r[5] or '')) or '0') < now then
   why = 'the asking agent is no longer live'
 elseif client == '' then
   why = 'the asker detached'
 elseif redis.call('EXISTS', KEYS[4]) == 0 then
   why = 'the asking process stopped'
+end
+if why then
+  local info = redis.pcall('INFO', 'server')
+  local up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+  if up and up * 1000 < tonumber(ARGV[6] or '0') and tonumber(r[10] or now) < now - (up + 1) * 1000 then
+    return {'live'}
+  end
 end
 if r[6] then
   if not why and r[8] then
@@ -57,8 +70,6 @@ if r[6] then
     end
     audit_append(KEYS[7], ARGV[5], 'event', 'back', 'rid', ARGV[1], 'by', 'housekeeping')
   elseif why and not r[8] then
-    local t = redis.call('TIME')
-    local now = t[1] * 1000 + math.floor(t[2] / 1000)
     redis.call('HSET', KEYS[1], 'away', now)
     redis.call('ZADD', KEYS[8], now + tonumber(r[7]), ARGV[1])
     -- without a maintenance worker the set lapses the result TTL after the last grace it holds ends

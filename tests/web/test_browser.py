@@ -1015,7 +1015,8 @@ async def test_a_redis_outage_is_named_at_once_and_a_card_withdrawn_meanwhile_le
             finally:
                 redis.resume()
             await expect(page.locator(".settled-note")).to_contain_text(
-                "Withdrawn meanwhile? — The agent withdrew this question.", timeout=20_000
+                "Withdrawn meanwhile? — Withdrawn: its asker stopped waiting (gave up, or its process ended).",
+                timeout=20_000,
             )
             await expect(banner).to_be_hidden()
             await expect(still.get_by_role("button", name="Send answer")).to_be_enabled(timeout=20_000)

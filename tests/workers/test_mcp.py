@@ -21,6 +21,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from workers.asking.mcp.server import parse_arguments
 
 from broker import (
     AskUserQuestionAnswer,
@@ -34,7 +35,6 @@ from broker import (
 from broker.types import convert_request
 from tests.helpers import KEYS, SIGNING_KEY, pick
 from tests.redis_server import RedisServer
-from workers.asking.mcp.server import parse_arguments
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,15 @@ async def mcp_client(
 ) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "workers.asking.mcp.command", "--redis-url", redis_server.url, "--namespace", namespace, *args],
+        args=[
+            "-m",
+            "workers.asking.mcp.command",
+            "--redis-url",
+            redis_server.url,
+            "--namespace",
+            namespace,
+            *args,
+        ],
         env={
             **get_default_environment(),
             "QBROKER_TRUSTED_KEYS": SIGNING_KEY.public_text,
@@ -279,7 +287,7 @@ async def test_another_instance_taking_the_agent_id(
     broker = await make_broker()
     async with provider(broker, pick_first), mcp_client(redis_server, namespace, "--agent-id", "shared") as session:
         first = await session.call_tool("ask_user_question", YES_NO)
-        async with broker.agent("shared"):  # a newer instance replaces the server's
+        async with broker.agent("shared", restart=True):  # a restarted instance replaces the server's
             second = await session.call_tool("ask_user_question", YES_NO)
     assert not first.is_error
     assert structured(second)["code"] == "CALLER_NOT_LIVE"

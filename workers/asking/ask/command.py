@@ -43,8 +43,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="APPROVE_LABEL",
         help="present as a plan review; the detail is the plan, APPROVE_LABEL the approving option",
     )
-    parser.add_argument("--agent", metavar="ID", help="ask as this agent id (registered for the ask's duration)")
+    parser.add_argument(
+        "--agent",
+        metavar="ID",
+        help="ask as one process of this agent id (joined for the ask's duration; other processes of the id "
+        "asking at the same time are not disturbed)",
+    )
     parser.add_argument("--owner", metavar="ID", help="with --agent: the (live) agent that owns it")
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="with --agent: this is a new instance of the agent (it restarted): the questions its earlier "
+        "processes still ask are withdrawn and they can ask no more",
+    )
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="give up after this long (ASK_TIMED_OUT)")
     parser.add_argument(
         "--key",

@@ -111,11 +111,11 @@ async def _until_detached(asking: Coroutine[Any, Any, AskUserQuestionAnswer], de
 
 
 @contextlib.asynccontextmanager
-async def _as_agent(broker: Broker, agent_id: str | None, owner: str | None) -> AsyncIterator[None]:
+async def _as_agent(broker: Broker, agent_id: str | None, owner: str | None, restart: bool) -> AsyncIterator[None]:
     if agent_id is None:
         yield
         return
-    async with broker.agent(agent_id, owner=owner):
+    async with broker.agent(agent_id, owner=owner, restart=restart):
         yield
 
 
@@ -123,6 +123,9 @@ async def ask(args: argparse.Namespace) -> int:
     settings: Settings = args.settings
     if args.owner is not None and args.agent is None:
         return _fail(UserQuestionError("--owner needs --agent", BAD_REQUEST))
+    restart = bool(getattr(args, "restart", False))
+    if restart and args.agent is None:
+        return _fail(UserQuestionError("--restart needs --agent", BAD_REQUEST))
     key = getattr(args, "key", None)
     grace = getattr(args, "detach_grace", None)
     abort = asyncio.Event()
@@ -131,7 +134,7 @@ async def ask(args: argparse.Namespace) -> int:
     with _abort_on_signals(detach if key is not None else abort):
         try:
             request = build_request(args)
-            async with settings.broker() as broker, _as_agent(broker, args.agent, args.owner):
+            async with settings.broker() as broker, _as_agent(broker, args.agent, args.owner, restart):
                 try:
                     remember, coalesce = not args.no_remember, not getattr(args, "no_coalesce", False)
                     if key is None:

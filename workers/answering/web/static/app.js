@@ -490,7 +490,8 @@
     return {
       answered: "Already answered" + who + (answer ? ": " + answer : "") + ".",
       cancelled: "Already dismissed" + who + ".",
-      withdrawn: "The agent withdrew this question.",
+      // Whoever withdrew it (the asker giving up, or housekeeping after its process ended), as History says.
+      withdrawn: "Withdrawn: its asker stopped waiting (gave up, or its process ended).",
       expired: "It expired: the agent stopped waiting.",
       "dead-lettered": "It could not be shown and was set aside.",
       lost: "This server lost the lease; the question goes to the server that takes over.",
@@ -1024,7 +1025,7 @@
     for (const entry of data.entries) list.append(historyItem(entry));
   }
 
-  const VERB = { answered: "answered", cancelled: "dismissed", withdrawn: "withdrawn by the agent", expired: "expired", "dead-lettered": "could not be shown" };
+  const VERB = { answered: "answered", cancelled: "dismissed", withdrawn: "withdrawn", expired: "expired", "dead-lettered": "could not be shown" };
 
   function historyItem(entry) {
     const when = new Date(entry.atMs);
