@@ -36,6 +36,7 @@ COMMANDS = (
     "worker",
     "mcp",
     "claude-hook",
+    "gateway",
     "keys",
     "acl",
     "bench",
