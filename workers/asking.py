@@ -9,7 +9,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from redis.exceptions import RedisError
@@ -28,6 +28,9 @@ from broker.types import decode_request, encode
 
 from .commands.ask import EXIT_DETACHED, EXIT_INTERNAL, EXIT_OK, EXIT_STATUS
 from .settings import Settings
+
+if TYPE_CHECKING:  # aiohttp loads only for an ask through the gateway
+    from .gateway_client import GatewayClient
 
 __all__ = ["ask", "build_request"]
 
@@ -120,6 +123,21 @@ async def _as_agent(broker: Broker, agent_id: str | None, owner: str | None) -> 
         yield
 
 
+@contextlib.asynccontextmanager
+async def _asker(settings: Settings, agent_id: str | None, owner: str | None) -> AsyncIterator[Broker | GatewayClient]:
+    """What asks: the gateway (its token decides the agent), or a broker on Redis."""
+    if settings.gateway_url:
+        from .gateway_client import GatewayClient
+
+        if owner is not None:
+            raise UserQuestionError("--owner cannot be used with --gateway: the token decides the agent", BAD_REQUEST)
+        async with GatewayClient(settings.gateway_url, settings.gateway_token) as gateway:
+            yield gateway
+        return
+    async with settings.broker() as broker, _as_agent(broker, agent_id, owner):
+        yield broker
+
+
 async def ask(args: argparse.Namespace) -> int:
     settings: Settings = args.settings
     if args.owner is not None and args.agent is None:
@@ -132,7 +150,7 @@ async def ask(args: argparse.Namespace) -> int:
     with _abort_on_signals(detach if key is not None else abort):
         try:
             request = build_request(args)
-            async with settings.broker() as broker, _as_agent(broker, args.agent, args.owner):
+            async with _asker(settings, args.agent, args.owner) as broker:
                 try:
                     remember, coalesce = not args.no_remember, not getattr(args, "no_coalesce", False)
                     if key is None:

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 import re
+import signal
 import stat
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -339,3 +343,90 @@ async def test_an_ask_nobody_waits_on_is_withdrawn(
             await asyncio.wait_for(pending.withdrawn.wait(), 10)
     finally:
         assert await worker.stop() == 0
+
+
+# -- the clients: `qbroker ask --gateway` and `qbroker claude-hook` with a token and no Redis credentials --
+
+
+async def start_agent(*args: str, gateway: str, token: str, stdin: bytes | None = None) -> asyncio.subprocess.Process:
+    """A qbroker process that knows the gateway and its token, and nothing of Redis (no URL, no key)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_")}
+    env.update(QBROKER_GATEWAY_URL=gateway, QBROKER_GATEWAY_TOKEN=token, QBROKER_REDIS_URL="redis://127.0.0.1:1/0")
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "workers",
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+
+
+async def finish(process: asyncio.subprocess.Process, stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
+    out, err = await asyncio.wait_for(process.communicate(stdin), 20)
+    assert process.returncode is not None
+    return process.returncode, out, err
+
+
+async def test_qbroker_ask_through_the_gateway_needs_no_redis_credentials(
+    gateway: tuple[Worker, str], tokens: Callable[[str], str], make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    _, base = gateway
+    token = tokens("ci-bot")
+    broker = await make_broker()
+    async with answering(broker) as seen:
+        asking = await start_agent("ask", "-q", "Deploy now?", "-o", "yes", "-o", "no", gateway=base, token=token)
+        status, out, err = await finish(asking)
+    assert status == 0, err
+    assert json.loads(out) == {"answers": [{"id": "q1", "selected": ["yes"]}]}
+    assert seen.get_nowait().request.agent == "ci-bot"
+    refused = await start_agent("ask", "-q", "Deploy now?", gateway=base, token="qbgt1_wrong")
+    status, out, err = await finish(refused)
+    assert (status, out) == (19, b"") and json.loads(err)["code"] == "UNAUTHENTICATED"
+    other = await start_agent("ask", "-q", "Deploy now?", "--agent", "alice-agent", gateway=base, token=token)
+    status, _, err = await finish(other)
+    assert status == 4 and json.loads(err)["code"] == "BAD_REQUEST"
+
+
+async def test_ctrl_c_of_qbroker_ask_withdraws_through_the_gateway(
+    gateway: tuple[Worker, str], tokens: Callable[[str], str], make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    _, base = gateway
+    broker = await make_broker()
+    async with answering(broker, None) as seen:
+        asking = await start_agent("ask", "-q", "Deploy now?", "-o", "yes", gateway=base, token=tokens("ci-bot"))
+        pending = await asyncio.wait_for(seen.get(), 15)
+        asking.send_signal(signal.SIGINT)
+        await asyncio.wait_for(pending.withdrawn.wait(), 10)
+        status, _, err = await finish(asking)
+    assert status == 10 and json.loads(err)["code"] == "ASK_ABORTED"
+
+
+async def test_the_claude_hook_through_the_gateway_asks_as_the_tokens_agent(
+    gateway: tuple[Worker, str], tokens: Callable[[str], str], make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    _, base = gateway
+    payload = {
+        "session_id": "abc123",
+        "cwd": "/home/u/project",
+        "permission_mode": "default",
+        "hook_event_name": "PermissionRequest",
+        "tool_name": "Bash",
+        "tool_input": {"command": "rm -rf build", "description": "Remove the build directory"},
+    }
+    broker = await make_broker()
+    async with broker.provider("test-provider") as provider:
+        hook = await start_agent("claude-hook", gateway=base, token=tokens("claude-alice"), stdin=b"")
+        assert hook.stdin is not None
+        hook.stdin.write(json.dumps(payload).encode())
+        hook.stdin.close()
+        pending = await asyncio.wait_for(anext(aiter(provider)), 15)
+        item = pending.request.questions[0]
+        await pending.answer(pick(item.labels[0], qid=item.id), by="alice")
+        out, err = await asyncio.wait_for(hook.communicate(), 15)
+    assert hook.returncode == 0, err
+    assert pending.request.agent == "claude-alice"
+    decision = json.loads(out)["hookSpecificOutput"]["decision"]
+    assert decision["behavior"] == "allow"

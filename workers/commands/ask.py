@@ -74,6 +74,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="APPROVE_LABEL",
         help="present as a plan review; the detail is the plan, APPROVE_LABEL the approving option",
     )
+    parser.add_argument(
+        "--gateway",
+        dest="gateway_url",
+        metavar="URL",
+        help="ask through `qbroker gateway` (http(s)://... or unix:/path; env QBROKER_GATEWAY_URL) with the token in "
+        "QBROKER_GATEWAY_TOKEN (or _FILE): no Redis credentials, and the token decides the agent",
+    )
     parser.add_argument("--agent", metavar="ID", help="ask as this agent id (registered for the ask's duration)")
     parser.add_argument("--owner", metavar="ID", help="with --agent: the (live) agent that owns it")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="give up after this long (ASK_TIMED_OUT)")
