@@ -23,6 +23,9 @@ __all__ = [
     "NO_PROVIDER",
     "NO_SIGNING_KEY",
     "NO_TRUSTED_KEY",
+    "NO_TOKENS",
+    "UNAUTHENTICATED",
+    "UNKNOWN_ASK",
     "BROKER_UNAVAILABLE",
     "HarnessError",
     "UserQuestionError",
@@ -49,6 +52,12 @@ NO_TRUSTED_KEY: Final = "NO_TRUSTED_KEY"
 """an asker with no public key to check answers against (no silent unsigned mode)"""
 NO_SIGNING_KEY: Final = "NO_SIGNING_KEY"
 """a provider with no key to sign its answers with"""
+UNAUTHENTICATED: Final = "UNAUTHENTICATED"
+"""a gateway (or MCP over HTTP) caller without a valid bearer token; never says whether the agent exists"""
+UNKNOWN_ASK: Final = "UNKNOWN_ASK"
+"""no ask of the calling agent has that id at the gateway (another agent's ask is unknown too)"""
+NO_TOKENS: Final = "NO_TOKENS"
+"""an HTTP listener beyond loopback with no bearer tokens to check callers against"""
 
 ERROR_CODES: Final = frozenset(
     {
@@ -68,6 +77,9 @@ ERROR_CODES: Final = frozenset(
         BROKER_UNAVAILABLE,
         NO_TRUSTED_KEY,
         NO_SIGNING_KEY,
+        UNAUTHENTICATED,
+        UNKNOWN_ASK,
+        NO_TOKENS,
     }
 )
 

@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "worker": "workers.operating.worker.command",
     "mcp": "workers.asking.mcp.command",
     "claude-hook": "workers.asking.claude_hook.command",
+    "gateway": "workers.asking.gateway.command",
     "keys": "workers.operating.keys",
     "acl": "workers.operating.acl",
     "bench": "workers.operating.bench",

@@ -31,4 +31,7 @@ EXIT_STATUS: Final[Mapping[str, int]] = {
     "DUPLICATE_PROVIDER": 16,
     "NO_TRUSTED_KEY": 17,
     "NO_SIGNING_KEY": 18,
+    "UNAUTHENTICATED": 19,
+    "UNKNOWN_ASK": 20,
+    "NO_TOKENS": 21,
 }

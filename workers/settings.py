@@ -28,6 +28,9 @@ ENV_VARS: Mapping[str, str] = {
     "signing_key_file": "QBROKER_SIGNING_KEY_FILE",
     "trusted_keys": "QBROKER_TRUSTED_KEYS",
     "trusted_keys_file": "QBROKER_TRUSTED_KEYS_FILE",
+    "gateway_url": "QBROKER_GATEWAY_URL",
+    "gateway_token": "QBROKER_GATEWAY_TOKEN",
+    "gateway_token_file": "QBROKER_GATEWAY_TOKEN_FILE",
 }
 _DEFAULTS: Mapping[str, str] = {
     "redis_url": "redis://localhost:6379/0",
@@ -39,6 +42,9 @@ _DEFAULTS: Mapping[str, str] = {
     "signing_key_file": "",
     "trusted_keys": "",
     "trusted_keys_file": "",
+    "gateway_url": "",
+    "gateway_token": "",
+    "gateway_token_file": "",
 }
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -67,12 +73,17 @@ class Settings:
     """the answering side's secret key text (qbsk1:...), '' for none"""
     trusted_keys: str = ""
     """the public key texts (qbpk1:...) answers must be signed by, separated by commas or new lines"""
+    gateway_url: str = ""
+    """ask through this gateway (http(s)://... or unix:/path) instead of Redis; '' for Redis"""
+    gateway_token: str = field(default="", repr=False)
+    """the bearer token the gateway knows this agent by"""
 
     def __repr__(self) -> str:  # the URL may carry a password, and the signing key is a secret
         return (
             f"Settings(redis_url={redact_url(self.redis_url)!r}, namespace={self.namespace!r}, "
             f"lease_ttl={self.lease_ttl!r}, log_level={self.log_level!r}, log_json={self.log_json!r}, "
-            f"signing_key={'***' if self.signing_key else ''!r}, trusted_keys={self.trusted_keys!r})"
+            f"signing_key={'***' if self.signing_key else ''!r}, trusted_keys={self.trusted_keys!r}, "
+            f"gateway_url={self.gateway_url!r}, gateway_token={'***' if self.gateway_token else ''!r})"
         )
 
     @classmethod
@@ -107,6 +118,8 @@ class Settings:
             log_json=bool(log_json) if log_json is not None else pick("log_json").lower() in _TRUE,
             signing_key=key("signing_key", "signing key"),
             trusted_keys=key("trusted_keys", "trusted keys"),
+            gateway_url=pick("gateway_url"),
+            gateway_token=key("gateway_token", "gateway token"),
         )
 
     def broker(self, *, namespace: str | None = None, **options: Any) -> Broker:

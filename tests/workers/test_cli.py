@@ -34,9 +34,7 @@ def test_each_command_has_help_with_the_shared_flags(capsys, command):
 
 
 def test_missing_command_modules_are_skipped_but_broken_ones_are_not(monkeypatch):
-    monkeypatch.setattr(
-        cli, "COMMANDS", {"ask": "workers.asking.ask.command", "gone": "workers.no_such_command"}
-    )
+    monkeypatch.setattr(cli, "COMMANDS", {"ask": "workers.asking.ask.command", "gone": "workers.no_such_command"})
     parser = cli.build_parser()
     assert "ask" in parser.format_help() and "gone" not in parser.format_help()
 

@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import mcp_types as types
@@ -21,7 +22,6 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from workers.asking.mcp.server import parse_arguments
 
 from broker import (
     AskUserQuestionAnswer,
@@ -35,6 +35,7 @@ from broker import (
 from broker.types import convert_request
 from tests.helpers import KEYS, SIGNING_KEY, pick
 from tests.redis_server import RedisServer
+from workers.asking.mcp.server import parse_arguments
 
 pytestmark = pytest.mark.slow
 
@@ -592,3 +593,68 @@ async def test_with_a_provider_the_team_answers_not_the_local_user(
         result = await session.call_tool("ask_user_question", YES_NO)
     assert structured(result) == {"answers": [{"id": "deploy", "selected": ["yes"]}]}
     assert seen == []
+
+
+async def _start_http(redis_server: RedisServer, namespace: str, *args: str) -> tuple[asyncio.subprocess.Process, int]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "workers.asking.mcp.command", "--transport", "http", "--port", str(port), *args),
+        *("--redis-url", redis_server.url, "--namespace", namespace),
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "QBROKER_LOG_LEVEL": "INFO"},
+    )
+    assert process.stderr is not None
+    while b"Uvicorn running on" not in (line := await asyncio.wait_for(process.stderr.readline(), 20)):
+        assert line, "the server exited before listening"
+    return process, port
+
+
+@pytest.mark.timeout(40)
+async def test_http_with_tokens_needs_a_bearer_token_and_asks_as_its_agent(
+    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]], tmp_path: Path
+) -> None:
+    """Attack 11: over HTTP with --tokens-file, no token is 401, and the token (not --agent-id) names the agent."""
+    import httpx
+    import httpx2
+
+    from workers.asking.gateway.tokens import new_token
+
+    tokens = tmp_path / "tokens"
+    token = new_token(tokens, "claude-alice")
+    process, port = await _start_http(
+        redis_server, namespace, "--tokens-file", str(tokens), "--agent-id", "configured-agent"
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+        async with httpx.AsyncClient(timeout=10) as anonymous:
+            for headers in ({}, {"authorization": "Bearer qbgt1_forged"}):
+                refused = await anonymous.post(url, json=initialize, headers=headers)
+                assert refused.status_code == 401 and refused.json()["error"]["code"] == "UNAUTHENTICATED"
+        broker = await make_broker()
+        async with (
+            provider(broker, pick_first) as seen,
+            httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30) as authorised,
+            streamable_http_client(url, http_client=authorised) as (read_stream, write_stream, *_),
+            ClientSession(read_stream, write_stream) as session,
+        ):
+            await session.initialize()
+            result = await session.call_tool("ask_user_question", YES_NO)
+            assert seen.get_nowait().request.agent == "claude-alice"
+        assert structured(result) == {"answers": [{"id": "deploy", "selected": ["yes"]}]}
+    finally:
+        process.terminate()
+        assert await asyncio.wait_for(process.wait(), 20) == 0
+
+
+@pytest.mark.timeout(30)
+async def test_http_refuses_to_listen_beyond_loopback_without_tokens(redis_server: RedisServer, namespace: str) -> None:
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "workers", "mcp", "--transport", "http", "--host", "0.0.0.0", "--port", "0"),
+        *("--redis-url", redis_server.url, "--namespace", namespace),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(process.communicate(), 20)
+    assert process.returncode == 21 and b"NO_TOKENS" in err

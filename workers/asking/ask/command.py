@@ -44,6 +44,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="present as a plan review; the detail is the plan, APPROVE_LABEL the approving option",
     )
     parser.add_argument(
+        "--gateway",
+        dest="gateway_url",
+        metavar="URL",
+        help="ask through `qbroker gateway` (http(s)://... or unix:/path; env QBROKER_GATEWAY_URL) with the token in "
+        "QBROKER_GATEWAY_TOKEN (or _FILE): no Redis credentials, and the token decides the agent",
+    )
+    parser.add_argument(
         "--agent",
         metavar="ID",
         help="ask as one process of this agent id (joined for the ask's duration; other processes of the id "

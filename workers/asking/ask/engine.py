@@ -9,7 +9,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from redis.exceptions import RedisError
@@ -27,6 +27,9 @@ from broker.errors import BAD_REQUEST, BROKER_UNAVAILABLE
 from broker.types import decode_request, encode
 from workers.exits import EXIT_DETACHED, EXIT_INTERNAL, EXIT_OK, EXIT_STATUS
 from workers.settings import Settings
+
+if TYPE_CHECKING:  # aiohttp loads only for an ask through the gateway
+    from workers.asking.gateway.client import GatewayClient
 
 __all__ = ["ask", "build_request"]
 
@@ -119,6 +122,25 @@ async def _as_agent(broker: Broker, agent_id: str | None, owner: str | None, res
         yield
 
 
+@contextlib.asynccontextmanager
+async def _asker(
+    settings: Settings, agent_id: str | None, owner: str | None, restart: bool
+) -> AsyncIterator[Broker | GatewayClient]:
+    """What asks: the gateway (its token decides the agent), or a broker on Redis."""
+    if settings.gateway_url:
+        from workers.asking.gateway.client import GatewayClient
+
+        if owner is not None:
+            raise UserQuestionError("--owner cannot be used with --gateway: the token decides the agent", BAD_REQUEST)
+        if restart:
+            raise UserQuestionError("--restart cannot be used with --gateway: the gateway holds the agent", BAD_REQUEST)
+        async with GatewayClient(settings.gateway_url, settings.gateway_token) as gateway:
+            yield gateway
+        return
+    async with settings.broker() as broker, _as_agent(broker, agent_id, owner, restart):
+        yield broker
+
+
 async def ask(args: argparse.Namespace) -> int:
     settings: Settings = args.settings
     if args.owner is not None and args.agent is None:
@@ -134,7 +156,7 @@ async def ask(args: argparse.Namespace) -> int:
     with _abort_on_signals(detach if key is not None else abort):
         try:
             request = build_request(args)
-            async with settings.broker() as broker, _as_agent(broker, args.agent, args.owner, restart):
+            async with _asker(settings, args.agent, args.owner, restart) as broker:
                 try:
                     remember, coalesce = not args.no_remember, not getattr(args, "no_coalesce", False)
                     if key is None:

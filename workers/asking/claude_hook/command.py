@@ -38,6 +38,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="when nobody answers in time or no provider runs (default ask: Claude Code asks locally)",
     )
     parser.add_argument(
+        "--gateway",
+        dest="gateway_url",
+        metavar="URL",
+        help="ask through `qbroker gateway` (env QBROKER_GATEWAY_URL) with the token in QBROKER_GATEWAY_TOKEN "
+        "(or _FILE): the hook then needs no Redis credentials, and the token decides the agent id",
+    )
+    parser.add_argument(
         "--agent",
         metavar="ID",
         help="ask as this agent id (default claude-code-<session_id>: one agent per Claude Code session)",

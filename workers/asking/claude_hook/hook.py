@@ -99,6 +99,8 @@ async def _ask(settings: Settings, asking: Asking, agent_id: str, timeout: float
     for sig in (signal.SIGINT, signal.SIGTERM):  # Claude Code gives up on us: withdraw the question
         loop.add_signal_handler(sig, abort.set)
     try:
+        if settings.gateway_url:
+            return await _ask_gateway(settings, asking, abort, timeout)
         async with settings.broker() as broker, broker.agent(agent_id) as agent:
             # Keyed: a hook killed without a word (SIGKILL) leaves its question pending for as long as
             # it would have waited, and a newer hook of the same session taking the agent id over only
@@ -118,6 +120,23 @@ async def _ask(settings: Settings, asking: Asking, agent_id: str, timeout: float
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+async def _ask_gateway(
+    settings: Settings, asking: Asking, abort: asyncio.Event, timeout: float
+) -> AskUserQuestionAnswer:
+    """The same ask through ``qbroker gateway``: no Redis credentials here, and the token names the agent."""
+    from workers.asking.gateway.client import GatewayClient
+
+    async with GatewayClient(settings.gateway_url, settings.gateway_token) as gateway:
+        return await gateway.ask(
+            asking.request,
+            abort=abort,
+            timeout=timeout,
+            key=key_for(asking.payload),
+            detach_grace=timeout,
+            remember=asking.remember,
+        )
 
 
 def _say(message: str) -> None:

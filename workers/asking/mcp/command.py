@@ -60,6 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    parser.add_argument(
+        "--tokens-file",
+        default=os.environ.get("QBROKER_MCP_TOKENS_FILE") or None,
+        metavar="FILE",
+        help="over HTTP, require a bearer token from this file (made by `qbroker gateway token new AGENT`) and ask as "
+        "its agent (env QBROKER_MCP_TOKENS_FILE); without it, HTTP listens on loopback only",
+    )
     parser.add_argument("--redis-url", metavar="URL", default=argparse.SUPPRESS, help=f"Redis URL (env {_ENV_URL})")
     parser.add_argument(
         "--namespace", "-n", metavar="NS", default=argparse.SUPPRESS, help=f"namespace (env {_ENV_NAMESPACE})"
@@ -96,13 +103,21 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
         host=args.host,
         port=args.port,
         progress_interval=args.progress_interval,
+        tokens_file=args.tokens_file,
     )
 
 
 async def run(args: argparse.Namespace) -> int:
-    from workers.asking.mcp.server import serve
+    from broker import UserQuestionError
+    from workers.asking.mcp.server import check_listening, serve
+    from workers.exits import EXIT_STATUS
 
     settings = settings_from(args)
+    try:
+        check_listening(settings)
+    except UserQuestionError as error:
+        print(f"qbroker mcp: {error}", file=sys.stderr, flush=True)
+        return EXIT_STATUS[error.code]
     task = asyncio.current_task()
     stop = asyncio.Event()
     # SIGTERM/SIGINT: over stdio, cancel (calls in flight withdraw their questions);

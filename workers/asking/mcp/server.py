@@ -38,8 +38,10 @@ from mcp.shared.exceptions import MCPError
 from redis.exceptions import ConnectionError, TimeoutError
 
 from broker import Agent, AskUserQuestionAnswer, AskUserQuestionRequest, Broker, UserQuestionError
-from broker.errors import ASK_TIMED_OUT, BAD_REQUEST, BROKER_UNAVAILABLE, NO_PROVIDER
+from broker.errors import ASK_TIMED_OUT, BAD_REQUEST, BROKER_UNAVAILABLE, NO_PROVIDER, NO_TOKENS, UNAUTHENTICATED
 from broker.types import convert_request, encode
+from workers.asking.gateway.server import is_loopback
+from workers.asking.gateway.tokens import Tokens, bearer
 from workers.asking.mcp.elicit import answer_from, form_for, message_for, supports_elicitation
 
 __all__ = [
@@ -300,6 +302,8 @@ class Caller:
     """send a progress notification (progress, total, message); None: the call asked for none"""
     elicit: Callable[[AskUserQuestionRequest], Awaitable[AskUserQuestionAnswer]] | None = None
     """ask the client's own user; None: the client cannot"""
+    agent_id: str | None = None
+    """the agent its bearer token names (HTTP with --tokens-file): it asks as that agent, whatever else is set"""
 
 
 class AskService:
@@ -345,11 +349,14 @@ class AskService:
             raise UserQuestionError("the MCP service is not running", BROKER_UNAVAILABLE)
         return self._tasks
 
-    async def agent_for(self, client_name: str | None) -> Agent:
-        """This process's live agent for the client: registered on first use, renewed if it lapsed."""
+    async def agent_for(self, client_name: str | None, verified: str | None = None) -> Agent:
+        """This process's live agent for the client: registered on first use, renewed if it lapsed.
+
+        ``verified``: the agent a bearer token named, which wins over any configured or derived id.
+        """
         async with self._lock:
             key = client_name or ""
-            agent_id = self.agent_id or self._agent_ids.setdefault(key, derived_agent_id(client_name))
+            agent_id = verified or self.agent_id or self._agent_ids.setdefault(key, derived_agent_id(client_name))
             held = self._agents.get(agent_id)
             if held is not None:
                 ready, release = held
@@ -383,7 +390,7 @@ class AskService:
         caller = caller or Caller()
         try:
             parsed = parse_arguments(arguments)
-            agent = await self.agent_for(caller.client_name)
+            agent = await self.agent_for(caller.client_name, caller.agent_id)
         except UserQuestionError as error:
             return error_result(error)
         except _REDIS_DOWN as error:
@@ -508,7 +515,9 @@ def _caller(ctx: ServerRequestContext[Any]) -> Caller:
         return answer_from(request, result)
 
     can_elicit = supports_elicitation(session.client_capabilities) and session.can_send_request
+    state = getattr(ctx.request, "state", None)  # the HTTP request that carried the call (None over stdio)
     return Caller(
+        agent_id=getattr(state, _AGENT_STATE, None),
         client_name=client.client_info.name if client is not None and client.client_info is not None else None,
         report_progress=report if wants_progress else None,
         elicit=elicit if can_elicit else None,
@@ -536,6 +545,8 @@ class McpSettings:
     trusted_keys: str = ""
     """the providers' public keys (qbpk1:...): an answer counts only when one of them signed it"""
     progress_interval: float = 10.0
+    tokens_file: str | None = None
+    """over HTTP: every request needs a bearer token from this file, and asks as the token's agent"""
 
     def __repr__(self) -> str:  # the URL may carry a password
         return f"McpSettings(namespace={self.namespace!r}, transport={self.transport!r}, agent_id={self.agent_id!r})"
@@ -615,6 +626,48 @@ async def serve(settings: McpSettings, *, stop: asyncio.Event | None = None) -> 
         await _serve_http(server, settings, stop or asyncio.Event())
 
 
+_AGENT_STATE = "qb_agent"
+
+
+class BearerAuth:
+    """ASGI middleware: an HTTP request without a valid bearer token is 401; a valid one names its agent."""
+
+    def __init__(self, app: Any, tokens: Tokens) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or ())
+            agent_id = self.tokens.agent_for(bearer(headers.get(b"authorization", b"").decode("latin-1")))
+            if agent_id is None:
+                error = UserQuestionError("a valid bearer token is required", UNAUTHENTICATED)
+                body = json.dumps({"error": error.to_dict()}).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+            scope.setdefault("state", {})[_AGENT_STATE] = agent_id
+        await self.app(scope, receive, send)
+
+
+def check_listening(settings: McpSettings) -> None:
+    """Refuse HTTP beyond loopback without bearer tokens (``NO_TOKENS``)."""
+    if settings.transport != "http" or is_loopback(settings.host):
+        return
+    if settings.tokens_file is None or len(Tokens(settings.tokens_file)) == 0:
+        raise UserQuestionError(
+            f"refusing to listen on {settings.host}: beyond loopback `qbroker mcp --transport http` needs bearer "
+            "tokens (--tokens-file FILE, made with `qbroker gateway token new AGENT`)",
+            NO_TOKENS,
+        )
+
+
 async def _serve_http(server: Server[Any], settings: McpSettings, stop: asyncio.Event) -> None:
     import uvicorn
 
@@ -623,7 +676,9 @@ async def _serve_http(server: Server[Any], settings: McpSettings, stop: asyncio.
         def capture_signals(self) -> Iterator[None]:
             yield  # the command owns the signals, so the broker closes before the process exits
 
-    app = server.streamable_http_app(host=settings.host)
+    app: Any = server.streamable_http_app(host=settings.host)
+    if settings.tokens_file is not None:
+        app = BearerAuth(app, Tokens(settings.tokens_file))
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_config=None, lifespan="on", timeout_graceful_shutdown=5
     )

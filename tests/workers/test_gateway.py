@@ -1,0 +1,432 @@
+"""``qbroker gateway`` as a real process, against a real Redis and a provider in the test process.
+
+The agents here hold a bearer token and nothing else: no Redis URL, no key. Each test drives
+the gateway over HTTP (or its Unix socket) the way an untrusted agent would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import stat
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from broker import Broker, PendingRequest
+from tests.helpers import pick
+from tests.redis_server import RedisServer
+from tests.workers.procs import Worker, run_qbroker
+from workers.asking.gateway.tokens import Tokens, new_token
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(45)]
+
+YES_NO = {"questions": [{"id": "q1", "question": "Deploy now?", "options": [{"label": "yes"}, {"label": "no"}]}]}
+
+
+async def start_gateway(
+    redis_server: RedisServer, namespace: str, tokens: Path, *extra: str, **env: str
+) -> tuple[Worker, str]:
+    """A gateway on a free loopback port; returns it and its base URL (or its socket, with --no-http)."""
+    worker = await Worker.start(
+        "gateway", "--tokens-file", str(tokens), "--port", "0", *extra, url=redis_server.url, namespace=namespace, **env
+    )
+    found = await worker.expect(r"listening on (\S+)")
+    return worker, found.group(1)
+
+
+@contextlib.asynccontextmanager
+async def answering(broker: Broker, label: str | None = "yes") -> AsyncIterator[asyncio.Queue[PendingRequest]]:
+    """A provider in this process: every request is queued, and answered with ``label`` (None: left pending)."""
+    seen: asyncio.Queue[PendingRequest] = asyncio.Queue()
+    async with broker.provider("test-provider") as held:
+
+        async def serve() -> None:
+            async for pending in held:
+                seen.put_nowait(pending)
+                if label is not None:
+                    await pending.answer(pick(label), by="tester")
+
+        task = asyncio.create_task(serve())
+        try:
+            yield seen
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def client(base: str, token: str | None) -> httpx.AsyncClient:
+    headers = {"authorization": f"Bearer {token}"} if token is not None else {}
+    if base.startswith("unix:"):
+        transport = httpx.AsyncHTTPTransport(uds=base.removeprefix("unix:"))
+        return httpx.AsyncClient(base_url="http://gateway", transport=transport, headers=headers, timeout=30)
+    return httpx.AsyncClient(base_url=base, headers=headers, timeout=30)
+
+
+@pytest.fixture
+def tokens(tmp_path: Path) -> Callable[[str], str]:
+    path = tmp_path / "tokens"
+
+    def make(agent_id: str) -> str:
+        return new_token(path, agent_id)
+
+    make.path = path  # type: ignore[attr-defined]
+    return make
+
+
+@pytest.fixture
+async def gateway(
+    redis_server: RedisServer, namespace: str, tokens: Callable[[str], str]
+) -> AsyncIterator[tuple[Worker, str]]:
+    tokens("nobody-yet")
+    worker, base = await start_gateway(redis_server, namespace, tokens.path)  # type: ignore[attr-defined]
+    yield worker, base
+    assert await worker.stop() == 0
+
+
+async def test_token_new_prints_the_token_once_and_keeps_only_its_digest(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "tokens"
+    status, out, err = await run_qbroker(
+        "gateway", "token", "new", "ci-bot", "--tokens-file", str(path), url=redis_server.url, namespace=namespace
+    )
+    assert status == 0, err
+    token = out.decode().strip()
+    assert token.startswith("qbgt1_") and len(token) > 40
+    text = path.read_text()
+    assert token not in text
+    [line] = text.splitlines()
+    assert re.fullmatch(r"ci-bot [0-9a-f]{64}", line)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert Tokens(path).agent_for(token) == "ci-bot"
+    assert Tokens(path).agent_for(token[:-1] + ("A" if token[-1] != "A" else "B")) is None
+    status, out, _ = await run_qbroker(
+        "gateway", "token", "list", "--tokens-file", str(path), url=redis_server.url, namespace=namespace
+    )
+    assert (status, out.decode()) == (0, "ci-bot\t1\n")
+    status, _, _ = await run_qbroker(
+        "gateway", "token", "revoke", "ci-bot", "--tokens-file", str(path), url=redis_server.url, namespace=namespace
+    )
+    assert status == 0
+    assert Tokens(path).agent_for(token) is None
+
+
+async def test_an_ask_is_answered_as_the_tokens_agent(
+    gateway: tuple[Worker, str], tokens: Callable[[str], str], make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    _, base = gateway
+    token = tokens("ci-bot")
+    broker = await make_broker()
+    async with answering(broker) as seen, client(base, token) as http:
+        reply = await http.post("/v1/asks", json={"request": YES_NO, "wait": 20})
+        pending = seen.get_nowait()
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["state"] == "answered" and body["agent"] == "ci-bot"
+    assert body["answer"] == {"answers": [{"id": "q1", "selected": ["yes"]}]}
+    assert pending.request.agent == "ci-bot"  # the provider sees the token's agent
+
+
+async def test_start_then_wait_then_status_of_ones_own_asks(
+    gateway: tuple[Worker, str], tokens: Callable[[str], str], make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    _, base = gateway
+    mine, theirs = tokens("ci-bot"), tokens("other-bot")
+    broker = await make_broker()
+    async with answering(broker, None) as seen, client(base, mine) as http, client(base, theirs) as other:
+        started = await http.post("/v1/asks", json={"request": YES_NO})
+        assert started.status_code == 202, started.text
+        ask_id = started.json()["id"]
+        assert started.json()["state"] == "pending"
+        polled = await http.get(f"/v1/asks/{ask_id}", params={"wait": "0.3"})
+        assert (polled.status_code, polled.json()["state"]) == (202, "pending")
+        # Another agent sees neither the ask nor that it exists.
+        assert (await other.get("/v1/asks")).json() == {"asks": []}
+        for attempt in (other.get(f"/v1/asks/{ask_id}"), other.delete(f"/v1/asks/{ask_id}")):
+            refused = await attempt
+            assert refused.status_code == 404 and refused.json()["error"]["code"] == "UNKNOWN_ASK"
+        unknown = await http.get("/v1/asks/no-such-ask")
+        assert refused.json() == unknown.json()
+        listed = (await http.get("/v1/asks")).json()["asks"]
+        assert [(a["id"], a["state"], a["questions"]) for a in listed] == [(ask_id, "pending", ["q1"])]
+        pending = await asyncio.wait_for(seen.get(), 10)
+        waiting = asyncio.create_task(http.get(f"/v1/asks/{ask_id}", params={"wait": "20"}))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()  # a long poll, not a busy one
+        await pending.answer(pick("no"), by="tester")
+        done = await asyncio.wait_for(waiting, 10)
+    assert done.status_code == 200 and done.json()["answer"]["answers"][0]["selected"] == ["no"]
+
+
+async def test_withdraw_takes_the_question_down(
+    gateway: tuple[Worker, str], tokens: Callable[[str], str], make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    _, base = gateway
+    broker = await make_broker()
+    async with answering(broker, None) as seen, client(base, tokens("ci-bot")) as http:
+        ask_id = (await http.post("/v1/asks", json={"request": YES_NO})).json()["id"]
+        pending = await asyncio.wait_for(seen.get(), 10)
+        reply = await http.delete(f"/v1/asks/{ask_id}")
+        await asyncio.wait_for(pending.withdrawn.wait(), 10)
+    assert reply.status_code == 409 and reply.json()["error"]["code"] == "ASK_ABORTED"
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "Bearer", "Bearer qbgt1_not-a-token", "Basic Y2ktYm90Og==", "Bearer {revoked}"],
+    ids=["none", "empty", "unknown", "another-scheme", "revoked"],
+)
+async def test_a_bad_token_is_401_and_says_nothing_about_the_agent(
+    gateway: tuple[Worker, str], tokens: Callable[[str], str], authorization: str | None
+) -> None:
+    from workers.asking.gateway.tokens import revoke_tokens
+
+    _, base = gateway
+    revoked = tokens("ci-bot")
+    tokens("ci-bot-2")
+    revoke_tokens(tokens.path, "ci-bot")  # type: ignore[attr-defined]
+    headers = {} if authorization is None else {"authorization": authorization.format(revoked=revoked)}
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=10) as http:
+        replies = [
+            await http.post("/v1/asks", json={"request": {**YES_NO, "agent": "ci-bot"}}),
+            await http.get("/v1/asks"),
+            await http.get("/v1/asks/anything"),
+            await http.delete("/v1/asks/anything"),
+        ]
+    for reply in replies:
+        assert reply.status_code == 401
+        assert reply.json() == {
+            "error": {
+                "name": "UserQuestionError",
+                "code": "UNAUTHENTICATED",
+                "message": "a valid bearer token is required",
+            }
+        }
+
+
+async def test_a_caller_cannot_ask_as_another_agent(
+    gateway: tuple[Worker, str], tokens: Callable[[str], str], make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    """Attack 9 through the gateway: a token's holder names another agent; refused, nothing asked."""
+    _, base = gateway
+    tokens("alice-agent")
+    broker = await make_broker()
+    async with answering(broker) as seen, client(base, tokens("mallory")) as http:
+        reply = await http.post("/v1/asks", json={"request": {**YES_NO, "agent": "alice-agent"}, "wait": 2})
+        assert reply.status_code == 400 and reply.json()["error"]["code"] == "BAD_REQUEST"
+        ok = await http.post("/v1/asks", json={"request": YES_NO, "wait": 20})
+        assert ok.json()["agent"] == "mallory"
+        assert [seen.get_nowait().request.agent for _ in range(seen.qsize())] == ["mallory"]
+
+
+async def test_bad_input_is_a_coded_400(gateway: tuple[Worker, str], tokens: Callable[[str], str]) -> None:
+    _, base = gateway
+    async with client(base, tokens("ci-bot")) as http:
+        cases = [
+            await http.post("/v1/asks", content=b"{not json"),
+            await http.post("/v1/asks", json={"request": {"questions": []}}),
+            await http.post("/v1/asks", json={"request": YES_NO, "surprise": 1}),
+            await http.post("/v1/asks", json={"request": YES_NO, "timeout": "soon"}),
+            await http.get("/v1/asks/x", params={"wait": "nan"}),
+        ]
+    codes = [(reply.status_code, reply.json()["error"]["code"]) for reply in cases]
+    assert codes == [
+        (400, "BAD_REQUEST"),
+        (400, "EMPTY_QUESTIONS"),
+        (400, "BAD_REQUEST"),
+        (400, "BAD_REQUEST"),
+        (400, "BAD_REQUEST"),
+    ]
+
+
+async def test_a_keyed_ask_re_attaches_in_the_gateway_and_across_its_restart(
+    redis_server: RedisServer,
+    namespace: str,
+    tokens: Callable[[str], str],
+    make_broker: Callable[..., Awaitable[Broker]],
+) -> None:
+    token = tokens("ci-bot")
+    path = tokens.path  # type: ignore[attr-defined]
+    broker = await make_broker()
+    keyed = {"request": YES_NO, "key": "deploy-42", "detachGrace": 60}
+    first, base = await start_gateway(redis_server, namespace, path)
+    async with answering(broker, None) as seen:
+        async with client(base, token) as http:
+            one = (await http.post("/v1/asks", json=keyed)).json()
+            again = (await http.post("/v1/asks", json=keyed)).json()
+            assert again["id"] == one["id"]  # the same ask, not a second question
+            other = await http.post(
+                "/v1/asks", json={**keyed, "request": {**YES_NO, "questions": [{"id": "q1", "question": "Other?"}]}}
+            )
+            assert other.status_code == 400
+        pending = await asyncio.wait_for(seen.get(), 10)
+        first.process.kill()  # no goodbye: the keyed question stays pending in Redis for its grace
+        await first.stop()
+        second, base = await start_gateway(redis_server, namespace, path)
+        try:
+            async with client(base, token) as http:
+                resumed = asyncio.create_task(http.post("/v1/asks", json={**keyed, "wait": 20}))
+                await asyncio.sleep(0.5)
+                await pending.answer(pick("yes"), by="tester")
+                reply = await asyncio.wait_for(resumed, 15)
+        finally:
+            assert await second.stop() == 0
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["answer"]["answers"][0]["selected"] == ["yes"]
+    assert seen.empty()  # never asked twice
+
+
+async def test_the_unix_socket_is_private_and_asks(
+    redis_server: RedisServer,
+    namespace: str,
+    tokens: Callable[[str], str],
+    make_broker: Callable[..., Awaitable[Broker]],
+    tmp_path: Path,
+) -> None:
+    token = tokens("ci-bot")
+    sock = tmp_path / "gateway.sock"
+    worker, base = await start_gateway(
+        redis_server,
+        namespace,
+        tokens.path,
+        "--no-http",
+        "--socket",
+        str(sock),  # type: ignore[attr-defined]
+    )
+    try:
+        assert base == f"unix:{sock}"
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+        broker = await make_broker()
+        async with answering(broker) as seen, client(base, token) as http, client(base, None) as anonymous:
+            reply = await http.post("/v1/asks", json={"request": YES_NO, "wait": 20})
+            assert (await anonymous.get("/v1/asks")).status_code == 401
+        assert reply.json()["state"] == "answered" and seen.get_nowait().request.agent == "ci-bot"
+    finally:
+        assert await worker.stop() == 0
+    assert not sock.exists()
+
+
+async def test_it_refuses_to_listen_beyond_loopback_without_tokens(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    empty = tmp_path / "tokens"
+    empty.write_text("# nobody yet\n")
+    status, _, err = await run_qbroker(
+        "gateway", "--tokens-file", str(empty), "--host", "0.0.0.0", "--port", "0",
+        url=redis_server.url, namespace=namespace,
+    )  # fmt: skip
+    assert status == 21 and b"NO_TOKENS" in err
+
+
+async def test_an_ask_nobody_waits_on_is_withdrawn(
+    redis_server: RedisServer,
+    namespace: str,
+    tokens: Callable[[str], str],
+    make_broker: Callable[..., Awaitable[Broker]],
+) -> None:
+    token = tokens("ci-bot")
+    worker, base = await start_gateway(redis_server, namespace, tokens.path, "--abandon-after", "1")  # type: ignore[attr-defined]
+    try:
+        broker = await make_broker()
+        async with answering(broker, None) as seen, client(base, token) as http:
+            await http.post("/v1/asks", json={"request": YES_NO})
+            pending = await asyncio.wait_for(seen.get(), 10)
+            await asyncio.wait_for(pending.withdrawn.wait(), 10)
+    finally:
+        assert await worker.stop() == 0
+
+
+# -- the clients: `qbroker ask --gateway` and `qbroker claude-hook` with a token and no Redis credentials --
+
+
+async def start_agent(*args: str, gateway: str, token: str, stdin: bytes | None = None) -> asyncio.subprocess.Process:
+    """A qbroker process that knows the gateway and its token, and nothing of Redis (no URL, no key)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_")}
+    env.update(QBROKER_GATEWAY_URL=gateway, QBROKER_GATEWAY_TOKEN=token, QBROKER_REDIS_URL="redis://127.0.0.1:1/0")
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "workers",
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+
+
+async def finish(process: asyncio.subprocess.Process, stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
+    out, err = await asyncio.wait_for(process.communicate(stdin), 20)
+    assert process.returncode is not None
+    return process.returncode, out, err
+
+
+async def test_qbroker_ask_through_the_gateway_needs_no_redis_credentials(
+    gateway: tuple[Worker, str], tokens: Callable[[str], str], make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    _, base = gateway
+    token = tokens("ci-bot")
+    broker = await make_broker()
+    async with answering(broker) as seen:
+        asking = await start_agent("ask", "-q", "Deploy now?", "-o", "yes", "-o", "no", gateway=base, token=token)
+        status, out, err = await finish(asking)
+    assert status == 0, err
+    assert json.loads(out) == {"answers": [{"id": "q1", "selected": ["yes"]}]}
+    assert seen.get_nowait().request.agent == "ci-bot"
+    refused = await start_agent("ask", "-q", "Deploy now?", gateway=base, token="qbgt1_wrong")
+    status, out, err = await finish(refused)
+    assert (status, out) == (19, b"") and json.loads(err)["code"] == "UNAUTHENTICATED"
+    other = await start_agent("ask", "-q", "Deploy now?", "--agent", "alice-agent", gateway=base, token=token)
+    status, _, err = await finish(other)
+    assert status == 4 and json.loads(err)["code"] == "BAD_REQUEST"
+
+
+async def test_ctrl_c_of_qbroker_ask_withdraws_through_the_gateway(
+    gateway: tuple[Worker, str], tokens: Callable[[str], str], make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    _, base = gateway
+    broker = await make_broker()
+    async with answering(broker, None) as seen:
+        asking = await start_agent("ask", "-q", "Deploy now?", "-o", "yes", gateway=base, token=tokens("ci-bot"))
+        pending = await asyncio.wait_for(seen.get(), 15)
+        asking.send_signal(signal.SIGINT)
+        await asyncio.wait_for(pending.withdrawn.wait(), 10)
+        status, _, err = await finish(asking)
+    assert status == 10 and json.loads(err)["code"] == "ASK_ABORTED"
+
+
+async def test_the_claude_hook_through_the_gateway_asks_as_the_tokens_agent(
+    gateway: tuple[Worker, str], tokens: Callable[[str], str], make_broker: Callable[..., Awaitable[Broker]]
+) -> None:
+    _, base = gateway
+    payload = {
+        "session_id": "abc123",
+        "cwd": "/home/u/project",
+        "permission_mode": "default",
+        "hook_event_name": "PermissionRequest",
+        "tool_name": "Bash",
+        "tool_input": {"command": "rm -rf build", "description": "Remove the build directory"},
+    }
+    broker = await make_broker()
+    async with broker.provider("test-provider") as provider:
+        hook = await start_agent("claude-hook", gateway=base, token=tokens("claude-alice"), stdin=b"")
+        assert hook.stdin is not None
+        hook.stdin.write(json.dumps(payload).encode())
+        hook.stdin.close()
+        pending = await asyncio.wait_for(anext(aiter(provider)), 15)
+        item = pending.request.questions[0]
+        await pending.answer(pick(item.labels[0], qid=item.id), by="alice")
+        out, err = await asyncio.wait_for(hook.communicate(), 15)
+    assert hook.returncode == 0, err
+    assert pending.request.agent == "claude-alice"
+    decision = json.loads(out)["hookSpecificOutput"]["decision"]
+    assert decision["behavior"] == "allow"

@@ -1,0 +1,139 @@
+"""Asking through ``qbroker gateway``: what ``qbroker ask --gateway`` and ``claude-hook`` use.
+
+The caller holds the gateway's URL (``http://...`` or ``unix:/path/to.sock``) and its bearer token,
+nothing else. The gateway verified the answer against the providers' keys before handing it on; the
+client trusts the gateway (loopback, its socket's permissions, or TLS in front of it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable
+from typing import Any, Final
+
+import aiohttp
+import msgspec
+
+from broker import AskUserQuestionAnswer, AskUserQuestionRequest, UserQuestionError
+from broker.errors import ASK_ABORTED, BAD_REQUEST, BROKER_UNAVAILABLE, ErrorPayload
+from broker.types import convert_answer
+
+__all__ = ["GatewayClient"]
+
+log = logging.getLogger(__name__)
+
+_POLL: Final = 25.0
+"""seconds one long poll asks the gateway to wait (under common proxies' idle timeouts)"""
+
+
+class GatewayClient:
+    """One agent's connection to a gateway; an async context manager."""
+
+    def __init__(self, url: str, token: str) -> None:
+        if not token:
+            raise UserQuestionError("asking through the gateway needs its token (QBROKER_GATEWAY_TOKEN)", BAD_REQUEST)
+        self._unix = url.removeprefix("unix:") if url.startswith("unix:") else None
+        if self._unix is None and not url.startswith(("http://", "https://")):
+            raise UserQuestionError(f"gateway URL {url!r} must be http(s)://... or unix:/path", BAD_REQUEST)
+        self._base = "http://gateway" if self._unix is not None else url.rstrip("/")
+        self._token = token
+        self._session: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:  # the token stays out of reprs and logs
+        return f"GatewayClient(url={self._unix or self._base!r})"
+
+    async def __aenter__(self) -> GatewayClient:
+        connector = aiohttp.UnixConnector(path=self._unix) if self._unix is not None else None
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            headers={"authorization": f"Bearer {self._token}"},
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=_POLL + 30),
+        )
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def _call(self, method: str, path: str, **options: Any) -> dict[str, Any]:
+        """One call; a reply carrying ``error`` raises it as the coded error it is."""
+        assert self._session is not None, "use `async with GatewayClient(...)`"
+        try:
+            async with self._session.request(method, self._base + path, **options) as reply:
+                raw = await reply.read()
+        except (aiohttp.ClientError, OSError, TimeoutError) as error:
+            raise UserQuestionError(f"the gateway is unreachable: {error!r}", BROKER_UNAVAILABLE) from error
+        try:
+            body = msgspec.json.decode(raw)
+        except msgspec.DecodeError as error:
+            raise UserQuestionError(f"the gateway answered {reply.status} without JSON", BROKER_UNAVAILABLE) from error
+        if not isinstance(body, dict):
+            raise UserQuestionError(f"the gateway answered {reply.status} with no object", BROKER_UNAVAILABLE)
+        if "error" in body:
+            raise UserQuestionError.from_payload(msgspec.convert(body["error"], ErrorPayload))
+        return body
+
+    async def ask(
+        self,
+        request: AskUserQuestionRequest,
+        *,
+        abort: asyncio.Event | None = None,
+        timeout: float | None = None,
+        key: str | None = None,
+        detach_grace: float | None = None,
+        remember: bool = True,
+        coalesce: bool = True,
+    ) -> AskUserQuestionAnswer:
+        """Ask and wait for the outcome, as ``Broker.ask`` does; setting ``abort`` withdraws the question.
+
+        Cancelling the call leaves the ask at the gateway: a keyed ask is picked up again by asking
+        with the same key; the gateway withdraws (or, keyed, detaches) an ask nobody waits on.
+        """
+        # Started without waiting: the ask's id comes back at once, so an abort can withdraw it at once.
+        body: dict[str, Any] = {"request": msgspec.to_builtins(request)}
+        if not remember:
+            body["remember"] = False
+        if not coalesce:
+            body["coalesce"] = False
+        for name, value in (("timeout", timeout), ("key", key), ("detachGrace", detach_grace)):
+            if value is not None:
+                body[name] = value
+        if abort is not None and abort.is_set():
+            raise UserQuestionError("the ask was aborted before it started", ASK_ABORTED)
+        outcome = await self._until(self._call("POST", "/v1/asks", json=body), abort, None)
+        while outcome.get("state") == "pending":
+            poll = self._call("GET", f"/v1/asks/{outcome['id']}", params={"wait": str(_POLL)})
+            outcome = await self._until(poll, abort, outcome["id"])
+        if outcome.get("state") != "answered":
+            state = outcome.get("state")
+            raise UserQuestionError(f"the gateway answered an ask in state {state!r}", BROKER_UNAVAILABLE)
+        try:
+            return convert_answer(outcome["answer"])
+        except (KeyError, msgspec.ValidationError) as error:
+            raise UserQuestionError(f"the gateway's answer is malformed: {error}", BROKER_UNAVAILABLE) from error
+
+    async def _until(
+        self, call: Awaitable[dict[str, Any]], abort: asyncio.Event | None, ask_id: str | None
+    ) -> dict[str, Any]:
+        """Await ``call``; if ``abort`` is set first, withdraw the ask (once its id is known)."""
+        work: asyncio.Future[dict[str, Any]] = asyncio.ensure_future(call)
+        if abort is None:
+            return await work
+        aborted: asyncio.Future[Any] = asyncio.ensure_future(abort.wait())
+        try:
+            await asyncio.wait({work, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            aborted.cancel()
+        if not abort.is_set() or (work.done() and not work.exception() and work.result().get("state") != "pending"):
+            return work.result()  # an outcome that came with the abort still stands
+        if ask_id is None:  # the start is in flight: its reply names the ask to withdraw
+            with contextlib.suppress(UserQuestionError):
+                ask_id = (await work).get("id")
+        else:
+            work.cancel()
+        if ask_id is not None:
+            with contextlib.suppress(UserQuestionError):
+                await self._call("DELETE", f"/v1/asks/{ask_id}")
+        raise UserQuestionError("the ask was aborted", ASK_ABORTED)

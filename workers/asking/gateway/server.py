@@ -1,0 +1,587 @@
+"""The engine of ``qbroker gateway``: agents ask through it holding a bearer token, no Redis credentials.
+
+The gateway is an asker like any other (the asker's Redis user, the providers' public keys: it
+verifies every answer before handing it on) that asks on behalf of agents it has authenticated.
+A caller's token decides its agent id (``workers.asking.gateway.tokens``); the request's own ``agent``
+field may only repeat it. So rules, scopes and pages keyed on agent id see an id no agent chose.
+
+HTTP API (JSON; the same on TCP and on the Unix socket; every call but ``/healthz`` needs
+``Authorization: Bearer TOKEN``):
+
+- ``POST /v1/asks`` ``{request, key?, detachGrace?, timeout?, remember?, coalesce?, wait?}``: start
+  an ask; with ``wait`` (seconds) the reply waits that long for its outcome. With ``key``, an ask
+  of the same agent under the same key and request is the same ask (re-attach): still pending, or
+  answered (the answer again); after a gateway restart the broker re-attaches to it in Redis.
+- ``GET /v1/asks/{id}?wait=S``: its state, waiting up to S seconds for the outcome (long poll).
+- ``DELETE /v1/asks/{id}``: withdraw it.
+- ``GET /v1/asks``: the calling agent's asks.
+
+A reply is ``{id, agent, state, key?, createdAt, questions, answer?, error?}``: 200 answered, 202
+pending, and a failure carries ``error: {name, code, message}`` with the status of its code
+(``HTTP_STATUS``). A bad or missing token is 401 ``UNAUTHENTICATED`` whatever the agent or ask;
+another agent's ask is 404 ``UNKNOWN_ASK``, like one that never was.
+
+An ask nobody waits on for ``abandon_after`` seconds is withdrawn (its asker went away), or, if
+keyed, detached: it stays pending in Redis for its detach grace, for the same key to pick up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import ipaddress
+import logging
+import os
+import secrets
+import socket
+import stat
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+from redis.exceptions import RedisError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from broker import Agent, AskUserQuestionAnswer, AskUserQuestionRequest, Broker, UserQuestionError
+from broker.errors import (
+    BAD_REQUEST,
+    BROKER_UNAVAILABLE,
+    EMPTY_QUESTIONS,
+    NO_TOKENS,
+    UNAUTHENTICATED,
+    UNKNOWN_ASK,
+)
+from broker.types import convert_request, encode
+from broker.validation import check_request
+from workers.asking.gateway.tokens import Tokens, bearer
+
+__all__ = ["HTTP_STATUS", "Gateway", "GatewaySettings", "build_app", "is_loopback", "listen_unix", "serve"]
+
+log = logging.getLogger(__name__)
+
+HTTP_STATUS: Final[Mapping[str, int]] = {
+    "BAD_REQUEST": 400,
+    "EMPTY_QUESTIONS": 400,
+    "BAD_INTENT": 400,
+    "BAD_ANSWER": 400,
+    "UNAUTHENTICATED": 401,
+    "DELEGATED_CALLER": 403,
+    "UNKNOWN_ASK": 404,
+    "CALLER_NOT_LIVE": 409,
+    "ASK_CANCELLED": 409,
+    "ASK_ABORTED": 409,
+    "NOT_PENDING": 409,
+    "LEASE_LOST": 409,
+    "DUPLICATE_PROVIDER": 409,
+    "NO_PROVIDER": 503,
+    "BROKER_UNAVAILABLE": 503,
+    "ASK_TIMED_OUT": 504,
+    "NO_TRUSTED_KEY": 500,
+    "NO_SIGNING_KEY": 500,
+    "NO_TOKENS": 500,
+}
+"""the HTTP status of a reply carrying each error code (500 for any other)"""
+
+_MAX_WAIT: Final = 60.0
+"""one long poll waits at most this long (proxies cut idle requests); the client polls again"""
+_ASK_FIELDS: Final = frozenset({"request", "key", "detachGrace", "timeout", "remember", "coalesce", "wait"})
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` listens only to this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _iso(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+@dataclass(eq=False)
+class GatewayAsk:
+    """One ask the gateway runs for an agent."""
+
+    id: str
+    agent_id: str
+    key: str | None
+    digest: str
+    """SHA-256 of the request JSON: a keyed re-attach must ask the very same thing"""
+    questions: tuple[str, ...]
+    created: float = field(default_factory=time.time)
+    abort: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    answer: AskUserQuestionAnswer | None = None
+    error: UserQuestionError | None = None
+    task: asyncio.Task[None] | None = None
+    watchers: int = 0
+    seen: float = 0.0
+    """loop time a caller last asked or waited for it"""
+    ended: float = 0.0
+
+    @property
+    def state(self) -> str:
+        if not self.done.is_set():
+            return "pending"
+        return "answered" if self.answer is not None else "failed"
+
+    def view(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {
+            "id": self.id,
+            "agent": self.agent_id,
+            "state": self.state,
+            "createdAt": _iso(self.created),
+            "questions": list(self.questions),
+        }
+        if self.key is not None:
+            shown["key"] = self.key
+        if self.answer is not None:
+            shown["answer"] = msgspec.to_builtins(self.answer)
+        if self.error is not None:
+            shown["error"] = self.error.to_dict()
+        return shown
+
+    @property
+    def status(self) -> int:
+        if self.error is not None:
+            return HTTP_STATUS.get(self.error.code, 500)
+        return 200 if self.answer is not None else 202
+
+
+def _lapsed(ready: asyncio.Future[Agent]) -> bool:
+    """A registration that failed, or an instance that is no longer the live one."""
+    if not ready.done():
+        return False
+    return ready.cancelled() or ready.exception() is not None or not ready.result().alive
+
+
+@dataclass(eq=False)
+class _Hold:
+    ready: asyncio.Future[Agent]
+    release: asyncio.Event
+    users: int = 0
+
+
+class _Agents:
+    """The live agent records the gateway holds: one per agent id while it has asks running."""
+
+    def __init__(self, broker: Broker, tasks: asyncio.TaskGroup) -> None:
+        self._broker = broker
+        self._tasks = tasks
+        self._held: dict[str, _Hold] = {}
+
+    @contextlib.asynccontextmanager
+    async def use(self, agent_id: str) -> AsyncIterator[Agent]:
+        hold = self._held.get(agent_id)
+        if hold is None or _lapsed(hold.ready):
+            # Registered anew: a direct asker taking the id over makes the old record not live.
+            hold = _Hold(asyncio.get_running_loop().create_future(), asyncio.Event())
+            self._held[agent_id] = hold
+            self._tasks.create_task(self._hold(agent_id, hold), name=f"qb-gateway-agent-{agent_id}")
+        hold.users += 1
+        try:
+            yield await asyncio.shield(hold.ready)
+        finally:
+            hold.users -= 1
+            if hold.users == 0:
+                hold.release.set()
+                if self._held.get(agent_id) is hold:
+                    del self._held[agent_id]
+
+    async def _hold(self, agent_id: str, hold: _Hold) -> None:
+        try:
+            async with self._broker.agent(agent_id) as agent:
+                hold.ready.set_result(agent)
+                await hold.release.wait()
+        except Exception as error:  # handed to the asks waiting for the registration
+            if not hold.ready.done():
+                hold.ready.set_exception(error)
+            else:
+                log.warning("agent %s ended: %r", agent_id, error)
+        finally:
+            if not hold.ready.done():
+                hold.ready.cancel()
+
+    def release_all(self) -> None:
+        for hold in self._held.values():
+            hold.release.set()
+
+
+class Gateway:
+    """The asks of authenticated agents, run through one broker; an async context manager."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        keep_for: float = 600.0,
+        abandon_after: float = 60.0,
+        max_asks: int = 100,
+    ) -> None:
+        self.broker = broker
+        self.keep_for = keep_for
+        """how long a finished ask's outcome stays readable"""
+        self.abandon_after = abandon_after
+        self.max_asks = max_asks
+        """asks one agent may have pending at once"""
+        self._asks: dict[str, GatewayAsk] = {}
+        self._stack = contextlib.AsyncExitStack()
+        self._tasks: asyncio.TaskGroup | None = None
+        self._agents: _Agents | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Gateway:
+        self._tasks = await self._stack.enter_async_context(asyncio.TaskGroup())
+        self._agents = _Agents(self.broker, self._tasks)
+        self._stack.callback(self._stop)
+        self._sweeper = self._tasks.create_task(self._sweep(), name="qb-gateway-sweep")
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._stack.aclose()
+
+    def _stop(self) -> None:
+        assert self._tasks is not None and self._agents is not None
+        for ask in self._asks.values():
+            if ask.task is not None:
+                ask.task.cancel()  # a keyed ask detaches, the others are withdrawn (the broker's rule)
+        self._agents.release_all()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+
+    # -- operations ---------------------------------------------------------------------
+
+    async def ask(self, agent_id: str, body: Any) -> GatewayAsk:
+        """Start (or, keyed, re-attach to) an ask of ``agent_id``; ``body`` is the decoded JSON."""
+        if self._tasks is None or self._agents is None:
+            raise UserQuestionError("the gateway is not running", BROKER_UNAVAILABLE)
+        if not isinstance(body, dict):
+            raise UserQuestionError("the body must be a JSON object", BAD_REQUEST)
+        unknown = set(body) - _ASK_FIELDS
+        if unknown:
+            raise UserQuestionError(f"unknown fields: {', '.join(sorted(unknown))}", BAD_REQUEST)
+        try:
+            request = convert_request(body.get("request"))
+        except msgspec.ValidationError as error:
+            raise UserQuestionError(f"the request is not valid: {error}", BAD_REQUEST) from error
+        if request.agent is not None and request.agent != agent_id:
+            # The token decides who asks: naming another agent is refused, not silently replaced.
+            raise UserQuestionError("the request names another agent than its token's", BAD_REQUEST)
+        request = msgspec.structs.replace(request, agent=agent_id)
+        if not request.questions:
+            raise UserQuestionError("the request has no questions", EMPTY_QUESTIONS)
+        check_request(request, self.broker.limits)  # bad input fails the call itself, not a started ask
+        key = body.get("key")
+        if key is not None and not isinstance(key, str):
+            raise UserQuestionError("key must be a string", BAD_REQUEST)
+        options = {name: body.get(name) for name in ("detachGrace", "timeout")}
+        for name, value in options.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
+                raise UserQuestionError(f"{name} must be a number of seconds", BAD_REQUEST)
+        remember, coalesce = body.get("remember", True), body.get("coalesce", True)
+        if not isinstance(remember, bool) or not isinstance(coalesce, bool):
+            raise UserQuestionError("remember and coalesce must be true or false", BAD_REQUEST)
+        if options["detachGrace"] is not None and key is None:
+            raise UserQuestionError("detachGrace applies to a keyed ask only: give key too", BAD_REQUEST)
+        digest = hashlib.sha256(encode(request)).hexdigest()
+        now = asyncio.get_running_loop().time()
+        mine = [ask for ask in self._asks.values() if ask.agent_id == agent_id]
+        if key is not None:
+            for ask in mine:
+                if ask.key != key or (ask.done.is_set() and ask.answer is None):
+                    continue
+                if ask.digest != digest:
+                    raise UserQuestionError(f"key {key!r} names another question of this agent", BAD_REQUEST)
+                ask.seen = now
+                return ask
+        if sum(1 for ask in mine if not ask.done.is_set()) >= self.max_asks:
+            raise UserQuestionError(f"this agent has {self.max_asks} asks pending already", BAD_REQUEST)
+        ask = GatewayAsk(
+            id=secrets.token_urlsafe(16),
+            agent_id=agent_id,
+            key=key,
+            digest=digest,
+            questions=tuple(item.id for item in request.questions),
+            seen=now,
+        )
+        self._asks[ask.id] = ask
+        ask.task = self._tasks.create_task(
+            self._run(ask, request, options["timeout"], options["detachGrace"], remember, coalesce),
+            name="qb-gateway-ask",
+        )
+        return ask
+
+    def find(self, agent_id: str, ask_id: str) -> GatewayAsk:
+        ask = self._asks.get(ask_id)
+        if ask is None or ask.agent_id != agent_id:
+            raise UserQuestionError("no ask of this agent has that id", UNKNOWN_ASK)
+        return ask
+
+    def asks_of(self, agent_id: str) -> list[GatewayAsk]:
+        return sorted((ask for ask in self._asks.values() if ask.agent_id == agent_id), key=lambda ask: ask.created)
+
+    async def wait(self, ask: GatewayAsk, seconds: float) -> None:
+        """Wait up to ``seconds`` for the ask's outcome (never cancels it)."""
+        loop = asyncio.get_running_loop()
+        ask.watchers += 1
+        try:
+            if seconds > 0 and not ask.done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(seconds, _MAX_WAIT)):
+                        await ask.done.wait()
+        finally:
+            ask.watchers -= 1
+            ask.seen = loop.time()
+
+    async def withdraw(self, ask: GatewayAsk) -> None:
+        ask.abort.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5.0):
+                await ask.done.wait()
+
+    # -- the work -----------------------------------------------------------------------
+
+    async def _run(
+        self,
+        ask: GatewayAsk,
+        request: AskUserQuestionRequest,
+        timeout: float | None,
+        grace: float | None,
+        remember: bool,
+        coalesce: bool,
+    ) -> None:
+        assert self._agents is not None
+        try:
+            async with self._agents.use(ask.agent_id) as agent:
+                ask.answer = await agent.ask(
+                    request,
+                    abort=ask.abort,
+                    timeout=timeout,
+                    key=ask.key,
+                    detach_grace=grace,
+                    remember=remember,
+                    coalesce=coalesce,
+                )
+        except UserQuestionError as error:
+            ask.error = error
+        except asyncio.CancelledError:
+            ask.error = UserQuestionError("the gateway let the ask go", BROKER_UNAVAILABLE)
+            raise
+        except (RedisError, OSError) as error:
+            ask.error = UserQuestionError(f"Redis is unavailable: {error}", BROKER_UNAVAILABLE)
+        except Exception as error:  # one ask never takes the gateway down
+            log.exception("ask %s failed", ask.id)
+            ask.error = UserQuestionError(f"the ask failed: {error!r}", BROKER_UNAVAILABLE)
+        finally:
+            ask.ended = asyncio.get_running_loop().time()
+            ask.done.set()
+            log.info("ask %s of agent %s: %s", ask.id, ask.agent_id, ask.error.code if ask.error else "answered")
+
+    async def _sweep(self) -> None:
+        """Let go of asks nobody waits on, and forget finished ones past ``keep_for``."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(max(0.05, min(self.abandon_after, self.keep_for) / 4))
+            now = loop.time()
+            for ask in list(self._asks.values()):
+                if ask.done.is_set():
+                    if now - ask.ended > self.keep_for:
+                        del self._asks[ask.id]
+                elif ask.watchers == 0 and now - ask.seen > self.abandon_after:
+                    log.info("ask %s of agent %s: nobody waits on it; letting it go", ask.id, ask.agent_id)
+                    if ask.key is not None and ask.task is not None:
+                        ask.task.cancel()  # detached: pending in Redis for its grace, for the key to pick up
+                        del self._asks[ask.id]
+                    else:
+                        ask.abort.set()
+
+
+# -- HTTP -------------------------------------------------------------------------------
+
+
+def _error(error: UserQuestionError) -> JSONResponse:
+    return JSONResponse({"error": error.to_dict()}, status_code=HTTP_STATUS.get(error.code, 500))
+
+
+def _agent(request: Request, tokens: Tokens) -> str:
+    agent_id = tokens.agent_for(bearer(request.headers.get("authorization")))
+    if agent_id is None:
+        raise UserQuestionError("a valid bearer token is required", UNAUTHENTICATED)
+    return agent_id
+
+
+def _seconds(text: str | None) -> float:
+    if text is None:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserQuestionError(f"wait must be a number of seconds, not {text!r}", BAD_REQUEST) from None
+    if not 0 <= value < float("inf"):
+        raise UserQuestionError(f"wait must be a number of seconds, not {text!r}", BAD_REQUEST)
+    return value
+
+
+def build_app(gateway: Gateway, tokens: Tokens) -> Starlette:
+    """The gateway's HTTP application over ``gateway``, authenticating by ``tokens``."""
+
+    async def create(request: Request) -> Response:
+        agent_id = _agent(request, tokens)
+        try:
+            body = msgspec.json.decode(await request.body())
+        except msgspec.DecodeError as error:
+            raise UserQuestionError(f"the body is not JSON: {error}", BAD_REQUEST) from error
+        wait = body.get("wait") if isinstance(body, dict) else None
+        if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0):
+            raise UserQuestionError("wait must be a number of seconds", BAD_REQUEST)
+        ask = await gateway.ask(agent_id, body)
+        await gateway.wait(ask, float(wait or 0))
+        return JSONResponse(ask.view(), status_code=ask.status)
+
+    async def listing(request: Request) -> Response:
+        agent_id = _agent(request, tokens)
+        return JSONResponse({"asks": [ask.view() for ask in gateway.asks_of(agent_id)]})
+
+    async def show(request: Request) -> Response:
+        agent_id = _agent(request, tokens)
+        seconds = _seconds(request.query_params.get("wait"))
+        ask = gateway.find(agent_id, request.path_params["ask_id"])
+        await gateway.wait(ask, seconds)
+        return JSONResponse(ask.view(), status_code=ask.status)
+
+    async def withdraw(request: Request) -> Response:
+        agent_id = _agent(request, tokens)
+        ask = gateway.find(agent_id, request.path_params["ask_id"])
+        await gateway.withdraw(ask)
+        return JSONResponse(ask.view(), status_code=ask.status)
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    async def coded(request: Request, error: Exception) -> Response:
+        assert isinstance(error, UserQuestionError)
+        return _error(error)
+
+    return Starlette(
+        routes=[
+            Route("/v1/asks", create, methods=["POST"]),
+            Route("/v1/asks", listing, methods=["GET"]),
+            Route("/v1/asks/{ask_id}", show, methods=["GET"]),
+            Route("/v1/asks/{ask_id}", withdraw, methods=["DELETE"]),
+            Route("/healthz", healthz, methods=["GET"]),
+        ],
+        exception_handlers={UserQuestionError: coded},
+    )
+
+
+# -- serving ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatewaySettings:
+    tokens_file: str
+    host: str = "127.0.0.1"
+    port: int | None = 8790
+    """None: no TCP listener (the Unix socket only)"""
+    socket_path: str | None = None
+    socket_mode: int = 0o600
+    keep_for: float = 600.0
+    abandon_after: float = 60.0
+
+
+def listen_unix(path: str, mode: int) -> socket.socket:
+    """A listening Unix socket at ``path`` that only ``mode`` may connect to (never wider, not even briefly)."""
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise UserQuestionError(f"{path} exists and is not a socket: not replacing it", BAD_REQUEST)
+        os.unlink(path)  # a previous gateway's socket
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o777)  # bound with no permission at all, then opened to ``mode`` exactly
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, mode)
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+def _listen_tcp(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family)
+    sock.setblocking(False)
+    return sock
+
+
+@contextlib.contextmanager
+def _listeners(settings: GatewaySettings) -> Iterator[list[socket.socket]]:
+    sockets: list[socket.socket] = []
+    try:
+        if settings.port is not None:
+            sockets.append(_listen_tcp(settings.host, settings.port))
+        if settings.socket_path is not None:
+            sockets.append(listen_unix(settings.socket_path, settings.socket_mode))
+        yield sockets
+    finally:
+        for sock in sockets:
+            sock.close()
+        if settings.socket_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(settings.socket_path)
+
+
+def check_listening(settings: GatewaySettings, tokens: Tokens) -> None:
+    """Refuse a TCP listener beyond loopback while no token exists (``NO_TOKENS``)."""
+    if settings.port is not None and not is_loopback(settings.host) and len(tokens) == 0:
+        raise UserQuestionError(
+            f"refusing to listen on {settings.host}: beyond loopback the gateway needs bearer tokens "
+            f"(make one with `qbroker gateway token new AGENT --tokens-file {settings.tokens_file}`)",
+            NO_TOKENS,
+        )
+
+
+async def serve(
+    settings: GatewaySettings, broker: Broker, stop: asyncio.Event, announce: Callable[[str], None]
+) -> None:
+    """Serve until ``stop`` is set; the broker must be open. ``announce`` is told each address listened on."""
+    import uvicorn
+
+    tokens = Tokens(settings.tokens_file)
+    check_listening(settings, tokens)
+
+    class _Uvicorn(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # the command owns the signals, so the asks end before the broker closes
+
+    async with Gateway(broker, keep_for=settings.keep_for, abandon_after=settings.abandon_after) as gateway:
+        app = build_app(gateway, tokens)
+        config = uvicorn.Config(app, log_config=None, lifespan="off", timeout_graceful_shutdown=3, server_header=False)
+        http = _Uvicorn(config)
+        with _listeners(settings) as sockets:
+            for sock in sockets:
+                if sock.family == socket.AF_UNIX:
+                    announce(f"unix:{settings.socket_path}")
+                else:
+                    host, port = sock.getsockname()[:2]
+                    announce(f"http://{f'[{host}]' if ':' in host else host}:{port}")
+
+            async def stop_when_told() -> None:
+                await stop.wait()
+                http.should_exit = True
+
+            watcher = asyncio.create_task(stop_when_told())
+            try:
+                await http.serve(sockets=sockets)
+            finally:
+                watcher.cancel()
