@@ -17,6 +17,7 @@ from .types import (
     AskUserQuestionItem,
     AskUserQuestionOption,
     AskUserQuestionRequest,
+    Editable,
     PlanReviewIntent,
     UnknownIntent,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "AskUserQuestionRequest",
     "Broker",
     "Decision",
+    "Editable",
     "HarnessError",
     "Limits",
     "NamespaceStatus",

@@ -56,6 +56,9 @@ def request_fingerprint(request: AskUserQuestionRequest) -> str:
             [[option.label, option.description] for option in item.options or ()],
             item.multi_select,
             item.intent,
+            # Only when present, so a request without it keeps its fingerprint: one edit is made
+            # to one set of arguments, and must not be sent to a call whose arguments differ.
+            *([item.editable] if item.editable is not None else []),
         ]
         for item in request.questions
     ]

@@ -127,6 +127,8 @@ def why_not_rememberable(
             return f"question {item.id!r} has free text (custom): only chosen options are remembered"
         if not item.selected:
             return f"question {item.id!r} is skipped: only chosen options are remembered"
+        if item.edited is not None:
+            return f"question {item.id!r} has edited arguments: an edit is for this call only"
     return None
 
 

@@ -24,6 +24,7 @@ from .types import (
     AskUserQuestionItem,
     AskUserQuestionOption,
     AskUserQuestionRequest,
+    Editable,
     Outcome,
     PlanReviewIntent,
 )
@@ -38,6 +39,7 @@ WIRE_TYPES: tuple[type[Any], ...] = (
     AskUserQuestionOption,
     AskUserQuestionIntent,
     PlanReviewIntent,
+    Editable,
     AskUserQuestionAnswer,
     AskUserQuestionAnswerItem,
     ErrorPayload,
@@ -57,10 +59,16 @@ _DESCRIPTIONS = {
         "A plan submitted for review (the plan markdown is the question's `detail`); `approve` names, "
         "by label, the option that approves, every other option declines."
     ),
+    "Editable": (
+        "A tool call's arguments (a JSON object) the human may edit before approving. `approve` names, by "
+        "label, the option an edit goes with; `schema`, where known, is the tool's JSON Schema for its "
+        "arguments, which an edit must satisfy (the arguments as given are not checked against it)."
+    ),
     "AskUserQuestionAnswer": "The human's answer: one item per question, in question order.",
     "AskUserQuestionAnswerItem": (
         'The answer to one question: chosen labels and/or free "Other" text (`custom`). Empty '
-        "`selected` and no `custom` means the question was skipped."
+        "`selected` and no `custom` means the question was skipped. `edited`: the arguments as the human "
+        "edited them, only for a question with `editable` and only with its approving option selected."
     ),
     "ErrorPayload": "A failure as it crosses the wire; route on `code`, never parse `message`.",
     "Outcome": "What a settled request leaves in its outcome key: an answer or an error.",

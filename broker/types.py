@@ -24,6 +24,7 @@ __all__ = [
     "AskUserQuestionItem",
     "AskUserQuestionOption",
     "AskUserQuestionRequest",
+    "Editable",
     "PRIORITIES",
     "PlanReviewIntent",
     "Outcome",
@@ -152,8 +153,26 @@ class AskUserQuestionOption(_Wire, frozen=True, kw_only=True, rename="camel", om
     description: str | None = None
 
 
+class Editable(_Wire, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """A tool call's arguments the human may edit before approving (an approval question's ``editable``).
+
+    ``approve`` names, by label, the option the edit goes with: edited arguments come back only
+    with that option selected. ``schema`` is the tool's JSON Schema for its arguments, where known:
+    the provider checks an edit against it. The arguments themselves are not checked against it
+    (a model's call may not fit its tool's schema; the human may be the one to fix it).
+    """
+
+    arguments: dict[str, Any]
+    approve: str
+    schema: dict[str, Any] | None = None
+
+
 class AskUserQuestionItem(_Wire, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
-    """One question of a request; ``id`` is caller-chosen and echoed in the answer."""
+    """One question of a request; ``id`` is caller-chosen and echoed in the answer.
+
+    ``editable``: the call's arguments, offered for editing with the approving option (a
+    peer that does not know the field shows a plain approval and never sends an edit).
+    """
 
     id: str
     question: str
@@ -162,6 +181,7 @@ class AskUserQuestionItem(_Wire, frozen=True, kw_only=True, rename="camel", omit
     options: tuple[AskUserQuestionOption, ...] | None = None
     multi_select: bool = False
     intent: _IntentField | None = None
+    editable: Editable | None = None
 
     def __post_init__(self) -> None:
         if self.intent is not None and not isinstance(self.intent, AskUserQuestionIntent):
@@ -196,12 +216,17 @@ class AskUserQuestionRequest(_Wire, frozen=True, kw_only=True, rename="camel", o
 
 
 class AskUserQuestionAnswerItem(_Wire, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
-    """The answer to one question: chosen labels and/or free "Other" text."""
+    """The answer to one question: chosen labels and/or free "Other" text.
+
+    ``edited``: the arguments as the human edited them, for a question with ``editable``, sent
+    with its approving option (signed with the rest of the outcome, so no asker can forge one).
+    """
 
     id: str
     selected: tuple[str, ...]
     """always on the wire, as in the seeds (empty when skipped or replaced by ``custom``)"""
     custom: str | None = None
+    edited: dict[str, Any] | None = None
 
     @property
     def skipped(self) -> bool:

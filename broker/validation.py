@@ -7,6 +7,7 @@ UI worker can all call them.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
@@ -16,6 +17,7 @@ from .types import (
     AskUserQuestionAnswer,
     AskUserQuestionAnswerItem,
     AskUserQuestionRequest,
+    Editable,
     PlanReviewIntent,
     encode,
 )
@@ -35,6 +37,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     max_detail_chars: int = 200_000
     max_custom_chars: int = 20_000
     max_request_bytes: int = 512 * 1024
+    max_edited_bytes: int = 256 * 1024
+    """a tool call's arguments as the human edited them (an answer item's ``edited``)"""
 
 
 def check_request(request: AskUserQuestionRequest, limits: Limits) -> None:
@@ -75,6 +79,8 @@ def check_request(request: AskUserQuestionRequest, limits: Limits) -> None:
             labels.add(option.label)
             _within(item.id, "option label", option.label, limits.max_label_chars)
             _within(item.id, "option description", option.description, limits.max_text_chars)
+        if item.editable is not None:
+            _check_editable(item.id, item.editable, labels)
     if request.priority not in PRIORITIES:
         raise _bad_request(f"priority {request.priority!r} is none of {', '.join(PRIORITIES)}")
     if request.agent is not None and not request.agent.strip():
@@ -111,6 +117,8 @@ def check_answer(
                 raise _bad_answer(f"question {item.id!r}: `custom` is over {limits.max_custom_chars} characters")
             if not item.multi_select and given.selected:
                 raise _bad_answer(f"question {item.id!r}: single-select `custom` replaces the choice")
+        if given.edited is not None:
+            _check_edit(item.id, item.editable, given.selected, given.custom, given.edited, limits)
         ordered.append(given)
     return AskUserQuestionAnswer(answers=tuple(ordered))
 
@@ -124,6 +132,52 @@ def _check_selection(item_id: str, labels: Iterable[str], multi: bool, selected:
         raise _bad_answer(f"question {item_id!r}: {', '.join(map(repr, stray))} is not one of its options")
     if not multi and len(selected) > 1:
         raise _bad_answer(f"question {item_id!r} is single-select; {len(selected)} labels selected")
+
+
+def _check_editable(item_id: str, editable: Editable, labels: set[str]) -> None:
+    if editable.approve not in labels:
+        raise _bad_request(f"question {item_id!r}: editable.approve {editable.approve!r} names none of its options")
+    if editable.schema is not None:
+        from jsonschema import exceptions, validators  # only an editable request with a schema pays the import
+
+        try:
+            validators.validator_for(editable.schema).check_schema(editable.schema)
+        except exceptions.SchemaError as error:
+            raise _bad_request(f"question {item_id!r}: editable.schema is not a JSON Schema: {error.message}") from None
+
+
+def _check_edit(
+    item_id: str,
+    editable: Editable | None,
+    selected: tuple[str, ...],
+    custom: str | None,
+    edit: dict[str, Any],
+    limits: Limits,
+) -> None:
+    if editable is None:
+        raise _bad_answer(f"question {item_id!r} offers no edit (it has no `editable`)")
+    # An edit without the approving choice would be read as approved by nobody and run by no one:
+    # refuse it rather than let an adapter guess.
+    if editable.approve not in selected or custom is not None:
+        raise _bad_answer(f"question {item_id!r}: edited arguments go only with {editable.approve!r} selected")
+    size = len(encode(edit))
+    if size > limits.max_edited_bytes:
+        limit = limits.max_edited_bytes
+        raise _bad_answer(f"question {item_id!r}: the edited arguments are {size} bytes; at most {limit}")
+    if editable.schema is None:
+        return
+    from jsonschema import exceptions, validators
+
+    try:
+        validator = validators.validator_for(editable.schema)(editable.schema)
+        error = exceptions.best_match(validator.iter_errors(edit))
+    except Exception as failure:  # an unresolvable $ref, a schema too deep: the edit cannot be shown to fit
+        raise _bad_answer(f"question {item_id!r}: the tool's schema could not be applied: {failure}") from None
+    if error is not None:
+        where = "/".join(str(part) for part in error.absolute_path) or "the top level"
+        raise _bad_answer(
+            f"question {item_id!r}: the edited arguments do not fit the tool's schema at {where}: {error.message}"
+        )
 
 
 def _within(item_id: str, what: str, text: str | None, limit: int) -> None:

@@ -18,7 +18,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from broker import AskUserQuestionAnswer, AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest
+from broker import (
+    AskUserQuestionAnswer,
+    AskUserQuestionItem,
+    AskUserQuestionOption,
+    AskUserQuestionRequest,
+    Editable,
+)
 from broker.types import encode
 
 __all__ = [
@@ -85,6 +91,12 @@ class ToolCall:
     options: tuple[AskUserQuestionOption, ...] | None = None
     question: str | None = None
     """a question the tool asks the human (not an approval): shown as is, without the arguments"""
+    editable: bool = False
+    """offer the arguments (a mapping, shown whole) for editing with the approving option"""
+    schema: Mapping[str, Any] | None = None
+    """the tool's JSON Schema for its arguments, which an edit must satisfy"""
+    approve: str = APPROVE
+    """the label of the option that approves (an edit goes with it)"""
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,8 @@ class Verdict:
     message: str
     choice: str | None = None
     note: str | None = None
+    edited: dict[str, Any] | None = None
+    """the arguments as the human edited them (approved calls only; None: run them as they were)"""
 
     @property
     def skipped(self) -> bool:
@@ -162,13 +176,25 @@ def _item(call: ToolCall, header: str, limit: int) -> AskUserQuestionItem:
         parts.append(_fence(shown, language))
     if cut:
         parts.append(cut)
+    options = _DEFAULT_OPTIONS if call.options is None else call.options or None
     return AskUserQuestionItem(
         id=call.call_id,
         question=f"Allow {call.tool_name}: `{_one_line(summary)}`?" if summary else f"Allow {call.tool_name}?",
         header=header,
         detail="\n\n".join(parts),
-        options=_DEFAULT_OPTIONS if call.options is None else call.options or None,
+        options=options,
+        editable=_editable(call, options, cut is None),
     )
+
+
+def _editable(call: ToolCall, options: tuple[AskUserQuestionOption, ...] | None, whole: bool) -> Editable | None:
+    """The arguments offered for editing, when asked for and shown whole (an edit starts from all of them)."""
+    if not call.editable or not whole or isinstance(call.args, str):
+        return None
+    if call.approve not in [option.label for option in options or ()]:
+        return None
+    arguments = json.loads(json.dumps(call.args, default=str))  # plain JSON, as the human will see it
+    return Editable(arguments=arguments, approve=call.approve, schema=dict(call.schema) if call.schema else None)
 
 
 def approval_request(calls: Iterable[ToolCall], *, header: str = "Tool approval") -> AskUserQuestionRequest:
@@ -198,9 +224,11 @@ def verdicts(answer: AskUserQuestionAnswer) -> dict[str, Verdict]:
         if item.custom is not None:
             result[item.id] = Verdict(False, f"The user denied this call: {item.custom}", note=item.custom)
         elif item.selected == (APPROVE,):
-            result[item.id] = Verdict(True, "approved by the user", choice=APPROVE)
+            message = "approved by the user" + (" with edited arguments" if item.edited is not None else "")
+            result[item.id] = Verdict(True, message, choice=APPROVE, edited=item.edited)
         elif item.selected:
-            result[item.id] = Verdict(False, "The user denied this call.", choice=item.selected[0])
+            # another approving label (Accept, say) keeps its edit for the adapter that offered it
+            result[item.id] = Verdict(False, "The user denied this call.", choice=item.selected[0], edited=item.edited)
         else:
             result[item.id] = Verdict(False, "The user skipped this approval; the call did not run.")
     return result

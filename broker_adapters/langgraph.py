@@ -102,8 +102,27 @@ def _request_for(value: Any) -> AskUserQuestionRequest:
 
 
 def _options(kinds: Sequence[str]) -> tuple[AskUserQuestionOption, ...]:
-    """An option per decision a click can make; respond (and reject's reason) come as a typed note."""
+    """An option per decision a click can make; respond (and reject's reason) come as a typed note.
+
+    An edit is made with Approve (the edited arguments go with it), so a tool that allows edit
+    but not approve still gets Approve: approving unchanged is an edit to the same arguments.
+    """
+    if "edit" in kinds and "approve" not in kinds:
+        kinds = ["approve", *kinds]
     return tuple(AskUserQuestionOption(label=_LABELS[k], description=_HINTS[k]) for k in kinds if k in _LABELS)
+
+
+def _args_schema(schema: Any) -> dict[str, Any] | None:
+    """The tool's argument schema inside a per-call ``response_schema``'s edit branch, when it has one."""
+    if not isinstance(schema, Mapping):
+        return None
+    defs = schema.get("$defs", {})
+    edited = defs.get("EditedAction") if isinstance(defs, Mapping) else None
+    args = edited.get("properties", {}).get("args") if isinstance(edited, Mapping) else None
+    if not isinstance(args, Mapping):
+        return None
+    # The tool's schema is a $ref into the response schema's $defs: carried along, it stands alone.
+    return {**args, "$defs": dict(defs)} if "$ref" in json.dumps(args) else dict(args)
 
 
 def _allowed(schema: Any) -> list[str]:
@@ -118,26 +137,30 @@ def _allowed(schema: Any) -> list[str]:
 
 
 def _hitl_calls(
-    actions: Sequence[Mapping[str, Any]], allowed: Sequence[Sequence[str]], ids: Sequence[str]
+    actions: Sequence[Mapping[str, Any]],
+    allowed: Sequence[Sequence[str]],
+    ids: Sequence[str],
+    schemas: Sequence[Mapping[str, Any] | None] | None = None,
 ) -> list[ToolCall]:
     calls = []
-    for call_id, action, kinds in zip(ids, actions, allowed, strict=True):
+    for n, (call_id, action, kinds) in enumerate(zip(ids, actions, allowed, strict=True)):
         notes = [str(action["description"])] if action.get("description") else []
         if "respond" in kinds and "reject" not in kinds:
             notes.append("*Type a reply to answer in the tool's place: the call does not run.*")
-        if "edit" in kinds:
-            notes.append("*Editing the arguments is not offered here yet: approve, or reject with a note.*")
         calls.append(
             ToolCall(
                 call_id, str(action.get("name", "tool")), action.get("args", {}), notes=tuple(notes),
-                options=_options(kinds),
+                options=_options(kinds), editable="edit" in kinds, schema=schemas[n] if schemas else None,
             )
         )  # fmt: skip
     return calls
 
 
-def _decision(verdict: Verdict, kinds: Sequence[str]) -> dict[str, Any]:
+def _decision(verdict: Verdict, kinds: Sequence[str], call: ToolCall) -> dict[str, Any]:
     """The middleware's decision for one verdict, within the kinds the tool allows."""
+    if verdict.choice == "Approve" and "edit" in kinds and (verdict.edited is not None or "approve" not in kinds):
+        args = verdict.edited if verdict.edited is not None else call.args
+        return {"type": "edit", "edited_action": {"name": call.tool_name, "args": args}}
     if verdict.choice == "Approve" and "approve" in kinds:
         return {"type": "approve"}
     if verdict.choice == "Reject" and "reject" in kinds:
@@ -152,10 +175,14 @@ def _decision(verdict: Verdict, kinds: Sequence[str]) -> dict[str, Any]:
 
 
 def _inbox_kinds(config: Mapping[str, Any]) -> list[str]:
-    return [k for k, flag in (("accept", "allow_accept"), ("ignore", "allow_ignore")) if config.get(flag)]
+    kinds = [k for k, flag in (("accept", "allow_accept"), ("ignore", "allow_ignore")) if config.get(flag)]
+    return kinds if "accept" in kinds or not config.get("allow_edit") else ["accept", *kinds]
 
 
-def _inbox_response(verdict: Verdict, config: Mapping[str, Any]) -> dict[str, Any]:
+def _inbox_response(verdict: Verdict, config: Mapping[str, Any], call: ToolCall) -> dict[str, Any]:
+    if verdict.choice == "Accept" and config.get("allow_edit") and (verdict.edited or not config.get("allow_accept")):
+        args = verdict.edited if verdict.edited is not None else call.args
+        return {"type": "edit", "args": {"action": call.tool_name, "args": args}}
     if verdict.choice == "Accept" and config.get("allow_accept"):
         return {"type": "accept", "args": None}
     if verdict.choice == "Ignore" and config.get("allow_ignore"):
@@ -182,26 +209,31 @@ async def _inbox(value: Any, asker: Asker, key: str, timeout: float | None) -> A
             notes.append("*Type a reply to answer in the tool's place.*")
         options = _options(_inbox_kinds(config))
         calls.append(ToolCall(f"action-{n}", str(action.get("action", "action")), action.get("args", {}),
-                              notes=tuple(notes), options=options))  # fmt: skip
+                              notes=tuple(notes), options=options, editable=bool(config.get("allow_edit")),
+                              approve="Accept"))  # fmt: skip
     decided = await ask_approvals(asker, calls, timeout=timeout, key=key, header="Review")
-    responses = [_inbox_response(decided[c.call_id], i["config"]) for c, i in zip(calls, items, strict=True)]
+    responses = [_inbox_response(decided[c.call_id], i["config"], c) for c, i in zip(calls, items, strict=True)]
     return responses if isinstance(value, list | tuple) else responses[0]
 
 
 async def _hitl_batched(value: Mapping[str, Any], asker: Asker, key: str, timeout: float | None) -> Any:
     actions = list(value["action_requests"])
-    allowed = [list(config.get("allowed_decisions", _DECISIONS)) for config in value["review_configs"]]
-    calls = _hitl_calls(actions, allowed, [f"action-{n}" for n in range(len(actions))])
+    configs = list(value["review_configs"])
+    allowed = [list(config.get("allowed_decisions", _DECISIONS)) for config in configs]
+    schemas = [config.get("args_schema") if isinstance(config.get("args_schema"), Mapping) else None
+               for config in configs]  # fmt: skip
+    calls = _hitl_calls(actions, allowed, [f"action-{n}" for n in range(len(actions))], schemas)
     decided = await ask_approvals(asker, calls, timeout=timeout, key=key)
-    return {"decisions": [_decision(decided[c.call_id], k) for c, k in zip(calls, allowed, strict=True)]}
+    return {"decisions": [_decision(decided[c.call_id], k, c) for c, k in zip(calls, allowed, strict=True)]}
 
 
 async def _hitl_per_call(pending: Interrupt, asker: Asker, key: str, timeout: float | None) -> Any:
     value = pending.value
     kinds = _allowed(pending.response_schema)
-    (call,) = _hitl_calls([value], [kinds], [str(value.get("tool_call_id") or "call")])
+    schema = _args_schema(pending.response_schema)
+    (call,) = _hitl_calls([value], [kinds], [str(value.get("tool_call_id") or "call")], [schema])
     decided = await ask_approvals(asker, [call], timeout=timeout, key=key)
-    return _decision(decided[call.call_id], kinds)
+    return _decision(decided[call.call_id], kinds, call)
 
 
 # -- resuming -----------------------------------------------------------------------------------------

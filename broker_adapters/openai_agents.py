@@ -11,6 +11,13 @@ shown as their commands and apply_patch calls as their diffs (both live in the r
 ``arguments``). With ``key=``, an approval outlives the process: save ``state.to_string()``,
 and after a restart ``approve(RunState.from_string(...), me, key=...)`` re-attaches to its card.
 
+Edits: the SDK cannot run an approved call with other arguments (it refuses a call id whose
+arguments changed: "Model reused a tool call ID for a different invocation"). The closest it
+offers is a rejection whose message the model reads: an edited approval rejects the call with
+the edited arguments in the message, asking the model to call the tool again with exactly those,
+and ``run`` (or ``approve(..., edits=...)``) approves that call without asking again, since the
+human approved exactly it. A model that calls with anything else is asked about as usual.
+
 Requires ``question-broker[openai-agents]``.
 """
 
@@ -74,6 +81,21 @@ def _patch(operations: list[dict[str, Any]]) -> tuple[str, str]:
     return summary, "\n".join(blocks)
 
 
+Edits = set[tuple[str, str]]
+"""(tool name, arguments as canonical JSON) of calls the human approved as edited"""
+
+
+def _canonical(args: Any) -> str:
+    return json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _edited_message(name: str, edited: dict[str, Any]) -> str:
+    return (
+        f"The user approved this call with edited arguments; it did not run as proposed. Call {name} again "
+        f"with exactly these arguments (they are approved): {_canonical(edited)}"
+    )
+
+
 def _call(n: int, item: ToolApprovalItem) -> ToolCall:
     """One approval as a question; shell commands and patches shown as such, not as their JSON."""
     raw = _plain(item.raw_item)
@@ -87,7 +109,17 @@ def _call(n: int, item: ToolApprovalItem) -> ToolCall:
     if operations:
         summary, diff = _patch(operations)
         return ToolCall(call_id, name, {"operations": operations}, summary=summary, body=diff)
-    return ToolCall(call_id, name, _arguments(item))
+    arguments = _arguments(item)
+    return ToolCall(call_id, name, arguments, editable=isinstance(arguments, dict), schema=_schema(item))
+
+
+def _schema(item: ToolApprovalItem) -> dict[str, Any] | None:
+    """The function tool's ``params_json_schema`` (what the model was given), found on the asking agent."""
+    agent = getattr(item, "agent", None)
+    for tool in getattr(agent, "tools", None) or ():
+        if isinstance(tool, FunctionTool) and tool.name == item.name:
+            return dict(tool.params_json_schema)
+    return None
 
 
 def _interruptions(pending: RunResult | RunState[Any]) -> tuple[RunState[Any], list[ToolApprovalItem]]:
@@ -97,7 +129,12 @@ def _interruptions(pending: RunResult | RunState[Any]) -> tuple[RunState[Any], l
 
 
 async def approve(
-    pending: RunResult | RunState[Any], asker: Asker, *, timeout: float | None = None, key: str | None = None
+    pending: RunResult | RunState[Any],
+    asker: Asker,
+    *,
+    timeout: float | None = None,
+    key: str | None = None,
+    edits: Edits | None = None,
 ) -> RunState[Any]:
     """Decide the pending approvals through the broker; resume with ``Runner.run(agent, state)``.
 
@@ -105,15 +142,29 @@ async def approve(
     after a restart). ``key`` (the conversation's id, say) makes each card a keyed ask named by it
     and the calls' ids: a process that saved ``state.to_string()``, died and asks again from it
     re-attaches to the cards already shown, or collects the answers given meanwhile.
+
+    ``edits``: a set this call adds the human's edited approvals to, and approves calls from
+    without asking (the model calling again with exactly the edited arguments); ``run`` keeps one.
     """
     state, items = _interruptions(pending)
-    if not items:
-        return state
+    edits = edits if edits is not None else set()
     calls = [_call(n, item) for n, item in enumerate(items)]
-    decided = await ask_approvals(asker, calls, timeout=timeout, key=f"openai-agents:{key}" if key else None)
+    asking = []
     for item, call in zip(items, calls, strict=True):
+        if (call.tool_name, _canonical(call.args)) in edits:
+            state.approve(item)  # what the human approved, edited, on an earlier card
+        else:
+            asking.append((item, call))
+    if not asking:
+        return state
+    ask_key = f"openai-agents:{key}" if key else None
+    decided = await ask_approvals(asker, [call for _, call in asking], timeout=timeout, key=ask_key)
+    for item, call in asking:
         verdict = decided[call.call_id]
-        if verdict.approved:
+        if verdict.approved and verdict.edited is not None and verdict.edited != call.args:
+            edits.add((call.tool_name, _canonical(verdict.edited)))
+            state.reject(item, rejection_message=_edited_message(call.tool_name, verdict.edited))
+        elif verdict.approved:
             state.approve(item)
         else:
             state.reject(item, rejection_message=verdict.message)
@@ -133,10 +184,11 @@ async def run(
 
     ``agent_input`` may be a ``RunState`` with pending approvals (restored after a restart).
     """
+    edits: Edits = set()
     if isinstance(agent_input, RunState) and agent_input.get_interruptions():
-        agent_input = await approve(agent_input, asker, timeout=timeout, key=key)
+        agent_input = await approve(agent_input, asker, timeout=timeout, key=key, edits=edits)
     result = await Runner.run(agent, agent_input, **options)
     while result.interruptions:
-        state = await approve(result, asker, timeout=timeout, key=key)
+        state = await approve(result, asker, timeout=timeout, key=key, edits=edits)
         result = await Runner.run(agent, state, **options)
     return result

@@ -17,6 +17,10 @@ the agent (``CallDeferred()``, external tools). The human decides the first two 
   that also waits on external calls is returned as it stopped unless ``external`` (your
   function giving their results) is passed: the next run needs every result at once.
 
+Each approval offers the call's arguments for editing: approved with an edit, the call runs with
+the edited arguments (``ToolApproved(override_args=...)``), checked against the tool's JSON Schema
+(``schemas=``; ``run`` reads them from the agent, ``tool_schemas(agent)`` for the others).
+
 ``key=`` (a conversation id, say) makes every ask keyed by it and the calls' ids: a process
 restarted with the same message history and pending calls re-attaches to the same cards.
 
@@ -26,7 +30,7 @@ Requires ``question-broker[pydantic-ai]``.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolDenied
@@ -41,9 +45,29 @@ from broker.errors import ASK_CANCELLED
 
 from ._approvals import Asker, ToolCall, Verdict, ask_approvals
 
-__all__ = ["approve", "decide", "handler", "run"]
+__all__ = ["approve", "decide", "handler", "run", "tool_schemas"]
 
 External = Callable[[DeferredToolRequests], Awaitable[DeferredToolResults]]
+Schemas = Mapping[str, Mapping[str, Any]]
+
+
+def tool_schemas(agent: AbstractAgent[Any, Any]) -> dict[str, dict[str, Any]]:
+    """The JSON Schema of each function tool's arguments, by tool name (what an edit must satisfy).
+
+    Tools of other toolsets (MCP servers, say) list theirs only in a run: their edits go unchecked
+    by schema here, and Pydantic AI still validates ``override_args`` before the tool runs.
+    """
+    found: dict[str, dict[str, Any]] = {}
+    for toolset in getattr(agent, "toolsets", ()):
+        tools = getattr(toolset, "tools", None)
+        if not isinstance(tools, Mapping):
+            continue
+        for name, tool in tools.items():
+            tool_def = getattr(tool, "tool_def", None)
+            schema = getattr(tool_def, "parameters_json_schema", None)
+            if isinstance(schema, dict):
+                found[str(name)] = schema
+    return found
 
 
 def _metadata_note(metadata: dict[str, Any] | None) -> tuple[str, ...]:
@@ -78,15 +102,27 @@ def _question_result(verdict: Verdict) -> Any:
 
 
 async def decide(
-    requests: DeferredToolRequests, asker: Asker, *, timeout: float | None = None, key: str | None = None
+    requests: DeferredToolRequests,
+    asker: Asker,
+    *,
+    timeout: float | None = None,
+    key: str | None = None,
+    schemas: Schemas | None = None,
 ) -> DeferredToolResults:
-    """The human's results for ``requests``' approvals and questions (external calls are left out)."""
+    """The human's results for ``requests``' approvals and questions (external calls are left out).
+
+    ``schemas``: each tool's argument schema by name (``tool_schemas(agent)``), which an edit must satisfy.
+    """
     questions = [part for part in requests.calls if requests.kind(part.tool_call_id) == "question"]
     metadata = requests.metadata
+    schemas = schemas or {}
     calls = [
-        ToolCall(p.tool_call_id, p.tool_name, p.args_as_dict(), notes=_metadata_note(metadata.get(p.tool_call_id)))
+        ToolCall(
+            p.tool_call_id, p.tool_name, p.args_as_dict(), notes=_metadata_note(metadata.get(p.tool_call_id)),
+            editable=True, schema=schemas.get(p.tool_name),
+        )
         for p in requests.approvals
-    ] + [_question_call(p, metadata.get(p.tool_call_id)) for p in questions]
+    ] + [_question_call(p, metadata.get(p.tool_call_id)) for p in questions]  # fmt: skip
     results = DeferredToolResults()
     if not calls:
         return results
@@ -103,21 +139,28 @@ async def decide(
         return results
     for part in requests.approvals:
         verdict = decided[part.tool_call_id]
-        results.approvals[part.tool_call_id] = ToolApproved() if verdict.approved else ToolDenied(verdict.message)
+        results.approvals[part.tool_call_id] = (
+            ToolApproved(override_args=verdict.edited) if verdict.approved else ToolDenied(verdict.message)
+        )
     for part in questions:
         results.calls[part.tool_call_id] = _question_result(decided[part.tool_call_id])
     return results
 
 
 async def approve(
-    requests: DeferredToolRequests, asker: Asker, *, timeout: float | None = None, key: str | None = None
+    requests: DeferredToolRequests,
+    asker: Asker,
+    *,
+    timeout: float | None = None,
+    key: str | None = None,
+    schemas: Schemas | None = None,
 ) -> DeferredToolResults:
     """``decide``, by its earlier name."""
-    return await decide(requests, asker, timeout=timeout, key=key)
+    return await decide(requests, asker, timeout=timeout, key=key, schemas=schemas)
 
 
 def handler(
-    asker: Asker, *, timeout: float | None = None, key: str | None = None
+    asker: Asker, *, timeout: float | None = None, key: str | None = None, schemas: Schemas | None = None
 ) -> Callable[[RunContext[Any], DeferredToolRequests], Awaitable[DeferredToolResults | None]]:
     """For ``HandleDeferredToolCalls(handler=handler(me))``: approvals and questions decided in the run.
 
@@ -127,7 +170,7 @@ def handler(
 
     async def handle(ctx: RunContext[Any], requests: DeferredToolRequests) -> DeferredToolResults | None:
         try:
-            results = await decide(requests, asker, timeout=timeout, key=key)
+            results = await decide(requests, asker, timeout=timeout, key=key, schemas=schemas)
         except UserQuestionError:
             return None
         return results if results.approvals or results.calls else None
@@ -158,12 +201,13 @@ async def run(
     """
     result = await agent.run(user_prompt, **options)
     options.pop("message_history", None)
+    schemas = tool_schemas(agent)
     while _waits_on_human(result.output):
         requests: DeferredToolRequests = result.output
         externals = [c for c in requests.calls if requests.kind(c.tool_call_id) == "external"]
         if externals and external is None:
             return result
-        decided = await decide(requests, asker, timeout=timeout, key=key)
+        decided = await decide(requests, asker, timeout=timeout, key=key, schemas=schemas)
         if externals and external is not None:
             decided.update(await external(requests))
         result = await agent.run(message_history=result.all_messages(), deferred_tool_results=decided, **options)

@@ -232,3 +232,70 @@ async def test_a_rerun_after_the_asker_stopped_reattaches_to_the_same_card(make_
         with pytest.raises(TimeoutError):  # no second card was shown
             await asyncio.wait_for(anext(seen), 0.5)
     assert ran == ["a"] and _tool_messages(state)["c-a"] == "deleted a"
+
+
+def _edit_to(path: str):
+    """Approve every call with its path edited to ``path`` (the card must offer the edit)."""
+
+    def respond(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
+        items = []
+        for item in request.questions:
+            assert item.editable is not None and item.editable.approve == "Approve"
+            edited = {**item.editable.arguments, "path": path}
+            items.append(AskUserQuestionAnswerItem(id=item.id, selected=("Approve",), edited=edited))
+        return AskUserQuestionAnswer(answers=tuple(items))
+
+    return respond
+
+
+@pytest.mark.timeout(30)
+async def test_batched_hitl_edit_runs_the_tool_with_the_edited_arguments(human, agent):
+    ran: list[str] = []
+    person = await human(_edit_to("a.bak"))
+    graph = _agent(
+        ran,
+        [_calls("a"), AIMessage(content="done")],
+        interrupt_on={"delete_file": {"allowed_decisions": ["approve", "edit", "reject"]}},
+    )
+    state = await run_graph(graph, PROMPT, {"configurable": {"thread_id": "e1"}}, asker=agent)
+    assert ran == ["a.bak"]  # the edited arguments reached the tool
+    assert _tool_messages(state)["c-a"].endswith("deleted a.bak")
+    assert "a human reviewer replaced this tool call" in _tool_messages(state)["c-a"]  # the middleware's own edit
+    item = person.seen[0].questions[0]
+    assert item.editable is not None and item.editable.arguments == {"path": "a"}
+
+
+@pytest.mark.timeout(30)
+async def test_per_call_hitl_edit_carries_the_tools_schema_and_runs_the_edit(human, agent):
+    ran: list[str] = []
+    person = await human(_edit_to("b.bak"))
+    graph = _agent(
+        ran,
+        [_calls("b"), AIMessage(content="done")],
+        interrupt_on={"delete_file": {"allowed_decisions": ["edit", "reject"]}},  # no plain approve
+        interrupt_mode="per_call",
+    )
+    state = await run_graph(graph, PROMPT, {"configurable": {"thread_id": "e2"}}, asker=agent)
+    assert ran == ["b.bak"] and _tool_messages(state)["c-b"].endswith("deleted b.bak")
+    item = person.seen[0].questions[0]
+    assert [o.label for o in item.options or ()] == ["Approve", "Reject"]
+    assert item.editable is not None and item.editable.schema is not None
+    schema = item.editable.schema  # the tool's own schema, standing alone (its $refs carried along)
+    assert schema["$defs"][schema["$ref"].rsplit("/", 1)[1]]["properties"]["path"]["type"] == "string"
+    assert "not offered" not in (item.detail or "")
+
+
+@pytest.mark.timeout(30)
+async def test_agent_inbox_edit_is_an_edit_response(human, agent):
+    def respond(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
+        item = request.questions[0]
+        assert item.editable is not None and item.editable.approve == "Accept"
+        edited = {"to": "oncall@example.com"}
+        return AskUserQuestionAnswer(
+            answers=(AskUserQuestionAnswerItem(id=item.id, selected=("Accept",), edited=edited),)
+        )
+
+    await human(respond)
+    config = {"allow_accept": True, "allow_ignore": True, "allow_respond": True, "allow_edit": True}
+    state = await run_graph(_inbox_graph(config), {}, {"configurable": {"thread_id": "i2"}}, asker=agent)
+    assert state["response"] == {"type": "edit", "args": {"action": "send_email", "args": {"to": "oncall@example.com"}}}

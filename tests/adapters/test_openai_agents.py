@@ -172,3 +172,40 @@ async def test_an_approval_survives_a_killed_asking_process(make_broker, redis_s
             await asyncio.wait_for(anext(seen), 0.5)
     assert again.returncode == 0, err.decode()
     assert json.loads(out.decode().splitlines()[-1]) == {"output": "done: deleted build/"}
+
+
+@pytest.mark.timeout(30)
+async def test_an_edited_approval_runs_the_tool_with_the_edited_arguments(human, agent):
+    """The SDK refuses a changed call under an approved id, so the edit goes back to the model as the
+    rejection's message; its call with exactly the edited arguments is approved without a second card."""
+    ran: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    def respond(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
+        item = request.questions[0]
+        assert item.editable is not None and item.editable.arguments == {"path": "build/"}
+        schema = item.editable.schema
+        assert schema is not None and schema["properties"]["path"]["type"] == "string"  # the tool's params schema
+        edited = {"path": "build/cache"}
+        return AskUserQuestionAnswer(
+            answers=(AskUserQuestionAnswerItem(id=item.id, selected=("Approve",), edited=edited),)
+        )
+
+    person = await human(respond)
+    model = ScriptedModel(
+        [call("delete_file", {"path": "build/"}, "c1")],
+        [call("delete_file", {"path": "build/cache"}, "c2")],  # the model follows the message
+        [text("done")],
+    )
+    subject = Agent(name="cleaner", model=model, tools=[delete_file])
+    result = await adapter.run(subject, "clean", asker=agent, run_config=OFFLINE)
+    assert result.final_output == "done"
+    assert ran == ["build/cache"]  # only the edited call ran
+    assert len(person.seen) == 1  # the human was asked once
+    told = [i["output"] for i in model.inputs[1] if i.get("type") == "function_call_output"]
+    assert any('{"path":"build/cache"}' in str(output) for output in told)

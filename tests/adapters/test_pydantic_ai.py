@@ -282,3 +282,40 @@ async def test_more_approvals_than_a_card_holds_are_split(human, agent):
     result = await adapter.run(subject, "go", asker=agent)
     assert result.output == "done" and len(ran) == 23
     assert sorted(len(r.questions) for r in person.seen) == [3, 20]
+
+
+def _edit(**by_tool: dict[str, Any]):
+    """Approve every call, its arguments edited per tool (the card must offer the edit)."""
+
+    def respond(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
+        items = []
+        for item in request.questions:
+            tool = item.question.split(":")[0].removeprefix("Allow ")
+            assert item.editable is not None and item.editable.approve == "Approve"
+            edited = {**item.editable.arguments, **by_tool[tool]} if tool in by_tool else None
+            items.append(AskUserQuestionAnswerItem(id=item.id, selected=("Approve",), edited=edited))
+        return AskUserQuestionAnswer(answers=tuple(items))
+
+    return respond
+
+
+@pytest.mark.timeout(30)
+async def test_an_edited_approval_runs_the_tool_with_the_edited_arguments(human, agent):
+    person = await human(_edit(delete_file={"path": "a.bak"}))
+    subject = _agent()
+    await adapter.run(subject, "clean up", asker=agent)
+    assert sorted(subject.ran) == ["delete a.bak", "drop a"]  # type: ignore[attr-defined]  # override_args
+    delete = person.seen[0].questions[0]
+    assert delete.editable is not None and delete.editable.arguments == {"path": "a"}
+    schema = delete.editable.schema  # the tool's own schema, read from the agent
+    assert schema is not None and schema["properties"]["path"]["type"] == "string" and schema["required"] == ["path"]
+
+
+@pytest.mark.timeout(30)
+async def test_an_edit_in_the_run_reaches_the_tool(human, agent):
+    """HandleDeferredToolCalls: the edit made while the run waits is the call that runs."""
+    await human(_edit(delete_file={"path": "b.bak"}, drop_table={"name": "tmp"}))
+    subject = _agent()
+    handle = adapter.handler(agent, schemas=adapter.tool_schemas(subject))
+    await subject.run("clean up", capabilities=[HandleDeferredToolCalls(handler=handle)])
+    assert sorted(subject.ran) == ["delete b.bak", "drop tmp"]  # type: ignore[attr-defined]

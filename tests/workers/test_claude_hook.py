@@ -571,3 +571,34 @@ async def test_a_question_input_it_cannot_read_is_asked_locally(redis_server, na
     )
     assert status == 0, err
     assert _pre_tool_use(out)["permissionDecision"] == "ask" and b"asks locally" in err
+
+
+# -- edit before approve: the human's edit goes back as updatedInput ----------------------------
+
+
+def _edit(**changes: Any) -> Any:
+    async def respond(pending: Any) -> None:
+        editable = pending.request.questions[0].editable
+        assert editable is not None and editable.approve == "Allow"
+        edited = {**editable.arguments, **changes}
+        item = AskUserQuestionAnswerItem(id="permission", selected=("Allow",), edited=edited)
+        await pending.answer(AskUserQuestionAnswer(answers=(item,)), by="alice")
+
+    return respond
+
+
+async def test_an_edited_permission_is_allowed_with_the_edit_as_updated_input(make_broker, redis_server, namespace):
+    request, out = await _hook_answered_by(
+        make_broker, redis_server, namespace, BASH, _edit(command="rm -rf build/tmp")
+    )
+    assert request.questions[0].editable is not None
+    assert request.questions[0].editable.arguments == BASH["tool_input"]
+    assert _permission(out) == {
+        "behavior": "allow",
+        "updatedInput": {"command": "rm -rf build/tmp", "description": "Remove the build directory"},
+    }
+
+
+async def test_an_unedited_allow_sends_no_updated_input(make_broker, redis_server, namespace):
+    _, out = await _hook_answered_by(make_broker, redis_server, namespace, EDIT, _reply(("Allow",)))
+    assert _permission(out) == {"behavior": "allow"}

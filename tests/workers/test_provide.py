@@ -339,3 +339,27 @@ async def test_the_banner_counts_the_questions_still_waiting_behind_the_one_show
 
 async def asker_requests(redis, asker) -> list[dict[str, str]]:
     return [await redis.hgetall(key) async for key in redis.scan_iter(match=asker.keys.request("*"))]
+
+
+async def test_edit_the_arguments_and_approve(screen, make_broker):
+    """e opens the arguments as one line of JSON; a line that does not fit the schema is refused in place."""
+    from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, Editable
+
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    item = replace(
+        question("call", "Approve", "Deny"),
+        editable=Editable(arguments={"path": "build/"}, approve="Approve", schema=schema),
+    )
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
+    await screen.expect("e: edit the arguments and Approve")
+    screen.send("e")
+    await screen.expect('{"path": "build/"}')
+    screen.send("{not json")
+    await screen.expect("Not JSON")
+    screen.send('{"path": 3}')
+    await screen.expect("do not fit the tool's schema")
+    screen.send('{"path": "build/cache"}')
+    await screen.expect("Answer sent.")  # sent at once: an edit is never offered to be remembered
+    edited = AskUserQuestionAnswerItem(id="call", selected=("Approve",), edited={"path": "build/cache"})
+    assert await asyncio.wait_for(asking, 10) == AskUserQuestionAnswer(answers=(edited,))

@@ -7,9 +7,11 @@ lost. ``present()`` returns what the human decided; the caller settles it.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from prompt_toolkit import PromptSession
 from rich.console import Console
@@ -21,9 +23,12 @@ from broker import (
     AskUserQuestionAnswer,
     AskUserQuestionAnswerItem,
     AskUserQuestionItem,
+    AskUserQuestionRequest,
     PendingRequest,
     PlanReviewIntent,
     Remember,
+    UserQuestionError,
+    check_answer,
 )
 
 __all__ = ["Decision", "Quit", "Terminal", "is_plan_review"]
@@ -33,6 +38,7 @@ Prompt = Callable[[str], Awaitable[str]]
 _SKIP = ("s", "/skip")
 _CANCEL = ("c", "/cancel")
 _OTHER = ("o", "/other")
+_EDIT = ("e", "/edit")
 
 
 @dataclass(frozen=True)
@@ -186,9 +192,14 @@ class Terminal:
 
     async def _single(self, item: AskUserQuestionItem) -> AskUserQuestionAnswerItem:
         self._options(item)
-        self.say("Pick a number; o: Other (free text), s: skip this question, c: cancel the request.", "dim")
+        edit = f"e: edit the arguments and {item.editable.approve}, " if item.editable else ""
+        self.say(f"Pick a number; {edit}o: Other (free text), s: skip this question, c: cancel the request.", "dim")
         while True:
             text = (await self.ask("Choice: ")).lower()
+            if text in _EDIT and item.editable is not None:
+                if (edited := await self._edit(item)) is not None:
+                    return edited
+                continue
             if (label := self._pick(item, text)) is not None:
                 return AskUserQuestionAnswerItem(id=item.id, selected=(label,))
             if text in _OTHER and (custom := await self._other()) is not None:
@@ -199,6 +210,34 @@ class Terminal:
                 raise _Cancel
             if text not in _OTHER:
                 self.say(f"Type a number from 1 to {len(item.labels)}, or o, s, c.")
+
+    async def _edit(self, item: AskUserQuestionItem) -> AskUserQuestionAnswerItem | None:
+        """The arguments edited as one line of JSON, checked as the provider will; None: back to the choice."""
+        assert item.editable is not None
+        approve = item.editable.approve
+        self.console.print(json.dumps(item.editable.arguments, ensure_ascii=False), markup=False, soft_wrap=True)
+        self.say(f"Type the arguments as one line of JSON ({approve} goes with them); empty goes back.", "dim")
+        while True:
+            text = await self.ask("Arguments: ")
+            if not text:
+                return None
+            try:
+                edited: Any = json.loads(text)
+            except ValueError as error:
+                self.say(f"Not JSON: {error}")
+                continue
+            if not isinstance(edited, dict):
+                self.say("The arguments must be a JSON object ({...}).")
+                continue
+            picked = AskUserQuestionAnswerItem(
+                id=item.id, selected=(approve,), edited=None if edited == item.editable.arguments else edited
+            )
+            try:  # the provider checks it again on sending; checked here, a mistake is fixed in place
+                check_answer(AskUserQuestionRequest(questions=(item,)), AskUserQuestionAnswer(answers=(picked,)))
+            except UserQuestionError as error:
+                self.say(error.message)
+                continue
+            return picked
 
     async def _multi(self, item: AskUserQuestionItem) -> AskUserQuestionAnswerItem:
         chosen: set[str] = set()

@@ -90,11 +90,18 @@ def _entry(entry_id: str, fields: dict[str, str], request: Any) -> dict[str, Any
                     "question": item.get("question"),
                     "selected": given.get("selected", []),
                     "custom": given.get("custom"),
+                    "edited": given.get("edited"),
                 }
             )
     for qid, given in answers.items():  # the request hash expired: ids and answers only
         questions.append(
-            {"id": qid, "question": None, "selected": given.get("selected", []), "custom": given.get("custom")}
+            {
+                "id": qid,
+                "question": None,
+                "selected": given.get("selected", []),
+                "custom": given.get("custom"),
+                "edited": given.get("edited"),
+            }
         )
     return {
         "id": fields.get("rid", ""),

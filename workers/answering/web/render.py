@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
 import nh3
 from markdown_it import MarkdownIt
 
@@ -87,6 +88,7 @@ def _item_view(item: AskUserQuestionItem, count: int) -> dict[str, Any]:
         "multiSelect": item.multi_select,
         "intent": _intent_kind(item),
         "planReview": plan_review(item, count),
+        "editable": None if item.editable is None else msgspec.to_builtins(item.editable),
     }
 
 

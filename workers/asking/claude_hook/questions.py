@@ -9,7 +9,10 @@ Three kinds of call, three questions (shapes from Claude Code's hooks reference)
   run, a note or "Keep planning" denies it with the note for Claude.
 - any other tool: "Allow Bash: `rm -rf build`?" (Allow / Allow and remember / Deny). "Allow and
   remember" is offered where Claude Code itself suggests an allow rule (``permission_suggestions``)
-  or for an MCP tool (a rule for that tool), and is written back as ``updatedPermissions``.
+  or for an MCP tool (a rule for that tool), and is written back as ``updatedPermissions``. The
+  tool input is offered for editing with Allow: allowed with an edit, the call runs with the edit
+  (``updatedInput``). Claude Code publishes no schema for its tools' inputs, so the edit is checked
+  as a JSON object only; Claude Code validates it against the tool when it runs.
 
 Every card names the session, the subagent type, the permission mode and the directory in its detail.
 """
@@ -28,6 +31,7 @@ from broker import (
     AskUserQuestionItem,
     AskUserQuestionOption,
     AskUserQuestionRequest,
+    Editable,
     PlanReviewIntent,
 )
 
@@ -52,6 +56,8 @@ QUESTION_ID: Final = "permission"
 PLAN_ID: Final = "plan"
 _SUMMARY_CHARS: Final = 200
 _DETAIL_CHARS: Final = 20_000
+_EDITABLE_BYTES: Final = 64 * 1024
+"""a tool input offered for editing whole (a larger one, a big Write say, is shown cut and not offered)"""
 
 Behavior = Literal["allow", "deny", "ask"]
 Destination = Literal["session", "localSettings"]
@@ -126,6 +132,8 @@ class Asking:
             return Verdict("ask", "the user skipped the plan review in question-broker")
         if item.custom is not None:
             return Verdict("deny", f"The user says: {item.custom}")
+        if item.selected == (ALLOW,) and item.edited is not None:
+            return Verdict("allow", "allowed by the user with an edited input through question-broker", item.edited)
         if item.selected == (ALLOW,):
             return Verdict("allow", "allowed by the user through question-broker")
         if item.selected == (ALLOW_REMEMBER,) and self.remembered_rules:
@@ -301,7 +309,8 @@ def _permission(
     description = payload.tool_input.get("description")
     if isinstance(description, str) and description.strip():
         lines += [description.strip(), ""]
-    body = json.dumps(payload.tool_input, ensure_ascii=False, indent=2, sort_keys=True)[:_DETAIL_CHARS]
+    whole_body = json.dumps(payload.tool_input, ensure_ascii=False, indent=2, sort_keys=True)
+    body = whole_body[:_DETAIL_CHARS]
     lines += [f"Claude Code wants to run **{payload.tool_name}** with:", "", "```json", body, "```", ""]
     lines.append(_context(payload))
     options = [AskUserQuestionOption(label=ALLOW, description="let this tool call run")]
@@ -319,5 +328,10 @@ def _permission(
         header="Claude Code",
         detail="\n".join(lines),
         options=tuple(options),
+        editable=(
+            Editable(arguments=payload.tool_input, approve=ALLOW)
+            if len(whole_body) <= _DETAIL_CHARS and len(whole_body.encode()) <= _EDITABLE_BYTES
+            else None
+        ),
     )
     return AskUserQuestionRequest(questions=(item,))

@@ -478,6 +478,7 @@
     return settled.answer.answers.map((item) => {
       const parts = [...item.selected];
       if (item.custom) parts.push("“" + item.custom + "”");
+      if (item.edited) parts.push("edited: " + JSON.stringify(item.edited));
       const text = parts.length ? parts.join(", ") : "(skipped)";
       const question = byId.get(item.id);
       return card.request.questions.length > 1 && question ? question.question + " → " + text : text;
@@ -867,12 +868,69 @@
     }
     choices.append(other);
     fieldset.append(choices);
+    if (question.editable) fieldset.append(editNode(question, fieldset));
     if (count > 1) {
       const skip = el("input", { type: "checkbox", class: "skip-box" });
       skip.addEventListener("change", () => { for (const input of choices.querySelectorAll("input, textarea")) input.disabled = skip.checked; });
       fieldset.append(el("label", { class: "skip" }, skip, " Skip this question"));
     }
     return fieldset;
+  }
+
+  // Edit before approve: the call's arguments as JSON, sent with the approving option. Checked here
+  // (JSON, an object, the schema's required fields and top-level types) and in full on the server.
+  function editNode(question, fieldset) {
+    const original = JSON.stringify(question.editable.arguments, null, 2);
+    const area = el("textarea", { class: "edit-args", spellcheck: "false", "aria-label": "Arguments of: " + question.question, hidden: true });
+    area.value = original;
+    const problem = el("p", { class: "edit-error", role: "alert", hidden: true });
+    const undo = el("button", { type: "button", class: "link edit-undo", text: "Undo the edit", hidden: true });
+    const toggle = el("button", { type: "button", class: "link edit-toggle", "aria-expanded": "false", text: "Edit arguments…" });
+    const check = () => {
+      let message = "";
+      try { editedArguments(question, fieldset); } catch (error) { message = error.message; }
+      problem.textContent = message;
+      problem.hidden = !message;
+      undo.hidden = area.value === original;
+    };
+    toggle.addEventListener("click", () => {
+      area.hidden = !area.hidden;
+      toggle.setAttribute("aria-expanded", String(!area.hidden));
+      if (!area.hidden) {
+        // an edit approves: pick the approving option, as the human means to
+        const approve = [...fieldset.querySelectorAll("input.option")].find((i) => i.value === question.editable.approve);
+        if (approve && !approve.checked) { approve.checked = true; approve.dispatchEvent(new Event("change", { bubbles: true })); }
+        area.focus();
+      }
+    });
+    area.addEventListener("input", check);
+    undo.addEventListener("click", () => { area.value = original; check(); });
+    return el("div", { class: "edit" }, toggle, area, problem, undo);
+  }
+
+  const JSON_TYPES = { string: (v) => typeof v === "string", number: (v) => typeof v === "number",
+    integer: (v) => Number.isInteger(v), boolean: (v) => typeof v === "boolean", array: Array.isArray,
+    object: (v) => v !== null && typeof v === "object" && !Array.isArray(v), null: (v) => v === null };
+
+  // The edited arguments, or undefined when the textarea is closed or unchanged; throws what is wrong.
+  function editedArguments(question, fieldset) {
+    const area = fieldset.querySelector("textarea.edit-args");
+    if (!area || area.hidden) return undefined;
+    let value;
+    try { value = JSON.parse(area.value); } catch (error) { throw new Error("The edited arguments are not JSON: " + error.message); }
+    if (!JSON_TYPES.object(value)) throw new Error("The edited arguments must be a JSON object ({…}).");
+    if (JSON.stringify(value) === JSON.stringify(question.editable.arguments)) return undefined;
+    const schema = question.editable.schema;
+    if (schema && JSON_TYPES.object(schema)) {
+      for (const name of Array.isArray(schema.required) ? schema.required : [])
+        if (!(name in value)) throw new Error("The edited arguments need “" + name + "”.");
+      for (const [name, property] of Object.entries(JSON_TYPES.object(schema.properties) ? schema.properties : {})) {
+        const types = property && (Array.isArray(property.type) ? property.type : property.type ? [property.type] : []);
+        if (name in value && types.length && !types.some((t) => JSON_TYPES[t] && JSON_TYPES[t](value[name])))
+          throw new Error("“" + name + "” must be " + types.join(" or ") + ".");
+      }
+    }
+    return value;
   }
 
   function collect(card, form) {
@@ -893,6 +951,12 @@
       }
       if (!item.selected.length && item.custom === undefined)
         throw new Error(count === 1 ? "Pick an answer first." : "Answer or skip “" + question.question + "”.");
+      const edited = question.editable ? editedArguments(question, fieldset) : undefined;
+      if (edited !== undefined) {
+        if (!item.selected.includes(question.editable.approve) || item.custom !== undefined)
+          throw new Error("Edited arguments go with “" + question.editable.approve + "”: pick it, or undo the edit.");
+        item.edited = edited;
+      }
       answers.push(item);
     }
     return { answers };
@@ -1039,6 +1103,7 @@
     for (const q of entry.questions) {
       const parts = [...(q.selected || [])];
       if (q.custom) parts.push("“" + q.custom + "”");
+      if (q.edited) parts.push("edited: " + JSON.stringify(q.edited));
       body.append(el("li", {},
         el("span", { class: "q", text: (q.question || "question " + q.id) + " " }),
         entry.event === "answered" ? el("span", { class: "a", text: "→ " + (parts.length ? parts.join(", ") : "(skipped)") }) : null));
