@@ -233,7 +233,8 @@ async def expire_overdue(broker: Broker) -> list[str]:
         args = [rid, GROUP, int(settings.result_ttl * 1000), settings.audit_maxlen]
         reply = await broker.commands.script(_EXPIRE, request_keys, args)
         if reply[0] == "keyed":  # past its deadline: again with its durable key, released as it ends
-            reply = await broker.commands.script(_EXPIRE, [*request_keys, keys.durable(reply[1] or None, reply[2])], args)
+            durable = keys.durable(reply[1] or None, reply[2])
+            reply = await broker.commands.script(_EXPIRE, [*request_keys, durable], args)
         return reply
 
     async for asks in _ask_entries(broker):
