@@ -207,14 +207,17 @@ async def end_away(broker: Broker) -> list[str]:
         due = await broker.commands.call("ZRANGE", keys.away, "-inf", now_ms, "BYSCORE", "LIMIT", 0, _PAGE)
         if not due:
             return ended
+        # a request's agent and key never change: its durable key, read first, is released when it ends
+        named = await asyncio.gather(*(broker.commands.call("HMGET", keys.request(rid), "agent", "key") for rid in due))
         replies = await asyncio.gather(
             *(
                 broker.commands.script(
                     _AWAY_END,
-                    [keys.request(rid), keys.requests, keys.outcome(rid), keys.away, keys.audit],
+                    [keys.request(rid), keys.requests, keys.outcome(rid), keys.away, keys.audit]
+                    + ([keys.durable(agent or None, key)] if key else []),
                     [rid, GROUP, broker._provider_settings.audit_maxlen],
                 )
-                for rid in due
+                for rid, (agent, key) in zip(due, named, strict=True)
             )
         )
         for rid, reply in zip(due, replies, strict=True):
@@ -230,21 +233,19 @@ async def expire_overdue(broker: Broker) -> list[str]:
     keys = broker.keys
     settings = broker._provider_settings
     expired: list[str] = []
+
+    async def expire(fields: dict[str, str]) -> Any:
+        rid = fields["rid"]
+        request_keys = [keys.request(rid), keys.requests, keys.outcome(rid), keys.inbox(fields["client"]), keys.audit]
+        args = [rid, GROUP, int(settings.result_ttl * 1000), settings.audit_maxlen]
+        reply = await broker.commands.script(_EXPIRE, request_keys, args)
+        if reply[0] == "keyed":  # past its deadline: again with its durable key, released as it ends
+            durable = keys.durable(reply[1] or None, reply[2])
+            reply = await broker.commands.script(_EXPIRE, [*request_keys, durable], args)
+        return reply
+
     async for asks in _ask_entries(broker):
-        calls = [
-            broker.commands.script(
-                _EXPIRE,
-                [
-                    keys.request(fields["rid"]),
-                    keys.requests,
-                    keys.outcome(fields["rid"]),
-                    keys.inbox(fields["client"]),
-                    keys.audit,
-                ],
-                [fields["rid"], GROUP, int(settings.result_ttl * 1000), settings.audit_maxlen],
-            )
-            for _, fields in asks
-        ]
+        calls = [expire(fields) for _, fields in asks]
         for (_, fields), reply in zip(asks, await asyncio.gather(*calls), strict=True):
             if reply[0] == "expired":
                 if len(reply) > 1 and reply[1]:  # a keyed ask re-attached from another process: tell that one

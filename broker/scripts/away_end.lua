@@ -1,6 +1,7 @@
 #!lua
 -- away_end: end a keyed request whose asker stayed away past its detach grace (housekeeping).
 -- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] outcome key   KEYS[4] away zset   KEYS[5] audit stream
+-- KEYS[6] the request's durable key (of the hash's 'agent' and 'key'; absent: left to its TTL)
 -- ARGV[1] request id   ARGV[2] group   ARGV[3] audit max length
 -- returns {'expired', 'pending'} | {'uncollected', state} | {'waiting', ms left} | {'back'} | {'collected'} | {'gone'}
 -- Pending and still away when the grace ends: the request ends as expired (a provider that showed
@@ -9,6 +10,13 @@
 -- the grace), then its keys go, audited as 'uncollected': not a second end (settle.lua audited the
 -- one it had), so a digest of the audit counts each request once. An asker that came back, or
 -- collected its outcome, just leaves the away zset. Idempotent.
+-- Ending the request (expired or uncollected) releases its durable key when it still names it: a re-attach would
+-- ask anew, and the key would otherwise outlive the request by its own TTL, 2 x the request TTL + the grace.
+local function release()
+  if KEYS[6] and redis.call('GET', KEYS[6]) == ARGV[1] then
+    redis.call('DEL', KEYS[6])
+  end
+end
 local score = redis.call('ZSCORE', KEYS[4], ARGV[1])
 if not score then
   return {'gone'}
@@ -38,6 +46,7 @@ if r[1] == 'pending' then
     redis.call('XADD', KEYS[2], '*', 'kind', 'withdraw', 'rid', ARGV[1], 'reason', 'expired')
   end
   redis.call('ZREM', KEYS[4], ARGV[1])
+  release()
   audit_append(KEYS[5], ARGV[3], 'event', 'expired', 'rid', ARGV[1], 'reason', message,
     'by', 'housekeeping')
   return {'expired', 'pending'}
@@ -54,6 +63,7 @@ if left > 0 then
 end
 redis.call('DEL', KEYS[1], KEYS[3])
 redis.call('ZREM', KEYS[4], ARGV[1])
+release()
 audit_append(KEYS[5], ARGV[3], 'event', 'uncollected', 'rid', ARGV[1],
   'reason', 'the ' .. r[1] .. ' outcome was not collected: the asker did not come back', 'by', 'housekeeping')
 return {'uncollected', r[1]}
