@@ -66,6 +66,7 @@ SCRIPTS = {
         "ask",
         "deliver",
         "settle",
+        "approve",
         "withdraw",
         "detach",
         "deadletter",

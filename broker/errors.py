@@ -19,6 +19,7 @@ __all__ = [
     "EMPTY_QUESTIONS",
     "ERROR_CODES",
     "LEASE_LOST",
+    "NOT_APPROVER",
     "NOT_PENDING",
     "NO_PROVIDER",
     "NO_SIGNING_KEY",
@@ -49,6 +50,8 @@ NO_TRUSTED_KEY: Final = "NO_TRUSTED_KEY"
 """an asker with no public key to check answers against (no silent unsigned mode)"""
 NO_SIGNING_KEY: Final = "NO_SIGNING_KEY"
 """a provider with no key to sign its answers with"""
+NOT_APPROVER: Final = "NOT_APPROVER"
+"""a quorum policy covers the request and this person is not one of its approvers (broker/quorum.py)"""
 
 ERROR_CODES: Final = frozenset(
     {
@@ -68,6 +71,7 @@ ERROR_CODES: Final = frozenset(
         BROKER_UNAVAILABLE,
         NO_TRUSTED_KEY,
         NO_SIGNING_KEY,
+        NOT_APPROVER,
     }
 )
 

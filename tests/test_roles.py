@@ -123,6 +123,11 @@ async def _refused(attempt: Callable[[Redis], Awaitable[Any]], server: RedisServ
         ),
         pytest.param(lambda r: r.xtrim(P + "audit", maxlen=0), id="14-erase-the-audit"),
         pytest.param(lambda r: r.xrange(P + "audit"), id="13-read-the-audit"),
+        pytest.param(
+            lambda r: r.hset(P + "approvals:r1", mapping={"alice": '{"approving":true}', "bob": '{"approving":true}'}),
+            id="25-forge-the-approvals-of-a-quorum",
+        ),
+        pytest.param(lambda r: r.hgetall(P + "approvals:r1"), id="25-read-who-approved"),
     ],
 )
 async def test_the_askers_user_cannot_write_what_only_answerers_may(roles_server, attack) -> None:

@@ -31,4 +31,5 @@ EXIT_STATUS: Final[Mapping[str, int]] = {
     "DUPLICATE_PROVIDER": 16,
     "NO_TRUSTED_KEY": 17,
     "NO_SIGNING_KEY": 18,
+    "NOT_APPROVER": 19,
 }
