@@ -339,3 +339,34 @@ async def test_the_banner_counts_the_questions_still_waiting_behind_the_one_show
 
 async def asker_requests(redis, asker) -> list[dict[str, str]]:
     return [await redis.hgetall(key) async for key in redis.scan_iter(match=asker.keys.request("*"))]
+
+
+async def test_a_covered_question_takes_one_approval_from_the_terminal(redis_server, namespace, make_broker, tmp_path):
+    """docs/approvals.md: the terminal adds its person's vote; the asker waits for the quorum."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[groups]\nsre = ["alice", "bob"]\n[[policy]]\nname = "deploys"\napprovals = 2\n'
+                      'groups = ["sre"]\napprove = ["yes"]\n')  # fmt: skip
+    env = {"QBROKER_REDIS_URL": redis_server.url, "QBROKER_NAMESPACE": namespace, "QBROKER_LEASE_TTL": "1",
+           "PYTHONPATH": os.getcwd()}  # fmt: skip
+    command = [sys.executable, "-m", "workers", "provide", "--name", "desk", "--policy-file", str(policy)]
+    screen = Screen([*command, "--as", "alice"], env)
+    try:
+        await screen.expect("Waiting for questions")
+        asker = await make_broker()
+        asking = asyncio.create_task(asker.ask(one_question("yes", "no"), timeout=30))
+        await screen.expect("needs 2 approvals from sre; approved by nobody yet")
+        await screen.expect("Choice:")
+        screen.send("1")
+        await screen.expect("Your vote is recorded.")
+        await screen.expect("may still: bob.")
+        assert "Remember" not in screen.text()  # a covered answer is never remembered: not offered
+        await asyncio.sleep(0.3)
+        assert not asking.done()
+        keys = Keys(namespace)
+        request_id = (await asker.commands.call("XRANGE", keys.audit, "-", "+"))[-1][1]["rid"]
+        assert set(await asker.commands.call("HKEYS", keys.approvals(request_id))) == {"alice", "#at:alice"}
+        asking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asking
+    finally:
+        screen.close()
