@@ -128,6 +128,7 @@ async def _refused(attempt: Callable[[Redis], Awaitable[Any]], server: RedisServ
             id="25-forge-the-approvals-of-a-quorum",
         ),
         pytest.param(lambda r: r.hgetall(P + "approvals:r1"), id="25-read-who-approved"),
+        pytest.param(lambda r: r.set(P + "slack:seen:" + "0" * 64, "1"), id="25-spend-a-slack-click"),
     ],
 )
 async def test_the_askers_user_cannot_write_what_only_answerers_may(roles_server, attack) -> None:
