@@ -7,6 +7,7 @@ from .broker import Answerer, Broker, Next
 from .decisions import Decision, Remember, question_fingerprint
 from .errors import ERROR_CODES, HarnessError, UserQuestionError
 from .provider import Asker, PendingRequest, Provider
+from .quorum import Policies, Policy, PolicyError, Tally, load_policies
 from .signing import SigningKey, TrustedKeys
 from .status import NamespaceStatus, namespace_status
 from .types import (
@@ -44,14 +45,19 @@ __all__ = [
     "PRIORITIES",
     "PendingRequest",
     "PlanReviewIntent",
+    "Policies",
+    "Policy",
+    "PolicyError",
     "Provider",
     "Remember",
     "SigningKey",
+    "Tally",
     "TrustedKeys",
     "UnknownIntent",
     "UserQuestionError",
     "check_answer",
     "check_request",
+    "load_policies",
     "namespace_status",
     "question_fingerprint",
 ]

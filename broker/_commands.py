@@ -91,6 +91,7 @@ SCRIPTS = {
         "ask",
         "deliver",
         "settle",
+        "approve",
         "withdraw",
         "detach",
         "deadletter",

@@ -91,6 +91,10 @@ class Keys:
     def client(self, client_id: str) -> str:
         return f"{self.prefix}client:{client_id}"
 
+    def approvals(self, request_id: str) -> str:
+        """The votes so far on a card a quorum policy covers (broker/quorum.py): answerer-only."""
+        return f"{self.prefix}approvals:{request_id}"
+
     def decision(self, fingerprint: str, agent_id: str | None = None) -> str:
         """A remembered decision for a question fingerprint: the namespace's, or one agent's."""
         if agent_id is None:

@@ -19,6 +19,7 @@ __all__ = [
     "EMPTY_QUESTIONS",
     "ERROR_CODES",
     "LEASE_LOST",
+    "NOT_APPROVER",
     "NOT_PENDING",
     "NO_PROVIDER",
     "NO_SIGNING_KEY",
@@ -58,6 +59,8 @@ UNKNOWN_ASK: Final = "UNKNOWN_ASK"
 """no ask of the calling agent has that id at the gateway (another agent's ask is unknown too)"""
 NO_TOKENS: Final = "NO_TOKENS"
 """an HTTP listener beyond loopback with no bearer tokens to check callers against"""
+NOT_APPROVER: Final = "NOT_APPROVER"
+"""a quorum policy covers the request and this person is not one of its approvers (broker/quorum.py)"""
 
 ERROR_CODES: Final = frozenset(
     {
@@ -80,6 +83,7 @@ ERROR_CODES: Final = frozenset(
         UNAUTHENTICATED,
         UNKNOWN_ASK,
         NO_TOKENS,
+        NOT_APPROVER,
     }
 )
 

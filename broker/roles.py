@@ -10,7 +10,9 @@ Three roles, each its own Redis user:
   write the lease, the epoch or the decisions, nor read or write the audit (every agent's
   questions and answers), the web's sessions and throttles, or the maintenance worker's keys.
 - **answerer**: providers (``qbroker web``, ``provide``, ``auto``): the whole namespace, and ``INFO``
-  (deliver.lua reads the server's uptime: after a restart, askers get time to beat again).
+  (deliver.lua reads the server's uptime: after a restart, askers get time to beat again); it alone
+  (with maintenance) writes ``approvals:*``, the votes so far on a card a quorum policy
+  covers (broker/quorum.py): an asker that could write them could approve its own question.
 - **maintenance**: ``qbroker worker`` and operators' ``qbroker status`` / ``decisions``: the
   whole namespace, and arq's queue when it shares the Redis.
 

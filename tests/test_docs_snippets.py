@@ -86,6 +86,8 @@ def _runner(snippet: Snippet) -> str:
         if "qbroker ask" in snippet.code and "$answer" in snippet.code:
             return "shell-script"
         return "qbroker-lines"
+    if snippet.lang == "toml" and ("[[policy]]" in snippet.code or "[groups]" in snippet.code):
+        return "policy"
     if snippet.lang in ("json", "toml", "yaml"):
         return snippet.lang
     if snippet.lang == "" and snippet.code.startswith("user "):
@@ -302,6 +304,17 @@ def test_json_snippets(snippet):
 def test_toml_snippets_are_valid_rules(snippet):
     tomllib.loads(snippet.code)
     parse_rules(snippet.code, str(snippet))
+
+
+@pytest.mark.parametrize("snippet", _of("policy"), ids=_ids(_of("policy")))
+def test_policy_snippets_load(snippet, tmp_path):
+    """docs/approvals.md's policy files load, with the groups its users-file snippets name."""
+    from broker.quorum import load_groups, load_policies
+
+    groups = {name: members for s in _of("policy") for name, members in load_groups(tomllib.loads(s.code)).items()}
+    path = tmp_path / "policies.toml"
+    path.write_text(snippet.code)
+    load_policies(path, groups=groups)
 
 
 @pytest.mark.parametrize("snippet", _of("yaml"), ids=_ids(_of("yaml")))

@@ -124,6 +124,12 @@ async def _refused(attempt: Callable[[Redis], Awaitable[Any]], server: RedisServ
         pytest.param(lambda r: r.xtrim(P + "audit", maxlen=0), id="14-erase-the-audit"),
         pytest.param(lambda r: r.set(P + "audit:head", "1-0 forged"), id="14-move-the-audit-chain-head"),
         pytest.param(lambda r: r.xrange(P + "audit"), id="13-read-the-audit"),
+        pytest.param(
+            lambda r: r.hset(P + "approvals:r1", mapping={"alice": '{"approving":true}', "bob": '{"approving":true}'}),
+            id="25-forge-the-approvals-of-a-quorum",
+        ),
+        pytest.param(lambda r: r.hgetall(P + "approvals:r1"), id="25-read-who-approved"),
+        pytest.param(lambda r: r.set(P + "slack:seen:" + "0" * 64, "1"), id="25-spend-a-slack-click"),
     ],
 )
 async def test_the_askers_user_cannot_write_what_only_answerers_may(roles_server, attack) -> None:

@@ -34,4 +34,5 @@ EXIT_STATUS: Final[Mapping[str, int]] = {
     "UNAUTHENTICATED": 19,
     "UNKNOWN_ASK": 20,
     "NO_TOKENS": 21,
+    "NOT_APPROVER": 22,
 }

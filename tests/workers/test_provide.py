@@ -363,3 +363,34 @@ async def test_edit_the_arguments_and_approve(screen, make_broker):
     await screen.expect("Answer sent.")  # sent at once: an edit is never offered to be remembered
     edited = AskUserQuestionAnswerItem(id="call", selected=("Approve",), edited={"path": "build/cache"})
     assert await asyncio.wait_for(asking, 10) == AskUserQuestionAnswer(answers=(edited,))
+
+
+async def test_a_covered_question_takes_one_approval_from_the_terminal(redis_server, namespace, make_broker, tmp_path):
+    """docs/approvals.md: the terminal adds its person's vote; the asker waits for the quorum."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[groups]\nsre = ["alice", "bob"]\n[[policy]]\nname = "deploys"\napprovals = 2\n'
+                      'groups = ["sre"]\napprove = ["yes"]\n')  # fmt: skip
+    env = {"QBROKER_REDIS_URL": redis_server.url, "QBROKER_NAMESPACE": namespace, "QBROKER_LEASE_TTL": "1",
+           "PYTHONPATH": os.getcwd()}  # fmt: skip
+    command = [sys.executable, "-m", "workers", "provide", "--name", "desk", "--policy-file", str(policy)]
+    screen = Screen([*command, "--as", "alice"], env)
+    try:
+        await screen.expect("Waiting for questions")
+        asker = await make_broker()
+        asking = asyncio.create_task(asker.ask(one_question("yes", "no"), timeout=30))
+        await screen.expect("needs 2 approvals from sre; approved by nobody yet")
+        await screen.expect("Choice:")
+        screen.send("1")
+        await screen.expect("Your vote is recorded.")
+        await screen.expect("may still: bob.")
+        assert "Remember" not in screen.text()  # a covered answer is never remembered: not offered
+        await asyncio.sleep(0.3)
+        assert not asking.done()
+        keys = Keys(namespace)
+        request_id = (await asker.commands.call("XRANGE", keys.audit, "-", "+"))[-1][1]["rid"]
+        assert set(await asker.commands.call("HKEYS", keys.approvals(request_id))) == {"alice", "#at:alice"}
+        asking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asking
+    finally:
+        screen.close()

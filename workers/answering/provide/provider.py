@@ -10,8 +10,9 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Literal
 
-from broker import Broker, PendingRequest, Provider, Remember, UserQuestionError
-from broker.errors import BAD_ANSWER, DUPLICATE_PROVIDER, LEASE_LOST, NOT_PENDING
+from broker import Broker, PendingRequest, Policies, PolicyError, Provider, Remember, Tally, UserQuestionError
+from broker.errors import BAD_ANSWER, DUPLICATE_PROVIDER, LEASE_LOST, NOT_APPROVER, NOT_PENDING
+from broker.quorum import load_groups, load_policies, revoke_covered
 from workers._redis import Backoff, describe, redis_trouble
 from workers.exits import EXIT_STATUS
 from workers.settings import Settings
@@ -40,7 +41,14 @@ async def serve(args: argparse.Namespace) -> int:
             print(f"qbroker provide: --remember-ttl: {error}", file=sys.stderr)
             return 2
 
+    try:
+        policies = _policies(args)
+    except PolicyError as error:
+        print(f"qbroker provide: {error}", file=sys.stderr)
+        return 2
+    person = getattr(args, "person", None) or getpass.getuser()
     terminal = Terminal(remember_ttl=remember_ttl)
+    terminal.policies, terminal.person = policies, person
     backoff = Backoff()
     while True:
         try:
@@ -71,6 +79,8 @@ async def _serve_forever(broker: Broker, terminal: Terminal, name: str, *, stand
                 terminal.say(
                     f"Answering namespace {broker.namespace} as {name} (epoch {provider.epoch}).", "bold green"
                 )
+                if terminal.policies:
+                    await revoke_covered(terminal.policies, broker, by=f"{name}: quorum policy")
                 terminal.say("Waiting for questions…", "green")
                 # Returns rather than raises: `broker.provider()` wraps what its body raises
                 # in an ExceptionGroup (its TaskGroup).
@@ -150,6 +160,17 @@ async def _ctrl_d_while_idle(terminal: Terminal) -> None:
 
 async def _present(provider: Provider, terminal: Terminal, pending: PendingRequest) -> _Next:
     """Present one request and settle it."""
+    if terminal.policies.for_card(pending) is not None:
+        try:
+            tally = await terminal.policies.current(pending)  # votes given before a failover; may settle it
+        except UserQuestionError as error:
+            terminal.say(f"Not shown: {error}", "bold red")
+            return "lost" if error.code == LEASE_LOST else "next"
+        assert tally is not None
+        if tally.decided is not None:
+            terminal.say(f"Decided by {', '.join(tally.by)} before this provider took over: settled.", "green")
+            return "next"
+        terminal.say(_tally_line(tally), "bold cyan")
     queued = max(0, provider.pending_count - 1)
     showing = asyncio.ensure_future(terminal.present(pending, queued))
     withdrawn = asyncio.ensure_future(pending.withdrawn.wait())
@@ -178,6 +199,8 @@ async def _present(provider: Provider, terminal: Terminal, pending: PendingReque
 
 async def _settle(provider: Provider, terminal: Terminal, pending: PendingRequest, decision: Decision) -> _Next:
     try:
+        if terminal.policies.for_card(pending) is not None:
+            return _voted(terminal, await _vote(terminal, pending, decision))
         if decision.cancelled:
             await pending.cancel("the human dismissed the question", by=provider.name)
             terminal.say("Cancelled: the asker is told ASK_CANCELLED.", "green")
@@ -194,8 +217,56 @@ async def _settle(provider: Provider, terminal: Terminal, pending: PendingReques
         if error.code == LEASE_LOST:
             terminal.say(f"Not sent: {error}", "bold red")
             return "lost"
-        if error.code in (NOT_PENDING, BAD_ANSWER):
+        if error.code in (NOT_PENDING, BAD_ANSWER, NOT_APPROVER):
             terminal.say(f"Not sent: {error}", "bold red")
             return "next"
         raise
     return "next"
+
+
+def _policies(args: argparse.Namespace) -> Policies:
+    """``--policy-file`` with the users file's ``[groups]`` (docs/approvals.md)."""
+    import tomllib
+    from pathlib import Path
+
+    groups: dict[str, frozenset[str]] = {}
+    users_file = getattr(args, "users_file", None)
+    if users_file:
+        try:
+            groups = load_groups(tomllib.loads(Path(users_file).read_text()), str(users_file))
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise PolicyError(f"cannot read users file {users_file}: {error}") from error
+    policy_file = getattr(args, "policy_file", None)
+    return load_policies(Path(policy_file) if policy_file else None, groups=groups)
+
+
+async def _vote(terminal: Terminal, pending: PendingRequest, decision: Decision) -> Tally:
+    """This terminal's person's one vote on a card a quorum policy covers."""
+    answer = None if decision.cancelled else decision.answer
+    message = f"{terminal.person} dismissed the question"
+    policies, remember = terminal.policies, decision.remember
+    tally = await policies.vote(pending, answer, by=terminal.person, message=message, remember=remember)
+    assert tally is not None
+    return tally
+
+
+def _voted(terminal: Terminal, tally: Tally) -> _Next:
+    if tally.decided is None:
+        terminal.say(f"Your vote is recorded. {_tally_line(tally)}", "green")
+    elif tally.decided.answer is None:
+        terminal.say(f"Declined by {', '.join(tally.by)}: the asker is told ASK_CANCELLED.", "green")
+    else:
+        terminal.say(f"Answer sent, decided by {', '.join(tally.by)}.", "green")
+    return "next"
+
+
+def _tally_line(tally: Tally) -> str:
+    view = tally.view()
+    groups = f" from {', '.join(view['groups'])}" if view["groups"] else ""
+    line = f"Policy {view['policy']}: needs {view['needed']} approvals{groups}"
+    line += f"; approved by {', '.join(view['approvedBy']) or 'nobody yet'}"
+    if view["declinedBy"]:
+        line += f"; declined by {', '.join(view['declinedBy'])}"
+    if view["mayStill"] is not None:
+        line += f"; may still: {', '.join(view['mayStill']) or 'nobody'}"
+    return line + "."

@@ -26,6 +26,7 @@ from broker import (
     AskUserQuestionRequest,
     PendingRequest,
     PlanReviewIntent,
+    Policies,
     Remember,
     UserQuestionError,
     check_answer,
@@ -73,6 +74,10 @@ class Terminal:
         self, console: Console | None = None, prompt: Prompt | None = None, *, remember_ttl: float = 3600.0
     ) -> None:
         self.console = console or Console(highlight=False)
+        self.policies = Policies()
+        """quorum policies (``--policy-file``): a covered card takes this person's one vote"""
+        self.person = ""
+        """who answers at this terminal (``--as``), named in votes"""
         self.remember_ttl = remember_ttl
         """how long an answer the human says to remember lives; 0: the offer is not made"""
         if prompt is None:
@@ -106,7 +111,7 @@ class Terminal:
 
     async def _remember(self, pending: PendingRequest, answer: AskUserQuestionAnswer) -> Remember | None:
         """Offer "and don't ask again": for the asking agent, or for the whole namespace."""
-        if self.remember_ttl <= 0 or not pending.can_remember(answer):
+        if self.remember_ttl <= 0 or not pending.can_remember(answer) or self.policies.for_card(pending) is not None:
             return None
         ttl = Remember(ttl=self.remember_ttl).ttl
         span = f"{ttl / 3600:g}h" if ttl >= 3600 else f"{ttl / 60:g}m" if ttl >= 60 else f"{ttl:g}s"

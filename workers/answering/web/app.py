@@ -28,7 +28,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from broker import AskUserQuestionAnswer, Broker, UserQuestionError
+from broker import AskUserQuestionAnswer, Broker, Tally, UserQuestionError
 from broker.errors import BROKER_UNAVAILABLE
 from workers.answering.web.auth import Auth, Identity, check_same_origin
 from workers.answering.web.config import WebConfig
@@ -55,6 +55,7 @@ _KEEPALIVE_S = 15.0
 _SESSION_CHECK_S = 1.0
 """how long the change stream waits for Redis to confirm the session before each event"""
 _STATUS_OF_CODE = {"BAD_ANSWER": 422, "NOT_PENDING": 409, "LEASE_LOST": 503, "BROKER_UNAVAILABLE": 503}
+_STATUS_OF_CODE["NOT_APPROVER"] = 403
 _INTERNAL = json.dumps({"name": "WebError", "code": "INTERNAL", "message": "internal error; see the server log"})
 
 
@@ -142,6 +143,25 @@ def _bounded(call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any
     return bounded
 
 
+def _voted(tally: Tally, user: str) -> Response:
+    """A vote on a card a quorum policy covers: 202 while it waits for more, 200 once it decided."""
+    decided = tally.decided
+    body: dict[str, Any] = {"ok": True, "by": user, "pending": decided is None, "quorum": tally.view()}
+    if decided is not None:
+        body.update(by=", ".join(tally.by), answer=decided.answer, remembered=False)
+    return Response(msgspec.json.encode(body), status_code=200 if decided else 202, media_type="application/json")
+
+
+def _routed(event: Event, services: dict[str, WebProvider], user: str) -> Event | None:
+    """The event as ``user`` may see it: cards routed to a group they are not in are left out."""
+    service = services.get(event.get("namespace") or (event.get("request") or {}).get("namespace", ""))
+    if service is None or event.get("type") in ("status", "keepalive"):
+        return event
+    if event.get("type") == "snapshot":
+        return {**event, "requests": [view for view in event["requests"] if service.may_see(view, user)]}
+    return event if service.may_see(event, user) else None
+
+
 async def _on_redis_down(request: Request, error: Exception) -> Response:
     log.warning("%s %s: Redis unavailable: %s", request.method, request.url.path, error)
     body = {"name": "WebError", "code": "BROKER_UNAVAILABLE", "message": "the broker's Redis is unavailable"}
@@ -184,7 +204,11 @@ def create_app(config: WebConfig) -> Starlette:
                     )
                 )
                 services[namespace] = WebProvider(
-                    broker, name=config.name, keys=WebKeys(namespace), public_url=config.public_url
+                    broker,
+                    name=config.name,
+                    keys=WebKeys(namespace),
+                    public_url=config.public_url,
+                    policies=config.policies,
                 )
             # Sessions live in the primary namespace. A page request waits for Redis a few seconds
             # at most (then 503), not the broker's whole unavailable_after.
@@ -296,7 +320,12 @@ def create_app(config: WebConfig) -> Starlette:
             {
                 **first,  # the first namespace's status, as a single-namespace server always said
                 "namespaces": {s.broker.namespace: s.status_event() for s in mine},
-                "requests": [view for service in mine for view in service.requests()],
+                "requests": [
+                    view
+                    for service in mine
+                    for view in service.requests()
+                    if service.may_see(view, identity.user)  # routing (docs/approvals.md)
+                ],
             }
         )
 
@@ -323,6 +352,8 @@ def create_app(config: WebConfig) -> Starlette:
         remember = parse_remember(body)
         service = service_for(request, identity)
         accepted = await service.answer(request.path_params["id"], parsed, by=identity.user, remember=remember)
+        if isinstance(accepted, Tally):
+            return _voted(accepted, identity.user)
         content = msgspec.json.encode(
             {"ok": True, "by": identity.user, "answer": accepted, "remembered": remember is not None}
         )
@@ -334,7 +365,9 @@ def create_app(config: WebConfig) -> Starlette:
         message = body.get("message") if isinstance(body, dict) else None
         if not isinstance(message, str) or not message.strip():
             message = f"{identity.user} dismissed the question"
-        await service_for(request, identity).cancel(request.path_params["id"], message[:2000], by=identity.user)
+        tally = await service_for(request, identity).cancel(request.path_params["id"], message[:2000], by=identity.user)
+        if tally is not None:
+            return _voted(tally, identity.user)
         return JSONResponse({"ok": True, "by": identity.user})
 
     async def decisions(request: Request) -> Response:
@@ -374,6 +407,7 @@ def create_app(config: WebConfig) -> Starlette:
 
         async def stream() -> AsyncIterator[str]:
             queue: asyncio.Queue[Event | None] = asyncio.Queue(QUEUE_SIZE * max(1, len(mine)))
+            by_namespace = {service.broker.namespace: service for service in mine}
             async with AsyncExitStack() as subscriptions:
                 for service in mine:  # one queue for all: every event names its namespace
                     await subscriptions.enter_async_context(service.subscribe(queue))
@@ -385,6 +419,9 @@ def create_app(config: WebConfig) -> Starlette:
                         event = {"type": "keepalive"}
                     if event is None:
                         return
+                    event = _routed(event, by_namespace, identity.user)
+                    if event is None:
+                        continue
                     # A status event carries no question: it goes out without a session check, so
                     # an outage is shown at once, not after the check's own wait for Redis.
                     if event["type"] != "status" and not await still_signed_in():

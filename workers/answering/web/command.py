@@ -53,6 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="TOML file with [users] (password hashes) and [tokens] (env QBROKER_WEB_USERS)",
     )
     parser.add_argument(
+        "--policy-file",
+        type=Path,
+        default=env.get("QBROKER_POLICY_FILE") or None,
+        help="TOML file of quorum and routing policies, groups in the users file's [groups] "
+        "(docs/approvals.md; env QBROKER_POLICY_FILE)",
+    )
+    parser.add_argument(
         "--token", action="append", default=[], metavar="NAME=TOKEN", help="a bearer token (repeatable)"
     )
     parser.add_argument("--secure-cookies", action="store_true", help="mark cookies Secure (serve over HTTPS)")
@@ -109,7 +116,7 @@ def _log_json(args: argparse.Namespace) -> bool:
 
 
 async def run(args: argparse.Namespace) -> int:
-    from broker import Broker, UserQuestionError
+    from broker import Broker, UserQuestionError, load_policies
     from broker.signing import SigningKey
     from workers.answering.web.config import ConfigError, WebConfig, hash_password, load_credentials
     from workers.answering.web.render import safe_url
@@ -130,13 +137,14 @@ async def run(args: argparse.Namespace) -> int:
         return await _sessions(args, settings)
     try:
         credentials = load_credentials(args.users_file, args.token)
+        policies = load_policies(args.policy_file, groups=_groups(args.users_file))
         proxies = parse_networks(args.trusted_proxy)
         if args.public_url and not safe_url(args.public_url):
             raise ConfigError(f"--public-url {args.public_url!r} is not an absolute http(s) URL")
         also_serve = tuple(namespace.strip() for namespace in args.serve)
         for namespace in also_serve:
             Broker(settings.redis_url, namespace)  # refuses a malformed namespace name; connects to nothing
-    except (ConfigError, ValueError, UserQuestionError) as error:
+    except (ConfigError, ValueError, UserQuestionError) as error:  # PolicyError is a ValueError
         print(f"qbroker web: {error}", file=sys.stderr)
         return 2
     if not settings.signing_key:
@@ -165,6 +173,7 @@ async def run(args: argparse.Namespace) -> int:
         trusted_proxies=proxies,
         public_url=args.public_url,
         signing_key=settings.signing_key,
+        policies=policies,
     )
     return await _serve(config, log_json=_log_json(args))
 
@@ -223,3 +232,18 @@ async def _sessions(args: argparse.Namespace, settings: Settings) -> int:
         ended = await store.revoke(ids=tuple(args.ids), user=args.user, everyone=args.all)
         print(f"revoked {ended} session{'s' if ended != 1 else ''}")
         return 0 if ended or args.all else 1
+
+
+def _groups(users_file: Path | None) -> dict[str, frozenset[str]]:
+    """``[groups]`` of the users file (read again: load_credentials keeps only what signs in)."""
+    import tomllib
+
+    from broker.quorum import load_groups
+    from workers.answering.web.config import ConfigError
+
+    if users_file is None:
+        return {}
+    try:
+        return load_groups(tomllib.loads(users_file.read_text()), str(users_file))
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"cannot read users file {users_file}: {error}") from error

@@ -26,6 +26,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker import Policies
 from workers.answering.web.throttle import Network, ThrottleLimits
 
 __all__ = ["ConfigError", "Credentials", "WebConfig", "hash_password", "load_credentials", "verify_password"]
@@ -155,6 +156,8 @@ class WebConfig:
     """where people reach this server's page (``--public-url``); a standby's page links the holder's"""
     signing_key: str = field(default="", repr=False)
     """the secret key (qbsk1:...) this server signs its answers with, for every namespace it serves"""
+    policies: Policies = field(default_factory=Policies)
+    """quorum and routing policies (``--policy-file``, docs/approvals.md), with the users file's [groups]"""
 
     @property
     def namespaces(self) -> tuple[str, ...]:

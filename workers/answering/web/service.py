@@ -20,7 +20,9 @@ import msgspec
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from broker import AskUserQuestionAnswer, Broker, PendingRequest, Provider, Remember, UserQuestionError
+from broker import AskUserQuestionAnswer, Broker, PendingRequest, Policies, Provider, Remember, Tally, UserQuestionError
+from broker.errors import NOT_APPROVER
+from broker.quorum import revoke_covered
 from workers.answering.web.history import find_settlement, outcome_json
 from workers.answering.web.keys import WebKeys
 from workers.answering.web.render import asking_view, request_view, safe_url
@@ -66,9 +68,20 @@ class WebProvider:
     """One lease holder (or standby) per app; the pages' view of its pending requests."""
 
     def __init__(
-        self, broker: Broker, *, name: str, keys: WebKeys, public_url: str = "", retry_delay: float = 1.0
+        self,
+        broker: Broker,
+        *,
+        name: str,
+        keys: WebKeys,
+        public_url: str = "",
+        retry_delay: float = 1.0,
+        policies: Policies | None = None,
     ) -> None:
         self.broker = broker
+        self.policies = policies or Policies()
+        """quorum and routing policies (docs/approvals.md)"""
+        self._routes: dict[str, str] = {}
+        """request id -> the group its card is routed to, while it is shown"""
         self.name = name
         self.keys = keys
         self.public_url = public_url
@@ -144,6 +157,8 @@ class WebProvider:
         self._publish(None)
 
     def _publish(self, event: Event | None) -> None:
+        if event is not None and "id" in event and event["id"] in self._routes:
+            event = {**event, "route": self._routes[event["id"]]}
         for queue in list(self._subscribers):
             try:
                 queue.put_nowait(event)
@@ -164,19 +179,60 @@ class WebProvider:
 
     async def answer(
         self, request_id: str, answer: AskUserQuestionAnswer, *, by: str, remember: Remember | None = None
-    ) -> AskUserQuestionAnswer:
-        async with self._settling(request_id) as pending:
+    ) -> AskUserQuestionAnswer | Tally:
+        """The answer as accepted, or, on a card a quorum policy covers, the tally after this vote."""
+        async with self._settling(request_id, by) as pending:
+            if self.policies.for_card(pending) is not None:
+                return await self._vote(pending, answer, by=by, remember=remember)
             accepted = await pending.answer(answer, by=by, remember=remember)
             self._settle(request_id, "answered", by, msgspec.to_builtins(accepted))
             return accepted
 
-    async def cancel(self, request_id: str, message: str, *, by: str) -> None:
-        async with self._settling(request_id) as pending:
+    async def cancel(self, request_id: str, message: str, *, by: str) -> Tally | None:
+        """Dismiss; on a card a quorum policy covers, a declining vote (the tally after it)."""
+        async with self._settling(request_id, by) as pending:
+            if self.policies.for_card(pending) is not None:
+                return await self._vote(pending, None, by=by, message=message)
             await pending.cancel(message, by=by)
             self._settle(request_id, "cancelled", by)
+            return None
+
+    async def _vote(
+        self,
+        pending: PendingRequest,
+        answer: AskUserQuestionAnswer | None,
+        *,
+        by: str,
+        message: str = "",
+        remember: Remember | None = None,
+    ) -> Tally:
+        tally = await self.policies.vote(pending, answer, by=by, message=message, remember=remember)
+        assert tally is not None  # the caller saw a policy cover the card
+        self._tallied(pending, tally)
+        return tally
+
+    def _tallied(self, pending: PendingRequest, tally: Tally) -> None:
+        """Show the votes so far, or settle the card here once they decide it."""
+        request_id = pending.request_id
+        decided = tally.decided
+        if decided is None:
+            view = self._views.get(request_id)
+            if view is not None:
+                view["quorum"] = tally.view()
+                now = {"askerAway": pending.asker_away, **asking_view(pending), "quorum": view["quorum"]}
+                self._publish({"type": "updated", "id": request_id, **now, "namespace": self.broker.namespace})
+        elif decided.answer is None:
+            self._settle(request_id, "cancelled", ", ".join(tally.by))
+        else:
+            self._settle(request_id, "answered", ", ".join(tally.by), msgspec.to_builtins(decided.answer))
+
+    def may_see(self, event: Event, user: str) -> bool:
+        """Routing: an event about a card routed to a group goes to its members only."""
+        route = event.get("route") or (event.get("request") or {}).get("route")
+        return not route or user in self.policies.groups.get(route, frozenset())
 
     @asynccontextmanager
-    async def _settling(self, request_id: str) -> AsyncIterator[PendingRequest]:
+    async def _settling(self, request_id: str, by: str) -> AsyncIterator[PendingRequest]:
         # One settlement at a time per request: the core lets the same holder settle twice
         # (a retry after a lost reply), so two people behind this one provider are told
         # apart here, and the second is told who was first.
@@ -189,6 +245,8 @@ class WebProvider:
             pending = self._pending.get(request_id)
             if pending is None:
                 raise await self._not_pending(request_id)
+            if not self.may_see({"route": self._routes.get(request_id)}, by):
+                raise UserQuestionError(f"{by} may not answer {request_id}: it is routed to a group", NOT_APPROVER)
             try:
                 yield pending
             except UserQuestionError as error:
@@ -239,6 +297,20 @@ class WebProvider:
             log.exception("cannot show request %s", pending.request_id)
             return
         view.update(await self._context(pending), namespace=self.broker.namespace)
+        policy = self.policies.for_card(pending)
+        if policy is not None:
+            try:
+                tally = await self.policies.current(pending)  # votes given before a failover; may settle it
+            except (*_REDIS_DOWN, UserQuestionError) as error:
+                log.warning("no votes so far for %s: %s", pending.request_id, error)
+                return  # delivered again once the lease (or Redis) is back
+            assert tally is not None
+            if tally.decided is not None:
+                self._tallied(pending, tally)
+                return
+            view.update(quorum=tally.view(), remember=[], route=policy.route or None)
+            if policy.route:
+                self._routes[pending.request_id] = policy.route
         if pending.withdrawn.is_set():
             return
         # Who asks may have changed while the context was read (an asker joined or went away),
@@ -274,6 +346,7 @@ class WebProvider:
                 self._shown.popitem(last=False)
             removed = {"type": "removed", "id": request_id, "reason": reason, "by": by, "settled": settled}
             self._publish({**removed, "namespace": self.broker.namespace})
+        self._routes.pop(request_id, None)
 
     # -- the lease loop ---------------------------------------------------------------
 
@@ -355,6 +428,10 @@ class WebProvider:
             self._provider = provider
             lease_acquired(self.broker.namespace)
             self._set_status("active", self.name)
+            if self.policies:
+                forgotten = await revoke_covered(self.policies, self.broker, by=f"{self.name}: quorum policy")
+                if forgotten:
+                    log.info("forgot %d remembered decisions a quorum policy covers", len(forgotten))
             try:
                 async with asyncio.TaskGroup() as tasks:
                     if self._lost:

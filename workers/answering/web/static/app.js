@@ -421,9 +421,28 @@
     card.request.askerAway = event.askerAway;
     if (event.askers) card.request.askers = event.askers;
     if (event.priority) card.request.priority = event.priority;
+    if (event.quorum) card.request.quorum = event.quorum;
     renderAway(card);
     renderAsking(card);
+    renderQuorum(card);
     arrange();
+  }
+
+  function renderQuorum(card) {
+    // A quorum policy covers the card: how many approvals it needs, who approved, who may still.
+    const q = card.request.quorum;
+    if (!q) return;
+    if (!card.quorum) {
+      card.quorum = el("div", { class: "quorum", role: "status" });
+      card.root.querySelector(".meta").append(card.quorum);  // in the header: a form's redraw keeps it
+    }
+    const from = q.groups.length ? " from " + q.groups.join(", ") : "";
+    const parts = [el("strong", { text: "Needs " + q.needed + " approvals" + from }),
+      el("span", { class: "quorum-approved", text: " · approved by " + (q.approvedBy.length ? q.approvedBy.join(", ") : "nobody yet") })];
+    if (q.declinedBy.length) parts.push(el("span", { class: "quorum-declined", text: " · declined by " + q.declinedBy.join(", ") }));
+    if (q.mayStill) parts.push(el("span", { class: "quorum-may", text: " · may still: " + (q.mayStill.length ? q.mayStill.join(", ") : "nobody") }));
+    card.quorum.replaceChildren(...parts);
+    card.quorum.title = "Policy " + q.policy + (q.decline === "any" ? ": one decline decides" : ": declines need a quorum too");
   }
 
   function renderAway(card) {
@@ -611,8 +630,10 @@
       known.request.askerAway = request.askerAway;
       known.request.askers = request.askers;
       known.request.priority = request.priority;
+      known.request.quorum = request.quorum;
       renderAway(known);
       renderAsking(known);
+      renderQuorum(known);
       if (!state.batching) { arrange(); renderEmpty(); }
       return;
     }
@@ -636,6 +657,7 @@
       askers: askersNode, askersList, askersBox, dirty: false, closed: false, submitting: false };
     renderAway(card);
     renderAsking(card);
+    renderQuorum(card);
     renderTimes(card);
     root.addEventListener("input", () => {
       card.dirty = true;
@@ -980,6 +1002,15 @@
     arm(card);
     try {
       const reply = await call("POST", "/api/requests/" + encodeURIComponent(card.id) + path, body);
+      if (reply.pending) {
+        // One vote of a quorum: the card stays until enough people agree.
+        card.submitting = false;
+        card.request.quorum = reply.quorum;
+        renderQuorum(card);
+        notice(card, "Your vote is recorded; the agent is answered once the policy's quorum is met.");
+        arm(card);
+        return;
+      }
       const first = card.request.questions[0];
       const to = card.request.agent ? " to " + card.request.agent : "";
       const what = path === "/answer" ? "Sent" + to + ": " + (answerText(card, reply) || "your answer")

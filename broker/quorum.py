@@ -1,0 +1,463 @@
+"""Approvals that need more than one person: quorum policies, kept on the answering side.
+
+A policy file (TOML, docs/approvals.md) says which questions need what: it matches by agent,
+header, intent, priority or question text, and requires ``approvals`` votes from distinct people,
+optionally members of named ``groups`` (``[groups]`` in the users file). The request never says
+so: an agent must not choose its own threshold.
+
+Each person's vote is one settle-shaped act (an answer, or a dismissal) recorded by
+``approve.lua`` in ``qb:{ns}:approvals:<rid>``, a hash only the answering side may write
+(broker/roles.py), under the lease's fence: a standby that takes over finds the votes so far.
+The card settles only when ``approvals`` people gave the same approving answer (its ``by``
+names every one of them, in the order they voted, so the sealed outcome and the audit carry
+them); one declining vote settles it at once (``decline = "any"``, the default) or counts
+towards a quorum of its own (``decline = "quorum"``).
+
+What approves: a plan review's ``approve`` label, or one of the policy's ``approve`` labels;
+an answer that picks another option, free text or a dismissal declines. A question with no
+notion of approving (no intent, no ``approve`` labels among its options) takes any answer,
+and the quorum is that many people giving the same one.
+
+A covered card cannot be remembered (``remember`` is refused with ``BAD_ANSWER``), and
+``revoke_covered`` forgets every live decision a policy might cover, so that no lookup
+answers such a question without its quorum.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+
+from ._commands import SCRIPTS
+from .decisions import Decision, Remember
+from .errors import BAD_ANSWER, LEASE_LOST, NOT_APPROVER, UserQuestionError
+from .provider import PendingRequest
+from .types import PRIORITIES, AskUserQuestionAnswer, AskUserQuestionRequest, PlanReviewIntent
+from .validation import check_answer
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+__all__ = ["Policies", "Policy", "PolicyError", "Tally", "Vote", "load_groups", "load_policies", "revoke_covered"]
+
+DeclineRule = Literal["any", "quorum"]
+_KNOWN = {"name", "match", "approvals", "groups", "decline", "route", "approve"}
+_MATCHERS = {"agent", "header", "intent", "priority", "text"}
+_AT = "#at:"
+"""approve.lua keeps when each person voted under this prefix"""
+
+
+class PolicyError(ValueError):
+    """The policy file or the groups table is malformed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """One ``[[policy]]``: what it matches, and what a matching card needs."""
+
+    name: str
+    approvals: int = 1
+    groups: tuple[str, ...] = ()
+    """the voters must belong to one of these groups (empty: anyone who may answer)"""
+    decline: DeclineRule = "any"
+    route: str = ""
+    """a group: only its members see and answer the card on the page"""
+    approve: tuple[str, ...] = ()
+    """option labels that approve, for questions without a plan-review intent"""
+    agent: tuple[str, ...] = ()
+    header: tuple[str, ...] = ()
+    intent: tuple[str, ...] = ()
+    priority: tuple[str, ...] = ()
+    text: str = ""
+    """a regular expression searched (case-insensitively) in each question's text"""
+
+    def covers(self, request: AskUserQuestionRequest, priority: str, agents: Iterable[str | None]) -> bool:
+        """Whether a card (its request, priority and every asker's agent id) matches: every matcher given
+        must match, and the question matchers must match one question of the batch."""
+        if self.priority and priority not in self.priority:
+            return False
+        if self.agent and not any(_glob(agent or "", self.agent) for agent in agents):
+            return False
+        return any(
+            (not self.header or _glob(item.header or "", self.header))
+            and (not self.intent or _intent_kind(item.intent) in self.intent)
+            and (not self.text or re.search(self.text, item.question, re.IGNORECASE) is not None)
+            for item in request.questions
+        )
+
+    def may_cover(self, decision: Decision) -> bool:
+        """Whether a remembered decision could answer a question this policy covers (priority and, for a
+        namespace-wide decision, the asking agent are not known in advance: they may match)."""
+        if self.intent:
+            return False  # no decision answers an intent question
+        if self.agent and decision.agent is not None and not _glob(decision.agent, self.agent):
+            return False
+        if self.header and not _glob(decision.header or "", self.header):
+            return False
+        return not self.text or re.search(self.text, decision.question, re.IGNORECASE) is not None
+
+
+@dataclass(frozen=True)
+class Policies:
+    """The policies of a namespace's answering side (the first that matches a card applies) and the groups."""
+
+    policies: tuple[Policy, ...] = ()
+    groups: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.policies)
+
+    def for_card(self, pending: PendingRequest) -> Policy | None:
+        agents = [asker.agent_id for asker in pending.askers]
+        return next((p for p in self.policies if p.covers(pending.request, pending.priority, agents)), None)
+
+    def voters(self, policy: Policy) -> frozenset[str] | None:
+        """Who may vote under ``policy``; ``None``: anyone who may answer."""
+        if not policy.groups:
+            return None
+        return frozenset(person for group in policy.groups for person in self.groups.get(group, ()))
+
+    def may_vote(self, policy: Policy, person: str) -> bool:
+        voters = self.voters(policy)
+        return voters is None or person in voters
+
+    def may_see(self, pending: PendingRequest, person: str) -> bool:
+        """Routing: a card routed to a group is for its members only."""
+        policy = self.for_card(pending)
+        return policy is None or not policy.route or person in self.groups.get(policy.route, frozenset())
+
+    async def vote(
+        self,
+        pending: PendingRequest,
+        answer: AskUserQuestionAnswer | None,
+        *,
+        by: str,
+        message: str = "",
+        remember: Remember | None = None,
+    ) -> Tally | None:
+        """``vote`` under these policies."""
+        return await vote(self, pending, answer, by=by, message=message, remember=remember)
+
+    async def current(self, pending: PendingRequest) -> Tally | None:
+        """``current`` under these policies."""
+        return await current(self, pending)
+
+
+@dataclass(frozen=True)
+class Vote:
+    person: str
+    approving: bool
+    answer: AskUserQuestionAnswer | None
+    """``None``: the person dismissed the question"""
+    message: str = ""
+    at_ms: int = 0
+
+    @property
+    def same_as(self) -> str:
+        """What votes must share to count together."""
+        if self.answer is None:
+            return "cancel"
+        return msgspec.json.encode(self.answer).decode()
+
+
+class _VoteRecord(msgspec.Struct, frozen=True, kw_only=True):
+    approving: bool
+    answer: AskUserQuestionAnswer | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Tally:
+    """The votes on one card so far, and what they decide."""
+
+    policy: Policy
+    votes: tuple[Vote, ...]
+    voters: frozenset[str] | None
+    decided: Vote | None = None
+    """the vote whose answer (or dismissal) settles the card, once it is decided"""
+    by: tuple[str, ...] = ()
+    """everyone whose vote decided it, in the order they voted"""
+
+    @property
+    def approved_by(self) -> tuple[str, ...]:
+        return tuple(vote.person for vote in self.votes if vote.approving)
+
+    @property
+    def declined_by(self) -> tuple[str, ...]:
+        return tuple(vote.person for vote in self.votes if not vote.approving)
+
+    @property
+    def may_still(self) -> tuple[str, ...] | None:
+        """Who may still vote (``None``: anyone who may answer and has not)."""
+        if self.voters is None:
+            return None
+        voted = {vote.person for vote in self.votes}
+        return tuple(sorted(self.voters - voted))
+
+    def view(self) -> dict[str, Any]:
+        """What a page shows: the policy, how many approvals it needs, who voted and who may still."""
+        policy = self.policy
+        return {
+            "policy": policy.name,
+            "needed": policy.approvals,
+            "groups": list(policy.groups),
+            "decline": policy.decline,
+            "approvedBy": list(self.approved_by),
+            "declinedBy": list(self.declined_by),
+            "mayStill": None if self.may_still is None else list(self.may_still),
+            "decided": self.decided is not None,
+        }
+
+
+def tally(policy: Policy, voters: frozenset[str] | None, votes: Iterable[Vote]) -> Tally:
+    """What the votes decide: ``policy.approvals`` identical approving votes, or a decline."""
+    ordered = tuple(sorted(votes, key=lambda vote: (vote.at_ms, vote.person)))
+    counted = [vote for vote in ordered if voters is None or vote.person in voters]
+    same: dict[str, list[Vote]] = {}
+    for vote in counted:
+        if not vote.approving and policy.decline == "any":
+            return Tally(policy, ordered, voters, vote, (vote.person,))
+        same.setdefault(vote.same_as, []).append(vote)
+        if len(same[vote.same_as]) >= policy.approvals:
+            group = same[vote.same_as]
+            return Tally(policy, ordered, voters, group[0], tuple(v.person for v in group))
+    return Tally(policy, ordered, voters)
+
+
+def approving(policy: Policy, request: AskUserQuestionRequest, answer: AskUserQuestionAnswer | None) -> bool:
+    """Whether ``answer`` approves: every question with a notion of approving picks an approving label."""
+    if answer is None:
+        return False
+    given = {item.id: item for item in answer.answers}
+    for question in request.questions:
+        approve = set(policy.approve) & set(question.labels)
+        if isinstance(question.intent, PlanReviewIntent):
+            approve = {question.intent.approve}
+        if not approve:
+            continue
+        item = given.get(question.id)
+        if item is None or item.custom is not None or not item.selected or not set(item.selected) <= approve:
+            return False
+    return True
+
+
+async def vote(
+    policies: Policies,
+    pending: PendingRequest,
+    answer: AskUserQuestionAnswer | None,
+    *,
+    by: str,
+    message: str = "",
+    remember: Remember | None = None,
+) -> Tally | None:
+    """One person's answer (or dismissal, ``answer=None``) on a card: settle it, or count it towards its quorum.
+
+    ``None`` when no policy covers the card (it was settled as usual). Otherwise the tally after
+    this vote; the card is settled (answered by every approver, or declined) when it is decided.
+    ``NOT_APPROVER`` when ``by`` may not vote; ``BAD_ANSWER`` for an invalid answer or a ``remember``.
+    """
+    policy = policies.for_card(pending)
+    if policy is None:
+        if answer is None:
+            await pending.cancel(message or "the human dismissed the question", by=by)
+        else:
+            await pending.answer(answer, by=by, remember=remember)
+        return None
+    provider = pending._provider
+    if not policies.may_vote(policy, by):
+        raise UserQuestionError(
+            f"{by} is not an approver under policy {policy.name!r} (members of {', '.join(policy.groups)})",
+            NOT_APPROVER,
+        )
+    if remember is not None:
+        raise UserQuestionError(
+            f"policy {policy.name!r} needs {policy.approvals} approvals: its answers are never remembered", BAD_ANSWER
+        )
+    accepted = None if answer is None else check_answer(pending.request, answer, provider.settings.limits)
+    record = _VoteRecord(
+        approving=approving(policy, pending.request, accepted),
+        answer=accepted,
+        message=message,
+    )
+    keys, settings = provider.keys, provider.settings
+    reply = await provider.commands.script(
+        SCRIPTS["approve"],
+        [keys.provider, keys.request(pending.request_id), keys.approvals(pending.request_id), keys.audit],
+        [
+            provider.fence,
+            pending.request_id,
+            by,
+            msgspec.json.encode(record).decode(),
+            int(settings.result_ttl * 1000),
+            settings.audit_maxlen,
+            policy.name,
+            "approve" if record.approving else "decline",
+            provider.name,
+            provider.epoch,
+        ],
+    )
+    if reply[0] != "ok":
+        if reply[1] == LEASE_LOST:
+            provider.fenced()
+        raise UserQuestionError(reply[2], reply[1])
+    result = tally(policy, policies.voters(policy), _votes(reply[1]))
+    await settle(pending, result)
+    return result
+
+
+async def current(policies: Policies, pending: PendingRequest) -> Tally | None:
+    """The votes so far on a card (a standby that took over finds them); settles it if they already decide.
+
+    ``None`` when no policy covers the card.
+    """
+    policy = policies.for_card(pending)
+    if policy is None:
+        return None
+    provider = pending._provider
+    flat = await provider.commands.call("HGETALL", provider.keys.approvals(pending.request_id))
+    result = tally(policy, policies.voters(policy), _votes(flat))
+    await settle(pending, result)
+    return result
+
+
+async def settle(pending: PendingRequest, result: Tally) -> None:
+    """Settle a decided card: its answer by every approver, or the decline (a no-op while undecided)."""
+    decided = result.decided
+    if decided is None:
+        return
+    by = ", ".join(result.by)
+    if decided.answer is None:
+        await pending.cancel(decided.message or f"{by} dismissed the question", by=by)
+    else:
+        await pending.answer(decided.answer, by=by)
+
+
+def _votes(flat: Any) -> list[Vote]:
+    fields = dict(flat.items() if isinstance(flat, dict) else zip(flat[::2], flat[1::2], strict=True))
+    votes = []
+    for person, raw in fields.items():
+        if person.startswith(_AT):
+            continue
+        try:
+            record = msgspec.json.decode(raw, type=_VoteRecord)
+            at_ms = int(fields.get(_AT + person, 0))
+        except (msgspec.DecodeError, ValueError):
+            continue
+        votes.append(Vote(str(person), record.approving, record.answer, record.message, at_ms))
+    return votes
+
+
+async def revoke_covered(policies: Policies, broker: Broker, *, by: str = "quorum policy") -> list[str]:
+    """Forget every live remembered decision a policy might cover; the ids forgotten.
+
+    Run by a provider with policies when it takes the lease, so that no decision remembered
+    before (or by a provider without the policy) answers a covered question without its quorum.
+    """
+    forgotten = []
+    for decision in await broker.decisions():
+        policy = next((p for p in policies.policies if p.may_cover(decision)), None)
+        if policy is not None and await broker.revoke_decision(decision.id, by=f"{by} {policy.name!r}"):
+            forgotten.append(decision.id)
+    return forgotten
+
+
+def load_groups(data: Mapping[str, Any], source: str = "users file") -> dict[str, frozenset[str]]:
+    """``[groups]`` of a users file: group name -> its members' names."""
+    table = data.get("groups", {})
+    if not isinstance(table, dict) or not all(
+        isinstance(members, list) and all(isinstance(m, str) for m in members) for members in table.values()
+    ):
+        raise PolicyError(f"{source}: [groups] maps group names to lists of user names")
+    return {name: frozenset(members) for name, members in table.items()}
+
+
+def load_policies(path: Path | None, *, groups: Mapping[str, frozenset[str]] | None = None) -> Policies:
+    """Read a policy file (``[[policy]]`` tables, docs/approvals.md); ``groups`` from the users file.
+
+    A ``[groups]`` table in the policy file itself adds to them (for a provider without a users file).
+    """
+    if path is None:
+        return Policies((), dict(groups or {}))
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise PolicyError(f"cannot read policy file {path}: {error}") from error
+    known = {**(groups or {}), **load_groups(data, str(path))}
+    tables = data.get("policy", [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise PolicyError(f"{path}: policies are [[policy]] tables")
+    policies = tuple(_policy(table, i, path, known) for i, table in enumerate(tables, 1))
+    return Policies(policies, known)
+
+
+def _policy(table: dict[str, Any], number: int, path: Path, groups: Mapping[str, frozenset[str]]) -> Policy:
+    where = f"{path}: policy {table.get('name', number)!r}"
+    if unknown := set(table) - _KNOWN:
+        raise PolicyError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    match = table.get("match", {})
+    if not isinstance(match, dict) or (unknown := set(match) - _MATCHERS):
+        raise PolicyError(f"{where}: match takes {', '.join(sorted(_MATCHERS))}")
+    approvals = table.get("approvals", 1)
+    if not isinstance(approvals, int) or isinstance(approvals, bool) or approvals < 1:
+        raise PolicyError(f"{where}: approvals is a whole number of at least 1")
+    decline = table.get("decline", "any")
+    if decline not in ("any", "quorum"):
+        raise PolicyError(f"{where}: decline is 'any' (one decline decides) or 'quorum'")
+    named = _strings(table.get("groups", []), f"{where}: groups")
+    route = table.get("route", "")
+    if not isinstance(route, str):
+        raise PolicyError(f"{where}: route names one group")
+    for group in (*named, *([route] if route else [])):
+        if group not in groups:
+            raise PolicyError(f"{where}: no group {group!r} ([groups] in the users file)")
+    voters = {person for group in named for person in groups[group]}
+    if named and len(voters) < approvals:
+        raise PolicyError(f"{where}: needs {approvals} approvals but its groups have {len(voters)} members")
+    priority = _strings(match.get("priority", []), f"{where}: match.priority")
+    if bad := set(priority) - set(PRIORITIES):
+        raise PolicyError(f"{where}: unknown priority {', '.join(sorted(bad))}")
+    text = match.get("text", "")
+    try:
+        re.compile(text)
+    except (re.error, TypeError) as error:
+        raise PolicyError(f"{where}: match.text is a regular expression: {error}") from error
+    return Policy(
+        name=str(table.get("name", f"policy {number}")),
+        approvals=approvals,
+        groups=named,
+        decline=decline,
+        route=route,
+        approve=_strings(table.get("approve", []), f"{where}: approve"),
+        agent=_strings(match.get("agent", []), f"{where}: match.agent"),
+        header=_strings(match.get("header", []), f"{where}: match.header"),
+        intent=_strings(match.get("intent", []), f"{where}: match.intent"),
+        priority=priority,
+        text=text,
+    )
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise PolicyError(f"{where} is a string or a list of strings")
+    return tuple(value)
+
+
+def _glob(value: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(value, pattern) for pattern in patterns)
+
+
+def _intent_kind(intent: Any) -> str:
+    if intent is None:
+        return ""
+    if isinstance(intent, PlanReviewIntent):
+        return "plan-review"
+    return str(getattr(intent, "kind", "unknown"))
