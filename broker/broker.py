@@ -592,6 +592,25 @@ class Broker:
 
     # -- providing ------------------------------------------------------------------
 
+    async def request_handover(self, to: str, *, by: str, ttl: float | None = None) -> None:
+        """Ask the lease holder to hand the namespace's lease to provider ``to`` (standing by), for ``by``.
+
+        The holder sees it at its next renewal (within a third of the lease TTL): its iteration ends,
+        and leaving its ``provider()`` block releases the lease. Meanwhile, and for ``ttl`` seconds
+        at most (default: three lease TTLs, at least 30 s), only ``to`` may take the lease, so the
+        holder standing by again does not take it back. Needs the answering side's Redis user.
+        """
+        if not to or "\n" in to:
+            raise UserQuestionError("a handover names the provider to take the lease, on one line", BAD_REQUEST)
+        ttl_ms = int((ttl if ttl is not None else max(30.0, 3 * self.lease_ttl)) * 1000)
+        if ttl_ms <= 0:
+            raise UserQuestionError("a handover's ttl is positive", BAD_REQUEST)
+        who = " ".join(by.split())[:200]
+        try:
+            await self.commands.call("SET", self.keys.handover, f"{to}\n{who}", "PX", ttl_ms)
+        except (RedisError, OSError) as error:
+            raise unavailable(error, "asking for a handover") from error
+
     @asynccontextmanager
     async def provider(
         self,

@@ -47,7 +47,7 @@ from .signing import Seal, SigningKey, seal_outcomes
 from .types import PRIORITIES, AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_request, encode
 from .validation import Limits, check_answer, check_request
 
-__all__ = ["Asker", "PendingRequest", "Provider", "ProviderSettings"]
+__all__ = ["Asker", "Handover", "PendingRequest", "Provider", "ProviderSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,15 @@ class ProviderSettings:
 
 _Settlement = tuple[list[str], list[Any], Seal]
 """one settlement's settle.lua keys and arguments, and what seals its outcome"""
+
+
+class Handover(NamedTuple):
+    """Another provider asked for the lease (``Broker.request_handover``)."""
+
+    to: str
+    """the provider's name: the lease is kept for it once this holder lets go"""
+    by: str
+    """who asked (a person signed in to a page, say)"""
 
 
 class Asker(NamedTuple):
@@ -414,6 +423,9 @@ class Provider:
         """request fingerprint -> the card identical requests join"""
         self._delivering: set[str] = set()
         self._lost = asyncio.Event()
+        self.handover: Handover | None = None
+        """set once another provider asked for the lease: iterating ends (what was handed out may still be
+        settled), and leaving the ``Broker.provider()`` block hands the lease to it"""
 
     def __repr__(self) -> str:
         return f"Provider(name={self.name!r}, namespace={self.keys.namespace!r}, epoch={self.epoch})"
@@ -477,6 +489,8 @@ class Provider:
         while True:
             if self._lost.is_set():
                 raise UserQuestionError("this provider no longer holds the lease", LEASE_LOST)
+            if self.handover is not None:
+                raise StopAsyncIteration
             card = self._schedule.pop(self._ready)
             if card is not None:
                 card._handed_out = True
@@ -619,6 +633,22 @@ class Provider:
                 self.fenced()
             else:
                 valid_until = loop.time() + ttl
+                await self._check_handover()
+
+    async def _check_handover(self) -> None:
+        """Whether another provider asked for the lease; a failure to read it is only a later notice."""
+        if self.handover is not None:
+            return
+        try:
+            reserved = await self.commands.call("GET", self.keys.handover)
+        except Exception as error:
+            log.debug("could not read the handover reservation: %r", error)
+            return
+        to, _, by = str(reserved or "").partition("\n")
+        if reserved and to != self.name:
+            log.info("provider %s: %s asks that %s take the lease of %s", self.name, by, to, self.keys.namespace)
+            self.handover = Handover(to, by)
+            self._wake.set()
 
     async def read(self) -> None:
         """Deliver the stream's requests into the local queue until the lease is lost."""
@@ -873,7 +903,7 @@ async def acquire_lease(
         while True:
             reply = await commands.script(
                 SCRIPTS["lease_acquire"],
-                [keys.provider, keys.epoch, keys.standbys],
+                [keys.provider, keys.epoch, keys.standbys, keys.handover],
                 [token, name, ttl_ms, ttl_ms * 3 if standby else 0],
             )
             epoch, remaining_ms = int(reply[0]), int(reply[1])

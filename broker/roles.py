@@ -9,7 +9,8 @@ Three roles, each its own Redis user:
   and the decisions (``ask.lua``'s lookup, whose finds it verifies), and nothing else: it cannot
   write the lease, the epoch or the decisions, nor read or write the audit (every agent's
   questions and answers), the web's sessions and throttles, or the maintenance worker's keys.
-- **answerer**: providers (``qbroker web``, ``provide``, ``auto``): the whole namespace.
+- **answerer**: providers (``qbroker web``, ``provide``, ``auto``): the whole namespace, and alone among the
+  roles the lease, the epoch and the ``handover`` reservation (a page asking the holder for the lease).
 - **maintenance**: ``qbroker worker`` and operators' ``qbroker status`` / ``decisions``: the
   whole namespace, and arq's queue when it shares the Redis.
 
