@@ -424,6 +424,7 @@ class Provider:
         self._delivering: set[str] = set()
         self._lost = asyncio.Event()
         self.handover: Handover | None = None
+        self._handover_asked = asyncio.Event()
         """set once another provider asked for the lease: iterating ends (what was handed out may still be
         settled), and leaving the ``Broker.provider()`` block hands the lease to it"""
 
@@ -442,6 +443,12 @@ class Provider:
 
     async def wait_lost(self) -> None:
         await self._lost.wait()
+
+    async def wait_handover(self) -> Handover:
+        """Return once another provider asked for the lease (``handover``)."""
+        await self._handover_asked.wait()
+        assert self.handover is not None
+        return self.handover
 
     def fenced(self) -> None:
         if not self._lost.is_set():
@@ -648,6 +655,7 @@ class Provider:
         if reserved and to != self.name:
             log.info("provider %s: %s asks that %s take the lease of %s", self.name, by, to, self.keys.namespace)
             self.handover = Handover(to, by)
+            self._handover_asked.set()
             self._wake.set()
 
     async def read(self) -> None:
