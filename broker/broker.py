@@ -25,7 +25,14 @@ from ._redis_errors import unavailable
 from ._tasks import Background, running
 from .agents import Agent
 from .connection import redis_from_url
-from .decisions import Decision, decision_keys, list_decisions, revoke_decision, verified_decisions
+from .decisions import (
+    Decision,
+    decision_keys,
+    decision_setters,
+    list_decisions,
+    revoke_decision,
+    verified_decisions,
+)
 from .errors import (
     ASK_ABORTED,
     ASK_TIMED_OUT,
@@ -161,6 +168,10 @@ class Broker:
             self.trusted_keys.add(self.signing_key)
         self.rejected_outcomes = 0
         """answers (and remembered decisions) refused because no trusted key signed them for their request"""
+        self.remembered_answers = 0
+        """asks answered at once by remembered decisions (verified), not by a human asked now"""
+        self.last_remembered_by: tuple[str, ...] = ()
+        """who set the decisions of the latest such answer (their signed ``by``), for a one-ask tool to say so"""
         self.namespace = namespace
         self.lease_ttl = lease_ttl
         self.agent_ttl = agent_ttl
@@ -867,6 +878,8 @@ class _Ask:
         broker._forget_settled(self.request_id)
         if reply[0] == "decided":
             if decided is not None:
+                broker.remembered_answers += 1
+                broker.last_remembered_by = decision_setters(list(reply[3]) if len(reply) > 3 else [])
                 return decided
             # No trusted key signed what the lookup found for this request: a human answers, as a new request.
             broker._rejected(self.request_id, "a remembered decision", "asking a human instead")

@@ -291,8 +291,14 @@ class WebProvider:
             watcher.cancel()
         view = self._views.pop(request_id, None)
         if view is not None:
-            questions = [{"id": q["id"], "question": q["question"]} for q in view["questions"]]
+            questions = [
+                {"id": q["id"], "question": q["question"], "approve": (q.get("planReview") or {}).get("approve")}
+                for q in view["questions"]
+            ]
             self._shown[request_id] = {"agent": view["agent"], "questions": questions}  # no plan text kept
+            for asker in view.get("askers", ()):  # a coalesced card's other askers: their history shows it too
+                if asker.get("requestId") and asker["requestId"] != request_id:
+                    self._shown[asker["requestId"]] = {"agent": asker.get("agent"), "questions": questions}
             while len(self._shown) > _SETTLED_MEMORY:
                 self._shown.popitem(last=False)
             removed = {"type": "removed", "id": request_id, "reason": reason, "by": by, "settled": settled}

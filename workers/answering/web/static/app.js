@@ -1086,13 +1086,16 @@
     const head = el("div", { class: "meta" },
       state.namespaces.length > 1 ? el("span", { class: "namespace-chip", text: entry.namespace }) : null,
       el("span", { class: "event event-" + entry.event, text: VERB[entry.event] || entry.event }),
-      entry.by ? el("span", { class: "by", text: "by " + entry.by }) : null,
+      entry.remembered ? el("span", { class: "by remembered-by", text: "by a remembered decision" + (entry.by ? " set by " + entry.by : "") })
+        : entry.by ? el("span", { class: "by", text: "by " + entry.by }) : null,
       el("time", { datetime: when.toISOString(), text: when.toLocaleString() }),
       entry.agent ? el("span", { class: "agent", text: "asked by " + entry.agent }) : null);
     const body = el("ul", { class: "history-answers" });
     for (const q of entry.questions) {
-      const parts = [...(q.selected || [])];
+      let parts = [...(q.selected || [])];
       if (q.custom) parts.push("“" + q.custom + "”");
+      if (q.verdict === "declined") parts = ["declined" + (q.custom ? ": “" + q.custom + "”" : (q.selected || []).length ? " (" + q.selected.join(", ") + ")" : "")];
+      else if (q.verdict === "approved") parts = ["approved"];
       body.append(el("li", {},
         el("span", { class: "q", text: (q.question || "question " + q.id) + " " }),
         entry.event === "answered" ? el("span", { class: "a", text: "→ " + (parts.length ? parts.join(", ") : "(skipped)") }) : null));
