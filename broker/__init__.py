@@ -6,7 +6,7 @@ from .agents import Agent
 from .broker import Answerer, Broker, Next
 from .decisions import Decision, Remember, question_fingerprint
 from .errors import ERROR_CODES, HarnessError, UserQuestionError
-from .provider import Asker, PendingRequest, Provider
+from .provider import Asker, Handover, PendingRequest, Provider
 from .quorum import Policies, Policy, PolicyError, Tally, load_policies
 from .signing import SigningKey, TrustedKeys
 from .status import NamespaceStatus, namespace_status
@@ -29,6 +29,7 @@ __all__ = [
     "Agent",
     "Answerer",
     "Asker",
+    "Handover",
     "AskUserQuestionAnswer",
     "AskUserQuestionAnswerItem",
     "AskUserQuestionIntent",

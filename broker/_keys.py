@@ -32,6 +32,7 @@ class Keys:
         "decision_expiry",
         "decisions",
         "epoch",
+        "handover",
         "lease_signal",
         "namespace",
         "prefix",
@@ -50,6 +51,9 @@ class Keys:
         self.epoch = self.prefix + "epoch"
         self.standbys = self.prefix + "standbys"
         self.lease_signal = self.prefix + "lease-released"
+        self.handover = self.prefix + "handover"
+        """string ``<provider name>\n<who asked>``, PX TTL: the lease holder is asked to hand the lease to that
+        provider, and the lease is kept for it meanwhile (written by the answering side only)"""
         self.audit = self.prefix + "audit"
         """capped stream: what the answering side and the maintenance worker did (askers may not write it)"""
         self.audit_head = self.audit + ":head"

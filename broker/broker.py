@@ -25,7 +25,14 @@ from ._redis_errors import unavailable
 from ._tasks import Background, running
 from .agents import Agent
 from .connection import redis_from_url
-from .decisions import Decision, decision_keys, list_decisions, revoke_decision, verified_decisions
+from .decisions import (
+    Decision,
+    decision_keys,
+    decision_setters,
+    list_decisions,
+    revoke_decision,
+    verified_decisions,
+)
 from .errors import (
     ASK_ABORTED,
     ASK_TIMED_OUT,
@@ -161,6 +168,10 @@ class Broker:
             self.trusted_keys.add(self.signing_key)
         self.rejected_outcomes = 0
         """answers (and remembered decisions) refused because no trusted key signed them for their request"""
+        self.remembered_answers = 0
+        """asks answered at once by remembered decisions (verified), not by a human asked now"""
+        self.last_remembered_by: tuple[str, ...] = ()
+        """who set the decisions of the latest such answer (their signed ``by``), for a one-ask tool to say so"""
         self.namespace = namespace
         self.lease_ttl = lease_ttl
         self.agent_ttl = agent_ttl
@@ -606,6 +617,25 @@ class Broker:
 
     # -- providing ------------------------------------------------------------------
 
+    async def request_handover(self, to: str, *, by: str, ttl: float | None = None) -> None:
+        """Ask the lease holder to hand the namespace's lease to provider ``to`` (standing by), for ``by``.
+
+        The holder sees it at its next renewal (within a third of the lease TTL): its iteration ends,
+        and leaving its ``provider()`` block releases the lease. Meanwhile, and for ``ttl`` seconds
+        at most (default: three lease TTLs, at least 30 s), only ``to`` may take the lease, so the
+        holder standing by again does not take it back. Needs the answering side's Redis user.
+        """
+        if not to or "\n" in to:
+            raise UserQuestionError("a handover names the provider to take the lease, on one line", BAD_REQUEST)
+        ttl_ms = int((ttl if ttl is not None else max(30.0, 3 * self.lease_ttl)) * 1000)
+        if ttl_ms <= 0:
+            raise UserQuestionError("a handover's ttl is positive", BAD_REQUEST)
+        who = " ".join(by.split())[:200]
+        try:
+            await self.commands.call("SET", self.keys.handover, f"{to}\n{who}", "PX", ttl_ms)
+        except (RedisError, OSError) as error:
+            raise unavailable(error, "asking for a handover") from error
+
     @asynccontextmanager
     async def provider(
         self,
@@ -870,6 +900,8 @@ class _Ask:
             )
         if reply[0] == "decided":
             if decided is not None:
+                broker.remembered_answers += 1
+                broker.last_remembered_by = decision_setters(list(reply[3]) if len(reply) > 3 else [])
                 return decided
             # No trusted key signed what the lookup found for this request: a human answers, as a new request.
             broker._rejected(self.request_id, "a remembered decision", "asking a human instead")

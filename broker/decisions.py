@@ -39,6 +39,7 @@ __all__ = [
     "Decision",
     "Remember",
     "decision_keys",
+    "decision_setters",
     "list_decisions",
     "question_fingerprint",
     "revoke_decision",
@@ -203,6 +204,19 @@ def settle_extension(
         )
         args += [decision_id, ttl_ms, encode(list(given.selected)), encode(summary), encode(proof)]
     return script_keys, args
+
+
+def decision_setters(records: list[Any]) -> tuple[str, ...]:
+    """Who set the decisions of ``records`` (as ask.lua read them; already verified), each once, in order."""
+    setters: list[str] = []
+    for proof_json in records[2::3]:
+        try:
+            by = _proof_decoder.decode(proof_json or b"").by
+        except msgspec.DecodeError:
+            continue
+        if by and by not in setters:
+            setters.append(by)
+    return tuple(setters)
 
 
 def verified_decisions(

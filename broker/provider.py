@@ -48,7 +48,7 @@ from .signing import Seal, SigningKey, seal_outcomes
 from .types import PRIORITIES, AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_request, encode
 from .validation import Limits, check_answer, check_request
 
-__all__ = ["Asker", "PendingRequest", "Provider", "ProviderSettings"]
+__all__ = ["Asker", "Handover", "PendingRequest", "Provider", "ProviderSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,15 @@ _Settlement = tuple[list[str], list[Any], Seal]
 _CARRIED = -1
 """settle.lua's D for a coalesced card's later asker: the card's decisions go with it when the first asker's
 request was no longer pending"""
+
+
+class Handover(NamedTuple):
+    """Another provider asked for the lease (``Broker.request_handover``)."""
+
+    to: str
+    """the provider's name: the lease is kept for it once this holder lets go"""
+    by: str
+    """who asked (a person signed in to a page, say)"""
 
 
 class Asker(NamedTuple):
@@ -437,6 +446,10 @@ class Provider:
         """seconds between audit checkpoints while the audit moves"""
         self._checkpoint: str | None = None
         """the entry id of the audit checkpoint this provider wrote last"""
+        self.handover: Handover | None = None
+        self._handover_asked = asyncio.Event()
+        """set once another provider asked for the lease: iterating ends (what was handed out may still be
+        settled), and leaving the ``Broker.provider()`` block hands the lease to it"""
 
     def __repr__(self) -> str:
         return f"Provider(name={self.name!r}, namespace={self.keys.namespace!r}, epoch={self.epoch})"
@@ -453,6 +466,12 @@ class Provider:
 
     async def wait_lost(self) -> None:
         await self._lost.wait()
+
+    async def wait_handover(self) -> Handover:
+        """Return once another provider asked for the lease (``handover``)."""
+        await self._handover_asked.wait()
+        assert self.handover is not None
+        return self.handover
 
     def fenced(self) -> None:
         if not self._lost.is_set():
@@ -500,6 +519,8 @@ class Provider:
         while True:
             if self._lost.is_set():
                 raise UserQuestionError("this provider no longer holds the lease", LEASE_LOST)
+            if self.handover is not None:
+                raise StopAsyncIteration
             card = self._schedule.pop(self._ready)
             if card is not None:
                 card._handed_out = True
@@ -650,6 +671,23 @@ class Provider:
                 self.fenced()
             else:
                 valid_until = loop.time() + ttl
+                await self._check_handover()
+
+    async def _check_handover(self) -> None:
+        """Whether another provider asked for the lease; a failure to read it is only a later notice."""
+        if self.handover is not None:
+            return
+        try:
+            reserved = await self.commands.call("GET", self.keys.handover)
+        except Exception as error:
+            log.debug("could not read the handover reservation: %r", error)
+            return
+        to, _, by = str(reserved or "").partition("\n")
+        if reserved and to != self.name:
+            log.info("provider %s: %s asks that %s take the lease of %s", self.name, by, to, self.keys.namespace)
+            self.handover = Handover(to, by)
+            self._handover_asked.set()
+            self._wake.set()
 
     async def seal_audit(self) -> None:
         """Checkpoint the audit at once, then every ``checkpoint_every`` seconds while it moves.
@@ -964,7 +1002,7 @@ async def acquire_lease(
         while True:
             reply = await commands.script(
                 SCRIPTS["lease_acquire"],
-                [keys.provider, keys.epoch, keys.standbys],
+                [keys.provider, keys.epoch, keys.standbys, keys.handover],
                 [token, name, ttl_ms, ttl_ms * 3 if standby else 0],
             )
             epoch, remaining_ms = int(reply[0]), int(reply[1])

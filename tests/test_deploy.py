@@ -389,7 +389,17 @@ def test_the_readiness_probe_is_ready_on_the_lease_holder_only(redis_server, nam
     with contextlib.ExitStack() as stack:
         processes = []
         for i, port in enumerate(ports):
-            argv = [sys.executable, "-m", "workers", "web", "--port", str(port), "--name", f"web-{i}"]
+            argv = [
+                sys.executable,
+                "-m",
+                "workers",
+                "web",
+                "--port",
+                str(port),
+                "--name",
+                f"web-{i}",
+                "--allow-no-users",
+            ]
             log = stack.enter_context(logs[i].open("w"))
             process = stack.enter_context(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=log))
             stack.callback(process.terminate)

@@ -1,8 +1,11 @@
 #!lua
 -- lease_acquire: take the namespace's provider lease, or register as a standby while another holds it.
 -- KEYS[1] provider lease   KEYS[2] epoch counter   KEYS[3] standbys zset (the holder registers there too)
+-- KEYS[4] (optional) handover reservation: '<provider name>\n<who asked>', PX TTL (Broker.request_handover)
 -- ARGV[1] token   ARGV[2] name   ARGV[3] lease TTL ms   ARGV[4] standby TTL ms ('0': do not stand by)
 -- returns {epoch, lease TTL ms} on acquisition | {0, the holder's remaining ms, holder value} when busy
+-- While a handover reservation names another provider, a free lease is busy for this one: {0, the reservation's
+-- remaining ms, '0::<reserved name>'}; the named provider's acquisition uses the reservation up.
 -- A retry of the same call after a lost reply (same token) finds its own lease and gets the same epoch.
 -- The epoch counter never expires and increases on every acquisition: it is the fencing token.
 -- It is at least the Redis clock in ms, so it keeps increasing even when the counter itself is
@@ -21,6 +24,17 @@ if current then
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
   end
   return {0, redis.call('PTTL', KEYS[1]), current}
+end
+local reserved = KEYS[4] and redis.call('GET', KEYS[4])
+if reserved then
+  local to = string.match(reserved, '^([^\n]*)')
+  if to ~= ARGV[2] then
+    if ARGV[4] ~= '0' then
+      redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[1] .. ':' .. ARGV[2])
+    end
+    return {0, redis.call('PTTL', KEYS[4]), '0::' .. to}
+  end
+  redis.call('DEL', KEYS[4])
 end
 local epoch = redis.call('INCR', KEYS[2])
 if epoch < now then

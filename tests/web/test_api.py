@@ -485,3 +485,42 @@ async def test_remembered_decisions_over_the_api(
         assert (await client.get("/api/decisions")).json()["decisions"] == []
     [forgotten] = [f for _, f in await redis.xrange(Keys(namespace).audit) if f["event"] == "forgotten"]
     assert forgotten["by"] == "alice"
+
+
+@pytest.mark.timeout(45)
+async def test_history_says_what_happened(start_web: Callable[..., WebProcess], make_broker: Any) -> None:
+    """Issue 26, item 7: a remembered answer, a coalesced card's second asker and a declined plan in History."""
+    from tests.helpers import plan_review
+
+    web = start_web()
+    one, two = await make_broker(), await make_broker()
+    async with signed_in(web) as alice, one.agent("builder") as builder, two.agent("tester") as tester:
+        asked = asyncio.create_task(builder.ask(one_question("yes", "no"), timeout=30))
+        also = asyncio.create_task(tester.ask(one_question("yes", "no"), timeout=30))
+        card = await wait_request(alice)
+        await eventually(lambda: _askers_of(alice, card["id"], 2), "the second asker joins the card")
+        body = {"answers": [{"id": "q1", "selected": ["yes"]}], "remember": {"scope": "namespace"}}
+        assert (await alice.post(f"/api/requests/{card['id']}/answer", json=body)).status_code == 200
+        await asyncio.gather(asked, also)
+        assert (await builder.ask(one_question("yes", "no"), timeout=30)).answers[0].selected == ("yes",)
+        declined = asyncio.create_task(one.ask(plan_review("Approve", "Approve", "Decline"), timeout=30))
+        plan = await wait_request(alice)
+        note = {"answers": [{"id": plan["questions"][0]["id"], "selected": [], "custom": "split it in two"}]}
+        assert (await alice.post(f"/api/requests/{plan['id']}/answer", json=note)).status_code == 200
+        await declined
+        entries = (await alice.get("/api/history")).json()["entries"]
+    remembered = next(e for e in entries if e["source"] == "asker" and e["event"] == "answered")
+    assert remembered["remembered"] is True and remembered["by"] == "alice", remembered
+    assert remembered["agent"] == "builder" and remembered["questions"][0]["question"] == "question q1?"
+    answered = {e["agent"]: e for e in entries if e["source"] == "audit" and e["event"] == "answered"}
+    assert answered["tester"]["questions"][0]["question"] == "question q1?", answered  # the second asker
+    plan_entry = next(e for e in entries if e["questions"] and e["questions"][0].get("verdict"))
+    assert (
+        plan_entry["questions"][0]["verdict"] == "declined"
+        and plan_entry["questions"][0]["custom"] == "split it in two"
+    )
+
+
+async def _askers_of(client: httpx.AsyncClient, request_id: str, count: int) -> bool:
+    requests = (await client.get("/api/requests")).json()["requests"]
+    return any(r["id"] == request_id and len(r["askers"]) == count for r in requests)

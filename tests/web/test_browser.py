@@ -591,6 +591,53 @@ async def test_standby_links_the_active_server(
         active.stop()
 
 
+async def test_a_page_behind_a_terminal_lists_read_only_and_takes_over(
+    browser: Browser, redis_server: RedisServer, tmp_path: Path, screenshots: Path
+) -> None:
+    """Issue 26, item 6: a `qbroker provide` holding the lease left the page with "Standing by" and no list."""
+    namespace = f"behind{os.getpid()}"
+    async with (
+        Broker(redis_server.url, namespace, lease_ttl=2, **KEYS) as terminal,
+        Broker(redis_server.url, namespace, **KEYS) as asking,
+    ):
+        holding, shown = asyncio.Event(), []
+
+        async def hold() -> str:
+            async with terminal.provider("alice@laptop") as provider:
+                holding.set()
+                async for pending in provider:  # shows, answers nothing; ends on the handover
+                    shown.append(pending)
+                assert provider.handover is not None
+                return provider.handover.by
+
+        held = asyncio.create_task(hold())
+        await asyncio.wait_for(holding.wait(), 10)
+        web = WebProcess(redis_server.url, namespace, write_users_file(tmp_path / "u.toml"), tmp_path / "w.log")
+        await asyncio.to_thread(web.start)  # the holder renews its lease meanwhile
+        people = People(browser, web)
+        try:
+            asked = ask(asking, AskUserQuestionItem(id="q", question="Ship the release?", options=options("Yes", "No")))
+            page = await people.page("bob")
+            await expect(page.locator("#banner")).to_contain_text("Standing by: alice@laptop")
+            listed = page.locator("#readonly li", has_text="Ship the release?")
+            await expect(listed).to_be_visible()
+            await expect(page.locator("#readonly")).not_to_contain_text("Send answer")
+            await page.screenshot(path=screenshots / "27-read-only-behind-a-terminal.png")
+            await page.get_by_role("button", name="Take over").click()
+            request = card(page, "Ship the release?")
+            await expect(request).to_be_visible(timeout=15_000)
+            await expect(page.locator("#readonly li")).to_have_count(0)
+            assert await asyncio.wait_for(held, 10) == "bob"
+            await request.get_by_text("Yes", exact=True).click()
+            await request.get_by_role("button", name="Send answer").click()
+            assert (await asyncio.wait_for(asked, 10)).answers[0].selected == ("Yes",)
+        finally:
+            held.cancel()
+            await asyncio.gather(held, return_exceptions=True)
+            await people.close()
+            web.stop()
+
+
 LONG_DETAIL = """Touch `/srv/deploy/releases/2026-11-30T20-22-12Z/very/deeply/nested/path/that/never/breaks/config.toml`
 and hash `sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08`.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +168,19 @@ def test_hashing_a_password_prints_its_hash() -> None:
         input="correct horse\n", capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     assert done.returncode == 0 and verify_password("correct horse", done.stdout.strip())
+
+
+def test_a_page_nobody_can_sign_in_to_refuses_to_start(tmp_path: Path) -> None:
+    """Issue 26: `qbroker web` with no users and no tokens took the namespace's lease anyway."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "QBROKER_WEB_USERS"}
+    done = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "-n", "nobody", "--redis-url", "redis://127.0.0.1:1/0", "web"],
+        capture_output=True, text=True, timeout=30, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2, done
+    assert "NO_USERS" in done.stderr and "--allow-no-users" in done.stderr
+    args = build_parser().parse_args(["web", "--allow-no-users"])
+    assert args.allow_no_users is True

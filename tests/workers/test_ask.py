@@ -225,3 +225,21 @@ async def test_priority_and_no_coalesce_reach_the_provider(make_broker, redis_se
         for status, out, err in await asyncio.wait_for(asyncio.gather(*asks), 15):
             assert status == 0, err
             assert json.loads(out) == {"answers": [{"id": "q1", "selected": ["yes"]}]}
+
+
+@pytest.mark.timeout(45)
+async def test_a_remembered_answer_is_told_from_a_human_one(make_broker, redis_server, namespace):
+    """Issue 26, item 7: `qbroker ask` printed a remembered answer exactly as a human's."""
+    from broker import Remember
+
+    async def respond(pending):
+        await pending.answer(answer(("q1", ("yes",), None)), by="alice", remember=Remember())
+
+    args = ("--question", "Deploy?", "--id", "q1", "--option", "yes", "--option", "no")
+    _, status, out, err = await _ask_answered_by(make_broker, redis_server, namespace, respond, *args)
+    assert status == 0 and b"remembered" not in err, err  # a human answered this one
+    provider_broker = await make_broker()
+    async with provider_broker.provider("test-provider"):  # a provider must be up for the ask to be taken
+        status, again, err = await run_qbroker("ask", *args, url=redis_server.url, namespace=namespace)
+    assert status == 0 and again == out, err  # the same answer on stdout
+    assert b"answered by a remembered decision set by alice" in err, err

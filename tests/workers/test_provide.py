@@ -394,3 +394,35 @@ async def test_a_covered_question_takes_one_approval_from_the_terminal(redis_ser
             await asking
     finally:
         screen.close()
+
+
+@pytest.mark.timeout(40)
+async def test_a_take_over_is_told_at_the_prompt_and_the_terminal_hands_over_after_the_question(screen, make_broker):
+    """Issue 26, item 6: a page asks the terminal for the lease; the person finishes, then it stands by."""
+    asker, page = await make_broker(), await make_broker(lease_ttl=1.0)
+    asking = asyncio.create_task(asker.ask(one_question("yes", "no")))
+    await screen.expect("Choice:")
+    standing: list[str] = []
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def take() -> str:
+        async with page.provider("web-1", on_standby=standing.append) as provider:
+            holding.set()
+            await release.wait()
+            return provider.name
+
+    taking = asyncio.create_task(take())
+    await page.request_handover("web-1", by="alice")
+    await screen.expect("alice asks to take over for web-1")
+    assert not taking.done()  # the question on screen is finished first
+    screen.send("1")
+    await screen.expect("Send:")
+    screen.send("")
+    assert await asyncio.wait_for(asking, 10) == answer(("q1", ("yes",), None))
+    await asyncio.wait_for(holding.wait(), 10)
+    assert standing == ["desk"]
+    await screen.expect("Handed the lease to web-1; standing by.")
+    await screen.expect("Standing by: web-1")
+    release.set()
+    assert await asyncio.wait_for(taking, 10) == "web-1"
+    await screen.expect("Answering namespace", count=2)  # the page let go: the terminal serves again

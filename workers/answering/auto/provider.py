@@ -71,6 +71,9 @@ async def _serve_forever(broker: Broker, rules: Rules, name: str, args: argparse
                 # Returns (rather than raises) on lease loss: `broker.provider()` wraps what
                 # its body raises in an ExceptionGroup (its TaskGroup).
                 await _serve(provider, rules, broker.namespace, name)
+            if provider.handover is not None:  # what it was answering is answered; the asker of the lease takes it
+                say(f"{provider.handover.by or 'someone'} asked for the lease: handed it to {provider.handover.to}")
+                continue
         except Exception as error:  # Redis away (a restart, a network blip): stand by again once it is back
             if isinstance(error, UserQuestionError) and error.code == DUPLICATE_PROVIDER:
                 say(str(error))

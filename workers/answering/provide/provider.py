@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["serve"]
 
-_Next = Literal["next", "lost", "quit"]
+_Next = Literal["next", "lost", "quit", "handover"]
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -72,7 +72,7 @@ async def _serve_forever(broker: Broker, terminal: Terminal, name: str, *, stand
 
     backoff = Backoff()
     while True:
-        quit_ = False
+        step: _Next = "lost"
         try:
             async with broker.provider(name, standby=standby, on_standby=on_standby) as provider:
                 backoff.reset()
@@ -84,10 +84,15 @@ async def _serve_forever(broker: Broker, terminal: Terminal, name: str, *, stand
                 terminal.say("Waiting for questions…", "green")
                 # Returns rather than raises: `broker.provider()` wraps what its body raises
                 # in an ExceptionGroup (its TaskGroup).
-                quit_ = await _serve(provider, terminal) == "quit"
-            if quit_:  # said once the block has released the lease
+                step = await _serve(provider, terminal)
+            if step == "quit":  # said once the block has released the lease
                 terminal.say("Stopped; the lease is handed on.")
                 return 0
+            if step == "handover" and provider.handover is not None:
+                terminal.say(f"Handed the lease to {provider.handover.to}; standing by.", "bold yellow")
+                if not standby:
+                    return 0
+                continue
         except Exception as error:  # Redis away (a restart, a network blip): stand by again once it is back
             if isinstance(error, UserQuestionError) and error.code == DUPLICATE_PROVIDER:
                 terminal.say(str(error))
@@ -119,7 +124,7 @@ async def _serve(provider: Provider, terminal: Terminal) -> _Next:
             try:
                 pending = arriving.result()
             except StopAsyncIteration:
-                break
+                return "handover" if provider.handover is not None else "lost"
             step = await _present(provider, terminal, pending)
             if step != "next":
                 return step
@@ -175,10 +180,18 @@ async def _present(provider: Provider, terminal: Terminal, pending: PendingReque
     showing = asyncio.ensure_future(terminal.present(pending, queued))
     withdrawn = asyncio.ensure_future(pending.withdrawn.wait())
     lost = asyncio.ensure_future(provider.wait_lost())
+    handover = asyncio.ensure_future(provider.wait_handover())
     try:
-        await asyncio.wait({showing, withdrawn, lost}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({showing, withdrawn, lost, handover}, return_when=asyncio.FIRST_COMPLETED)
+        if done == {handover} and provider.handover is not None:  # told once; the question stays
+            asked = provider.handover
+            terminal.say(
+                f"{asked.by or 'someone'} asks to take over for {asked.to}: finish or skip this question,"
+                " then this terminal stands by."
+            )
+            await asyncio.wait({showing, withdrawn, lost}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for waiter in (withdrawn, lost):
+        for waiter in (withdrawn, lost, handover):
             waiter.cancel()
         if not showing.done():
             showing.cancel()

@@ -54,8 +54,14 @@ _MAX_BODY = 1024 * 1024
 _KEEPALIVE_S = 15.0
 _SESSION_CHECK_S = 1.0
 """how long the change stream waits for Redis to confirm the session before each event"""
-_STATUS_OF_CODE = {"BAD_ANSWER": 422, "NOT_PENDING": 409, "LEASE_LOST": 503, "BROKER_UNAVAILABLE": 503}
-_STATUS_OF_CODE["NOT_APPROVER"] = 403
+_STATUS_OF_CODE = {
+    "BAD_ANSWER": 422,
+    "NOT_PENDING": 409,
+    "NOT_STANDING_BY": 409,
+    "LEASE_LOST": 503,
+    "BROKER_UNAVAILABLE": 503,
+    "NOT_APPROVER": 403,
+}
 _INTERNAL = json.dumps({"name": "WebError", "code": "INTERNAL", "message": "internal error; see the server log"})
 
 
@@ -370,6 +376,17 @@ def create_app(config: WebConfig) -> Starlette:
             return _voted(tally, identity.user)
         return JSONResponse({"ok": True, "by": identity.user})
 
+    async def take_over(request: Request) -> Response:
+        identity = await auth_of(request).identify_for_change(request)
+        body = await _json_body(request, required=False)
+        mine = services_of(request, identity)
+        wanted = body.get("namespace") if isinstance(body, dict) else None
+        service = next((s for s in mine if not wanted or s.broker.namespace == wanted), None)
+        if service is None:
+            raise WebError(403, "NO_NAMESPACE", f"{identity.user} may not answer in namespace {wanted!r} here")
+        await service.take_over(by=identity.user)
+        return JSONResponse({"ok": True, "by": identity.user, "holder": service.holder})
+
     async def decisions(request: Request) -> Response:
         identity = await auth_of(request).identify(request)
         return JSONResponse(await list_remembered(services_of(request, identity)))
@@ -445,6 +462,7 @@ def create_app(config: WebConfig) -> Starlette:
         Route("/api/history", history, methods=["GET"]),
         Route("/api/requests/{id}/answer", answer, methods=["POST"]),
         Route("/api/requests/{id}/cancel", cancel, methods=["POST"]),
+        Route("/api/takeover", take_over, methods=["POST"]),
         Route("/api/decisions", decisions, methods=["GET"]),
         Route("/api/decisions/{id}/revoke", revoke_decision, methods=["POST"]),
         Route("/api/events", events, methods=["GET"]),

@@ -62,6 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token", action="append", default=[], metavar="NAME=TOKEN", help="a bearer token (repeatable)"
     )
+    parser.add_argument(
+        "--allow-no-users",
+        action="store_true",
+        help="start even with no users and no tokens (nobody can sign in, yet the page holds the lease); "
+        "without it such a page refuses to start (NO_USERS)",
+    )
     parser.add_argument("--secure-cookies", action="store_true", help="mark cookies Secure (serve over HTTPS)")
     parser.add_argument(
         "--public-url",
@@ -146,6 +152,14 @@ async def run(args: argparse.Namespace) -> int:
             Broker(settings.redis_url, namespace)  # refuses a malformed namespace name; connects to nothing
     except (ConfigError, ValueError, UserQuestionError) as error:  # PolicyError is a ValueError
         print(f"qbroker web: {error}", file=sys.stderr)
+        return 2
+    if not credentials and not getattr(args, "allow_no_users", False):
+        # Nobody could sign in, yet it would take the namespace's lease from (or before) a page people use.
+        print(
+            "qbroker web: NO_USERS: no users and no tokens, so nobody could sign in: give --users-file FILE"
+            " (env QBROKER_WEB_USERS) or --token NAME=TOKEN, or --allow-no-users to start anyway",
+            file=sys.stderr,
+        )
         return 2
     if not settings.signing_key:
         print(

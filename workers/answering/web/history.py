@@ -73,7 +73,9 @@ def outcome_json(text: str | None) -> dict[str, Any]:
     return outcome if isinstance(outcome, dict) else {}
 
 
-def _entry(entry_id: str, fields: dict[str, str], request: Any) -> dict[str, Any]:
+def _entry(
+    entry_id: str, fields: dict[str, str], request: Any, setters: dict[str, str] | None = None
+) -> dict[str, Any]:
     outcome = outcome_json(fields.get("outcome"))
     answers = {}
     if isinstance(outcome.get("answer"), dict):
@@ -81,18 +83,24 @@ def _entry(entry_id: str, fields: dict[str, str], request: Any) -> dict[str, Any
     message = outcome["error"].get("message") if isinstance(outcome.get("error"), dict) else fields.get("reason")
     questions: list[dict[str, Any]] = []
     asked = request.get("questions", ()) if isinstance(request, dict) else ()
-    for item in asked if isinstance(asked, list) else ():
-        if isinstance(item, dict):
-            given = answers.pop(item.get("id"), {})
-            questions.append(
-                {
-                    "id": item.get("id"),
-                    "question": item.get("question"),
-                    "selected": given.get("selected", []),
-                    "custom": given.get("custom"),
-                    "edited": given.get("edited"),
-                }
-            )
+    asked = [item for item in asked if isinstance(item, dict)] if isinstance(asked, list) else []
+    if answers and len(asked) == len(answers) and not any(item.get("id") in answers for item in asked):
+        # Another asker of a coalesced card: an identical request under its own question ids, in order.
+        answers = {item.get("id"): given for item, given in zip(asked, answers.values(), strict=True)}
+    for item in asked:
+        given = answers.pop(item.get("id"), {})
+        question = {
+            "id": item.get("id"),
+            "question": item.get("question"),
+            "selected": given.get("selected", []),
+            "custom": given.get("custom"),
+            "edited": given.get("edited"),
+        }
+        approve = _approve_label(item)
+        if approve is not None and fields.get("event") == "answered":
+            # A plan is approved only by its approve label: a note or the other option declines it.
+            question["verdict"] = "approved" if approve in question["selected"] else "declined"
+        questions.append(question)
     for qid, given in answers.items():  # the request hash expired: ids and answers only
         questions.append(
             {
@@ -103,14 +111,21 @@ def _entry(entry_id: str, fields: dict[str, str], request: Any) -> dict[str, Any
                 "edited": given.get("edited"),
             }
         )
+    by = fields.get("by") or None
+    remembered = bool(by and by.startswith("decision:"))
+    if remembered and by is not None:
+        # Who set the decisions (from the decision records, which the answering side signs), not their ids.
+        who = sorted({setters[d] for d in by.removeprefix("decision:").split(",") if setters and d in setters})
+        by = ", ".join(who) or None
     return {
         "id": fields.get("rid", ""),
         "event": fields.get("event", ""),
         "source": fields.get("_source", "audit"),
         "atMs": int(entry_id.split("-", 1)[0]),
-        "by": fields.get("by") or None,
+        "by": by,
+        "remembered": remembered,
         "provider": fields.get("provider") or None,
-        "agent": request.get("agent") if isinstance(request, dict) else None,
+        "agent": (request.get("agent") if isinstance(request, dict) else None) or fields.get("agent") or None,
         "message": message if isinstance(message, str) else None,
         "questions": questions,
     }
@@ -133,10 +148,41 @@ async def read_history(
         )
     )
     fallback = iter(stored)
+    requests = [view if view is not None else _json(next(fallback)) for view in shown]
+    setters: dict[str, str] = {}
+    if any(str(fields.get("by", "")).startswith("decision:") for _, fields in settled):
+        decisions = {decision.id: decision for decision in await broker.decisions()}
+        setters = {decision_id: decision.by for decision_id, decision in decisions.items()}
+        for i, (_, fields) in enumerate(settled):
+            if requests[i] is None and str(fields.get("by", "")).startswith("decision:"):
+                requests[i] = _decided_request(fields, decisions)
     return [
-        _entry(entry_id, fields, view if view is not None else _json(next(fallback)))
-        for (entry_id, fields), view in zip(settled, shown, strict=True)
+        _entry(entry_id, fields, request, setters)
+        for (entry_id, fields), request in zip(settled, requests, strict=True)
     ]
+
+
+def _decided_request(fields: dict[str, str], decisions: dict[str, Any]) -> dict[str, Any]:
+    """What an ask answered by remembered decisions asked, as far as the decisions tell (one per question)."""
+    ids = fields.get("by", "").removeprefix("decision:").split(",")
+    outcome = outcome_json(fields.get("outcome"))
+    answered = outcome["answer"].get("answers", []) if isinstance(outcome.get("answer"), dict) else []
+    questions = []
+    for decision_id, given in zip(ids, answered, strict=False):
+        decision = decisions.get(decision_id)
+        if isinstance(given, dict):
+            questions.append({"id": given.get("id"), "question": decision.question if decision else None})
+    return {"agent": fields.get("agent") or None, "questions": questions}
+
+
+def _approve_label(item: dict[str, Any]) -> str | None:
+    """A plan review's approve label, from a shown view (``approve``) or a stored request (its intent)."""
+    if isinstance(item.get("approve"), str):
+        return str(item["approve"])
+    intent = item.get("intent")
+    if isinstance(intent, dict) and intent.get("kind") == "plan-review" and isinstance(intent.get("approve"), str):
+        return str(intent["approve"])
+    return None
 
 
 async def find_settlement(broker: Broker, request_id: str) -> tuple[str, str, Any] | None:

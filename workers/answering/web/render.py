@@ -15,9 +15,9 @@ import msgspec
 import nh3
 from markdown_it import MarkdownIt
 
-from broker import AskUserQuestionItem, PendingRequest, PlanReviewIntent
+from broker import AskUserQuestionItem, AskUserQuestionRequest, PendingRequest, PlanReviewIntent
 
-__all__ = ["plan_review", "render_markdown", "request_view", "safe_url"]
+__all__ = ["plan_review", "readonly_view", "render_markdown", "request_view", "safe_url"]
 
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
 _TAGS = {
@@ -118,3 +118,17 @@ def _remember_scopes(pending: PendingRequest) -> list[str]:
     if not pending.rememberable or any(item.intent is not None for item in pending.request.questions):
         return []
     return ["agent", "namespace"] if pending.agent_id else ["namespace"]
+
+
+def readonly_view(request_id: str, request: AskUserQuestionRequest, created_ms: int) -> dict[str, Any]:
+    """A pending request another provider serves, listed read-only: who asks what, no form."""
+    return {
+        "id": request_id,
+        "agent": request.agent,
+        "createdMs": created_ms,
+        "priority": request.priority,
+        "questions": [
+            {"id": item.id, "question": item.question, "header": item.header, "options": list(item.labels)}
+            for item in request.questions
+        ],
+    }

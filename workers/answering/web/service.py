@@ -23,9 +23,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from broker import AskUserQuestionAnswer, Broker, PendingRequest, Policies, Provider, Remember, Tally, UserQuestionError
 from broker.errors import NOT_APPROVER
 from broker.quorum import revoke_covered
+from broker.types import PRIORITIES, decode_request
 from workers.answering.web.history import find_settlement, outcome_json
 from workers.answering.web.keys import WebKeys
-from workers.answering.web.render import asking_view, request_view, safe_url
+from workers.answering.web.render import asking_view, readonly_view, request_view, safe_url
 from workers.metrics import lease_acquired, lease_lost
 
 __all__ = ["QUEUE_SIZE", "AlreadySettled", "Event", "Status", "WebProvider"]
@@ -41,8 +42,11 @@ _PROBE_EVERY_S = 1.0
 _PROBE_TIMEOUT_S = 1.5
 """how often and how patiently Redis is pinged, so pages learn of an outage in seconds, not after
 the broker's own retries (``unavailable_after``) give up"""
+_READONLY_EVERY_S = 1.0
+_READONLY_MAX = 500
+"""while standing by, the holder's pending requests are read this often, this many at most, to list them read-only"""
 _REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
-_NOT_PENDING, _LEASE_LOST = "NOT_PENDING", "LEASE_LOST"
+_NOT_PENDING, _LEASE_LOST, _NOT_STANDING_BY = "NOT_PENDING", "LEASE_LOST", "NOT_STANDING_BY"
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,7 @@ class WebProvider:
         self.holder_url = ""
         self.redis_ok = True
         self._status_changed = asyncio.Event()
+        self._holder_changed = asyncio.Event()
         self._retry_delay = retry_delay
         self._provider: Provider | None = None
         self._pending: dict[str, PendingRequest] = {}
@@ -101,6 +106,10 @@ class WebProvider:
         self._lost: set[str] = set()
         """requests taken down when the lease was lost: each comes back (redelivered) or is said to be gone"""
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
+        self._readonly: list[dict[str, Any]] = []
+        """while standing by: the requests the holder serves, listed read-only"""
+        self.takeover_by = ""
+        """who asked, here, for the lease (cleared once this server serves, or stops standing by)"""
 
     # -- what pages see ---------------------------------------------------------------
 
@@ -110,6 +119,7 @@ class WebProvider:
             "namespace": self.broker.namespace,
             "status": self.status_event(),
             "requests": list(self._views.values()),
+            "readonly": self._readonly,
             "nowMs": int(time.time() * 1000),
         }
 
@@ -122,6 +132,7 @@ class WebProvider:
             "holderUrl": self.holder_url if self.status == "standby" else "",
             "name": self.name,
             "redis": "ok" if self.redis_ok else "down",
+            "takeoverBy": self.takeover_by if self.status == "standby" else "",
         }
 
     def requests(self) -> list[dict[str, Any]]:
@@ -171,11 +182,23 @@ class WebProvider:
     def _set_status(self, status: Status, holder: str = "") -> None:
         if (status, holder) != (self.status, self.holder):
             self.holder_url = ""
+        if status != "standby":
+            self.takeover_by = ""
         self.status, self.holder = status, holder
         self._status_changed.set()
+        self._holder_changed.set()
         self._publish(self.status_event())
 
     # -- acting on requests -------------------------------------------------------------
+
+    async def take_over(self, *, by: str) -> None:
+        """Ask the lease holder to hand the lease to this server (it stands by meanwhile)."""
+        if self.status != "standby":
+            raise UserQuestionError("this server is not standing by behind another provider", _NOT_STANDING_BY)
+        await self.broker.request_handover(self.name, by=by)
+        log.info("%s asked %s to hand the lease of %s to %s", by, self.holder, self.broker.namespace, self.name)
+        self.takeover_by = by
+        self._publish(self.status_event())
 
     async def answer(
         self, request_id: str, answer: AskUserQuestionAnswer, *, by: str, remember: Remember | None = None
@@ -340,8 +363,14 @@ class WebProvider:
             watcher.cancel()
         view = self._views.pop(request_id, None)
         if view is not None:
-            questions = [{"id": q["id"], "question": q["question"]} for q in view["questions"]]
+            questions = [
+                {"id": q["id"], "question": q["question"], "approve": (q.get("planReview") or {}).get("approve")}
+                for q in view["questions"]
+            ]
             self._shown[request_id] = {"agent": view["agent"], "questions": questions}  # no plan text kept
+            for asker in view.get("askers", ()):  # a coalesced card's other askers: their history shows it too
+                if asker.get("requestId") and asker["requestId"] != request_id:
+                    self._shown[asker["requestId"]] = {"agent": asker.get("agent"), "questions": questions}
             while len(self._shown) > _SETTLED_MEMORY:
                 self._shown.popitem(last=False)
             removed = {"type": "removed", "id": request_id, "reason": reason, "by": by, "settled": settled}
@@ -356,11 +385,13 @@ class WebProvider:
             async with asyncio.TaskGroup() as tasks:
                 advertising = tasks.create_task(self._advertise(), name="qb-web-advertise")
                 probing = tasks.create_task(self._probe_redis(), name="qb-web-probe-redis")
+                following = tasks.create_task(self._follow_holder(), name="qb-web-follow-holder")
                 try:
                     await self._serve_forever()
                 finally:
                     advertising.cancel()
                     probing.cancel()
+                    following.cancel()
         finally:
             self._set_status("stopped")
             self._publish(None)
@@ -396,6 +427,49 @@ class WebProvider:
                 self.redis_ok = ok
                 self._publish(self.status_event())
             await asyncio.sleep(_PROBE_EVERY_S)
+
+    async def _follow_holder(self) -> None:
+        """While standing by, list the holder's pending requests read-only (read every second).
+
+        A standby is not in the consumer group's reading: it reads the stream's outstanding entries
+        and each one's request hash, and shows those still pending. Nothing is written.
+        """
+        while True:
+            listed: list[dict[str, Any]] = []
+            if self.status == "standby":
+                try:
+                    listed = await self._read_holders_requests()
+                except (*_REDIS_DOWN, UserQuestionError) as error:
+                    log.debug("cannot list the holder's requests: %s", error)
+                    listed = self._readonly
+            if listed != self._readonly:
+                self._readonly = listed
+                self._publish({"type": "readonly", "namespace": self.broker.namespace, "requests": listed})
+            self._holder_changed.clear()
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._holder_changed.wait(), _READONLY_EVERY_S)
+
+    async def _read_holders_requests(self) -> list[dict[str, Any]]:
+        keys, call = self.broker.keys, self.broker.commands.call
+        entries = await call("XRANGE", keys.requests, "-", "+", "COUNT", _READONLY_MAX)
+        asks = [(entry_id, _fields(flat)) for entry_id, flat in entries]
+        asks = [(entry_id, fields) for entry_id, fields in asks if fields.get("kind") == "ask" and fields.get("rid")]
+        hashes = await asyncio.gather(
+            *(call("HMGET", keys.request(fields["rid"]), "state", "created", "request") for _, fields in asks)
+        )
+        listed: list[tuple[int, int, dict[str, Any]]] = []
+        for (_, fields), (state, created, stored) in zip(asks, hashes, strict=True):
+            if state != "pending":
+                continue
+            try:
+                request = decode_request(fields.get("request") or stored or "")
+            except (msgspec.DecodeError, UserQuestionError, ValueError):
+                continue
+            created_ms = int(created or 0)
+            view = readonly_view(fields["rid"], request, created_ms)
+            listed.append((PRIORITIES.index(request.priority), created_ms, view))
+        listed.sort(key=lambda item: item[:2])
+        return [view for _, _, view in listed]
 
     async def _advertise(self) -> None:
         """While active, publish this page's public URL; while standing by, learn the holder's.
@@ -502,6 +576,12 @@ class WebProvider:
             return
         view.update(now)
         self._publish({"type": "updated", "id": pending.request_id, **now, "namespace": self.broker.namespace})
+
+
+def _fields(flat: Any) -> dict[str, str]:
+    if isinstance(flat, dict):
+        return flat
+    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 def _first(error: BaseException) -> BaseException:

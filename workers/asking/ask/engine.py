@@ -185,6 +185,14 @@ async def ask(args: argparse.Namespace) -> int:
                 # so the caller must have it even if this process is killed while closing.
                 sys.stdout.buffer.write(encode(answer) + b"\n")
                 sys.stdout.flush()
+                # The same answer, but nobody was asked now: say so aside (a gateway does not tell; its answer is
+                # the gateway's verdict).
+                if isinstance(broker, Broker) and broker.remembered_answers:
+                    setters = ", ".join(broker.last_remembered_by) or "someone"
+                    sys.stderr.write(
+                        f"answered by a remembered decision set by {setters} (nobody was asked now;"
+                        " `qbroker decisions list` shows it, `revoke ID` makes the next ask go to a human)\n"
+                    )
         except UserQuestionError as error:
             return _fail(error)
         except (OSError, RedisError) as error:  # unreachable, refused AUTH, ...

@@ -7,6 +7,7 @@
   const $ = (id) => document.getElementById(id);
   const state = {
     csrf: null, user: null, namespaces: [], source: null, statuses: new Map(), connected: false, skewMs: 0, cards: new Map(), view: "pending", notify: false,
+    readonly: new Map(),
   };
   const RECOMMENDED = /\s*\(recommended\)\s*$/i;
   const OFFLINE = "Could not reach the server, so nothing was sent. Your answer is kept here: send it again when the connection is back.";
@@ -136,6 +137,7 @@
     source.addEventListener("added", (e) => { addCard(JSON.parse(e.data).request); announce(JSON.parse(e.data).request); });
     source.addEventListener("removed", (e) => onRemoved(JSON.parse(e.data)));
     source.addEventListener("updated", (e) => onUpdated(JSON.parse(e.data)));
+    source.addEventListener("readonly", (e) => onReadonly(JSON.parse(e.data)));
     source.addEventListener("error", async () => {
       if (state.source !== source) return;
       setConnected(false);
@@ -193,8 +195,58 @@
       (state.namespaces.length > 1 ? status.namespace : "this namespace") + ", so its questions are answered there");
     const url = /^https?:\/\//i.test(status.holderUrl || "") ? status.holderUrl : "";
     if (url) line.append(" at ", el("a", { href: url, class: "holder-link", id: state.namespaces.length > 1 ? null : "holder-link", text: url }));
-    line.append(". Questions appear here if this server takes over.");
+    if (status.takeoverBy) {
+      line.append(". " + status.takeoverBy + " asked it to hand over: it does once it finishes what it is doing, and the questions become answerable here.");
+      return line;
+    }
+    line.append(". Its pending questions are listed below, read-only. ");
+    line.append(el("button", { type: "button", class: "take-over", text: "Take over",
+      title: "Ask " + (status.holder || "the active provider") + " to hand the lease to this server; it finishes what it is doing first",
+      onclick: (event) => takeOver(event.currentTarget, status.namespace) }));
     return line;
+  }
+
+  async function takeOver(button, namespace) {
+    button.disabled = true;
+    try { await call("POST", "/api/takeover", { namespace }); }
+    catch (error) { button.disabled = false; button.after(el("span", { class: "error", role: "alert", text: " " + error.message })); }
+  }
+
+  // -- the holder's questions, read-only, while another provider serves ----------------------
+
+  function onReadonly(event) {
+    state.readonly.set(event.namespace, event.requests || []);
+    renderReadonly();
+  }
+
+  function renderReadonly() {
+    const section = $("readonly");
+    const list = $("readonly-list");
+    list.replaceChildren();
+    for (const [namespace, requests] of state.readonly) {
+      if (statusOf(namespace) !== "standby") continue;
+      for (const request of requests) {
+        const meta = [request.agent || "an agent"];
+        if (request.priority && request.priority !== "normal") meta.unshift(request.priority.toUpperCase());
+        if (state.namespaces.length > 1) meta.push(namespace);
+        if (request.createdMs) meta.push("waiting " + ago(request.createdMs));
+        const item = el("li", { class: "readonly-request" }, el("div", { class: "meta muted small", text: meta.join(" · ") }));
+        for (const question of request.questions) {
+          const text = el("div", { class: "readonly-question" }, el("strong", { text: question.question }));
+          if (question.options && question.options.length) text.append(el("span", { class: "muted", text: " — " + question.options.join(" / ") }));
+          item.append(text);
+        }
+        list.append(item);
+      }
+    }
+    section.hidden = list.childNodes.length === 0;
+    $("readonly-count").textContent = "(" + list.childNodes.length + ")";
+    renderEmpty();
+  }
+
+  function ago(createdMs) {
+    const seconds = Math.max(0, Math.round((Date.now() + state.skewMs - createdMs) / 1000));
+    return seconds < 90 ? seconds + " s" : seconds < 5400 ? Math.round(seconds / 60) + " min" : Math.round(seconds / 3600) + " h";
   }
 
   function renderBanner() {
@@ -234,6 +286,7 @@
     state.skewMs = snapshot.nowMs - Date.now();
     state.connected = true;
     onStatus(snapshot.status);
+    onReadonly({ namespace: snapshot.namespace, requests: snapshot.readonly || [] });
     const live = new Set(snapshot.requests.map((r) => r.id));
     const missing = [...state.cards.values()].filter((card) => card.request.namespace === snapshot.namespace && !live.has(card.id) && !card.closed);
     if (missing.length) explainGone(missing.map((card) => card.id));
@@ -267,6 +320,7 @@
     }
     document.body.dataset.status = [...state.statuses.values()].map((s) => s.status).join(" ");
     renderBanner();
+    renderReadonly();
     for (const card of state.cards.values()) arm(card);
   }
 
@@ -275,6 +329,7 @@
     const empty = $("empty");
     empty.hidden = open > 0;
     const standingBy = state.namespaces.length > 0 && state.namespaces.every((n) => statusOf(n) === "standby");
+    if (standingBy && !$("readonly").hidden) empty.hidden = true;
     empty.textContent = standingBy
       ? "This server is standing by: pending questions are answered on the active server (see above)."
       : "No pending questions. New ones appear here as agents ask.";
@@ -1127,14 +1182,17 @@
     const head = el("div", { class: "meta" },
       state.namespaces.length > 1 ? el("span", { class: "namespace-chip", text: entry.namespace }) : null,
       el("span", { class: "event event-" + entry.event, text: VERB[entry.event] || entry.event }),
-      entry.by ? el("span", { class: "by", text: "by " + entry.by }) : null,
+      entry.remembered ? el("span", { class: "by remembered-by", text: "by a remembered decision" + (entry.by ? " set by " + entry.by : "") })
+        : entry.by ? el("span", { class: "by", text: "by " + entry.by }) : null,
       el("time", { datetime: when.toISOString(), text: when.toLocaleString() }),
       entry.agent ? el("span", { class: "agent", text: "asked by " + entry.agent }) : null);
     const body = el("ul", { class: "history-answers" });
     for (const q of entry.questions) {
-      const parts = [...(q.selected || [])];
+      let parts = [...(q.selected || [])];
       if (q.custom) parts.push("“" + q.custom + "”");
       if (q.edited) parts.push("edited: " + JSON.stringify(q.edited));
+      if (q.verdict === "declined") parts = ["declined" + (q.custom ? ": “" + q.custom + "”" : (q.selected || []).length ? " (" + q.selected.join(", ") + ")" : "")];
+      else if (q.verdict === "approved") parts = q.edited ? ["approved", "edited: " + JSON.stringify(q.edited)] : ["approved"];
       body.append(el("li", {},
         el("span", { class: "q", text: (q.question || "question " + q.id) + " " }),
         entry.event === "answered" ? el("span", { class: "a", text: "→ " + (parts.length ? parts.join(", ") : "(skipped)") }) : null));
