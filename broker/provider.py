@@ -310,7 +310,13 @@ class PendingRequest:
     ) -> _Settlement:
         keys, request_id = self._provider.keys, member.request_id
         return (
-            [keys.request(request_id), keys.outcome(request_id), keys.inbox(member.client_id), *extra_keys],
+            [
+                keys.request(request_id),
+                keys.outcome(request_id),
+                keys.inbox(member.client_id),
+                keys.durable(member.request.agent, member.durable) if member.durable else keys.request(request_id),
+                *extra_keys,
+            ],
             [member.request_id, state, outcome, by, self._provider.settle_call_ids.next(), *extra_args],
             Seal(
                 request_id,
@@ -612,10 +618,10 @@ class Provider:
             first_keys, first_args, *_ = batch[0]
             if first_args[5] == _CARRIED and carrier is not None:
                 # A coalesced card split across calls: this call carries its decisions again (written once).
-                batch[0] = (first_keys[:3] + carrier[0], [*first_args[:5], *carrier[1]], batch[0][2], batch[0][3])
+                batch[0] = (first_keys[:4] + carrier[0], [*first_args[:5], *carrier[1]], batch[0][2], batch[0][3])
             for settle_keys, settle_args, _, _ in batch:
                 if settle_args[5] > 0:
-                    carrier = (settle_keys[3:], settle_args[5:])
+                    carrier = (settle_keys[4:], settle_args[5:])
             # Sealed once per batch, before the first send: a retry after a lost reply sends the same bytes.
             sealed = seal_outcomes(
                 self._signing_key, self.keys.namespace, self.epoch, self.redis_ms(), [s for _, _, s, _ in batch]

@@ -48,7 +48,7 @@ async def settle_remembering(
 ) -> list[Any]:
     k = ns.keys
     keys = [k.provider, k.requests, k.audit, k.decisions, k.decision_expiry]
-    keys += [k.request(rid), k.outcome(rid), k.inbox("c1"), k.decision(FP, agent or None)]
+    keys += [k.request(rid), k.outcome(rid), k.inbox("c1"), k.request(rid), k.decision(FP, agent or None)]
     summary = json.dumps({"scope": "agent" if agent else "namespace", "agent": agent or None, "fingerprint": FP})
     args: list[Any] = [fence, "ui", epoch, GROUP, AUDIT_MAX, RESULT_MS, "0"]
     args += [rid, "answered", outcome("yes"), "alice", call, 1, decision, 60_000, '["yes"]', summary, '{"sig":"-"}']
