@@ -99,7 +99,7 @@ def _with_library(source: str) -> str:
         return source
     shebang, rest = source.split("\n", 1)
     if not shebang.startswith("#!"):
-        raise ValueError("a script that calls a helper starts with its #!lua line, the helper goes in front of the next")
+        raise ValueError("a script that calls a helper starts with #!lua; the helpers go in front of the next line")
     return f"{shebang}\n{' '.join(used)} {rest}"
 
 
