@@ -16,6 +16,8 @@
 -- ARGV[14] 'solo' when the asker opted out of coalescing (ask(coalesce=False)): the entry says coalesce '0'
 -- (KEYS[7] and ARGV[15..]: see the remembered decisions block below)   ARGV[17] the provider lease key
 -- ARGV[18] the standbys zset key   KEYS[8] the away zset (absent when checking the gate only)
+-- ARGV[20 + 3n] (after the decisions block's arguments) a gateway's attestation of this ask ('' or absent for none):
+-- carried on the stream entry as 'attest'; the provider verifies it (broker/signing.py), the script does not
 -- The request hash is the record of who asks (docs/architecture.md): 'client' (the asking process), 'away',
 -- 'remember' and 'coalesce' ('0': opted out), 'deadline'. The stream entry's copies say how it was first asked.
 -- returns {'ok', entry id} | {'decided', outcome JSON, Redis time ms, records} | {'err', CODE, message}, and for a
@@ -160,6 +162,11 @@ local fields = {'kind', 'ask', 'rid', ARGV[1], 'client', ARGV[5], 'agent', ARGV[
 if ARGV[14] == 'solo' then -- ask(coalesce=False): never presented together with identical requests
   fields[#fields + 1] = 'coalesce'
   fields[#fields + 1] = '0'
+end
+local attest = ARGV[20 + 3 * looked_up] or ''
+if attest ~= '' then
+  fields[#fields + 1] = 'attest'
+  fields[#fields + 1] = attest
 end
 local entry = redis.call('XADD', KEYS[1], '*', unpack(fields))
 redis.call('HSET', KEYS[2], 'state', 'pending', 'request', ARGV[2], 'agent', ARGV[3], 'agent_fp', agent_fp,
