@@ -180,6 +180,8 @@ class Broker:
         if isinstance(gateway_keys, str):
             gateway_keys = TrustedKeys.parse(gateway_keys)
         gateways = TrustedKeys(gateway_keys.keys if isinstance(gateway_keys, TrustedKeys) else gateway_keys)
+        self.gateway_keys = gateways
+        """the pinned gateways' public keys: an ask one of them attested shows a verified agent id"""
         self.rejected_outcomes = 0
         """answers (and remembered decisions) refused because no trusted key signed them for their request"""
         self.remembered_answers = 0

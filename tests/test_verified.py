@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from broker import Broker, SigningKey
+from broker import Broker, PendingRequest, SigningKey, namespace_status
 from tests.helpers import SIGNING_KEY, one_question, pick
 from tests.test_ask import next_pending
 from workers.answering.auto.rules import parse_rules
+from workers.answering.web.render import asking_view
+from workers.operating.status.view import format_status
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -49,12 +51,25 @@ async def audit_asker(redis: Redis, namespace: str, rid: str) -> str:
     return str(entry["asker"])
 
 
+async def faces_say(answering: Broker, pending: PendingRequest, identity: str) -> None:
+    """The page's card, ``qbroker status`` and the terminal's banner say it the same way."""
+    view = asking_view(pending)
+    assert view["verified"] is (identity == "verified")
+    assert [asker["verified"] for asker in view["askers"]] == [identity == "verified"]
+    status = await namespace_status(answering)
+    assert [p.verified for p in status.pending] == [identity == "verified"]
+    [row] = [line for line in format_status(status).splitlines() if pending.request_id in line]
+    assert f" {identity} " in row
+    assert "IDENTITY" in format_status(status)
+
+
 async def test_an_ask_the_pinned_gateway_attested_is_verified_everywhere(make_broker, redis, namespace):
     gateway, answering = await gateway_and_provider(make_broker, GATEWAY_KEY)
     async with answering.provider("ui") as provider, gateway.agent("ci-bot") as agent:
         asking = asyncio.create_task(agent.ask(one_question(), timeout=20))
         pending = await next_pending(provider)
         assert pending.verified and [a.verified for a in pending.askers] == [True]
+        await faces_say(answering, pending, "verified")
         await pending.answer(pick("yes"), by="alice")
         assert await asyncio.wait_for(asking, 10) == pick("yes")
     assert await audit_asker(redis, namespace, pending.request_id) == "verified"
@@ -67,6 +82,7 @@ async def test_an_ask_without_attestation_is_claimed(make_broker, redis, namespa
         asking = asyncio.create_task(agent.ask(one_question(), timeout=20))
         pending = await next_pending(provider)
         assert not pending.verified and [a.verified for a in pending.askers] == [False]
+        await faces_say(answering, pending, "claimed")
         await pending.answer(pick("yes"), by="alice")
         await asyncio.wait_for(asking, 10)
     assert await audit_asker(redis, namespace, pending.request_id) == "claimed"
