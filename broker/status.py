@@ -174,7 +174,16 @@ async def _pending(
         records = await asyncio.gather(
             *(
                 call(
-                    "HMGET", keys.request(rid), "state", "agent", "created", "delivered", "request", "key", "away", "client"
+                    "HMGET",
+                    keys.request(rid),
+                    "state",
+                    "agent",
+                    "created",
+                    "delivered",
+                    "request",
+                    "key",
+                    "away",
+                    "client",
                 )
                 for rid in listed
             ),
@@ -251,7 +260,13 @@ def _event(fields: Any) -> str | None:
 
 
 def _attested(
-    gateways: TrustedKeys, keys: Keys, request_id: str, entry: dict[str, str], request: str | None, agent: str, client: str
+    gateways: TrustedKeys,
+    keys: Keys,
+    request_id: str,
+    entry: dict[str, str],
+    request: str | None,
+    agent: str,
+    client: str,
 ) -> bool:
     """As the provider judges it: the entry's attestation, for the request as shown, its agent and asking process."""
     shown = entry.get("request") or request

@@ -137,7 +137,9 @@ async def test_an_attestation_copied_from_another_request_is_claimed(make_broker
 
 
 async def test_a_rule_requiring_verified_does_not_answer_a_claimed_ask(make_broker, namespace):
-    rules = parse_rules('[[rule]]\nagent = "ci-*"\nverified = true\nselect = "yes"\n\n[default]\ncancel = "ask a human"\n')
+    rules = parse_rules(
+        '[[rule]]\nagent = "ci-*"\nverified = true\nselect = "yes"\n\n[default]\ncancel = "ask a human"\n'
+    )
     asker = await make_broker()
     answering = await make_broker(gateway_keys=[GATEWAY_KEY.public_text])
     gateway = await make_broker(attest_key=GATEWAY_KEY)

@@ -447,7 +447,11 @@ async def test_the_gateway_attests_its_asks_so_the_provider_shows_them_verified(
     key_file.write_text(gateway_key.to_text())
     token = tokens("ci-bot")
     worker, base = await start_gateway(
-        redis_server, namespace, tokens.path, "--attest-key-file", str(key_file)  # type: ignore[attr-defined]
+        redis_server,
+        namespace,
+        tokens.path,
+        "--attest-key-file",
+        str(key_file),  # type: ignore[attr-defined]
     )
     pinning = await make_broker(gateway_keys=[gateway_key.public_text])
     try:
