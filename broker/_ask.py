@@ -173,6 +173,16 @@ async def ask_script(
             *(item.id for item in request.questions[:looked_up]),
             *found,
         ]
+        if broker.attest_key is not None and agent is not None:  # ask.lua's attestation, after the decisions
+            remembered.append(
+                broker.attest_key.attest(
+                    namespace=broker.namespace,
+                    request_id=request_id,
+                    request_sha=hashlib.sha256(body).hexdigest(),
+                    agent=agent.id,
+                    client=broker.client_id,
+                )
+            )
     return await broker.commands.script(
         SCRIPTS["ask"],
         script_keys,

@@ -75,6 +75,11 @@ class Broker:
     asking without any is ``NO_TRUSTED_KEY``. ``signing_key`` (``qbsk1:...`` or a ``SigningKey``)
     is what a provider signs its answers with (``provider()`` without one is ``NO_SIGNING_KEY``);
     a broker trusts its own signing key's public half.
+
+    ``attest_key`` (a gateway's own key, never an answering one) attests each ask this broker
+    enqueues: request, agent and process. ``gateway_keys`` are the gateways' public keys a
+    provider pins: an ask one of them attested shows its agent id as verified, any other as
+    claimed (``PendingRequest.verified``).
     """
 
     def __init__(
@@ -99,6 +104,8 @@ class Broker:
         connect: Callable[[], _Client] | None = None,
         trusted_keys: TrustedKeys | Iterable[str] | str = (),
         signing_key: SigningKey | str | None = None,
+        attest_key: SigningKey | str | None = None,
+        gateway_keys: TrustedKeys | Iterable[str] | str = (),
     ) -> None:
         self.keys = Keys(namespace)
         if isinstance(trusted_keys, str):
@@ -108,6 +115,15 @@ class Broker:
         self.signing_key = SigningKey.from_text(signing_key) if isinstance(signing_key, str) else signing_key
         if self.signing_key is not None:
             self.trusted_keys.add(self.signing_key)
+        self.attest_key = SigningKey.from_text(attest_key) if isinstance(attest_key, str) else attest_key
+        if self.attest_key is not None and self.attest_key.id in self.trusted_keys.ids:
+            # Whoever holds a key answers trust could sign answers: a gateway must never hold one.
+            raise UserQuestionError("the gateway key must not be a key answers are signed with", BAD_REQUEST)
+        if isinstance(gateway_keys, str):
+            gateway_keys = TrustedKeys.parse(gateway_keys)
+        gateways = TrustedKeys(gateway_keys.keys if isinstance(gateway_keys, TrustedKeys) else gateway_keys)
+        self.gateway_keys = gateways
+        """the pinned gateways' public keys: an ask one of them attested shows a verified agent id"""
         self.rejected_outcomes = 0
         """answers (and remembered decisions) refused because no trusted key signed them for their request"""
         self.remembered_answers = 0
@@ -138,6 +154,7 @@ class Broker:
             min_replicas=min_replicas,
             replica_timeout=replica_timeout,
             liveness_grace=max(agent_ttl, client_ttl),
+            gateway_keys=gateways,
         )
         self._answerers: list[_Registration] = []
         self._agents: dict[str, Agent] = {}

@@ -5,7 +5,8 @@
 -- ask_enqueue(k, a, fp, now, deadline) (k, a: ask.lua's named KEYS and ARGV; fp the agent token's fingerprint; now
 -- Redis ms; deadline the asker's, Redis ms or '') returns {'ok', entry id}, or {'err', 'NO_PROVIDER', message}
 -- when no provider holds the lease or stands by (a standby's score is when it lapses).
--- The entry carries the request JSON (the provider presents it without reading the hash) and who asked first;
+-- The entry carries the request JSON (the provider presents it without reading the hash), who asked first and a
+-- gateway's attestation of the ask (a.attest, verified by the provider);
 -- the hash's 'client', 'remember', 'coalesce' and 'deadline' are the authoritative copies. A keyed ask's hash
 -- also holds 'key', 'grace' and 'digest', and its durable key names it: set to outlive the request and a kept
 -- answer (settle.lua shortens it to the hash's TTL), a name whose request ended is simply asked anew.
@@ -19,6 +20,10 @@ local function ask_enqueue(k, a, fp, now, deadline)
   if a.solo then
     fields[#fields + 1] = 'coalesce'
     fields[#fields + 1] = '0'
+  end
+  if a.attest ~= '' then
+    fields[#fields + 1] = 'attest'
+    fields[#fields + 1] = a.attest
   end
   local entry = redis.call('XADD', k.requests, '*', unpack(fields))
   redis.call('HSET', k.request, 'state', 'pending', 'request', a.request, 'agent', a.agent, 'agent_fp', fp,

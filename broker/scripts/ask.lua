@@ -38,6 +38,8 @@
 -- ARGV[19] n, the number of questions looked up (0: no lookup); then a.questions: ARGV[20 + i], question i's id,
 -- i = 0 .. n - 1; then a.decision_keys: two per question from ARGV[20 + n + 2i], the agent's decision key for the
 -- question's fingerprint (the namespace's key again when no agent), then the namespace's decision key
+-- ARGV[20 + 3n] a.attest a gateway's attestation of this ask ('' or absent for none): carried on the stream entry as
+--                        'attest'; the provider verifies it (broker/signing.py), the script does not
 -- The request hash is the record of who asks (docs/architecture.md): 'client' (the asking process), 'away',
 -- 'remember' and 'coalesce' ('0': opted out), 'deadline'. The stream entry's copies say how it was first asked.
 -- returns {'ok', entry id} | {'decided', outcome JSON, Redis time ms, records} | {'err', CODE, message}, and for a
@@ -56,7 +58,8 @@ local function named_args(ARGV)
     request_ttl = ARGV[6], log_max = ARGV[7], timeout = ARGV[8], gate_only = ARGV[9] == '1', token_sha = ARGV[10],
     key = ARGV[11] or '', grace = ARGV[12], digest = ARGV[13], solo = ARGV[14] == 'solo', remember = ARGV[15],
     result_ttl = ARGV[16], lease = ARGV[17], standbys = ARGV[18],
-    questions = {unpack(ARGV, 20, 19 + n)}, decision_keys = {unpack(ARGV, 20 + n, 19 + 3 * n)}}
+    questions = {unpack(ARGV, 20, 19 + n)}, decision_keys = {unpack(ARGV, 20 + n, 19 + 3 * n)},
+    attest = ARGV[20 + 3 * n] or ''}
 end
 local function ask(KEYS, ARGV)
   local k, a = named_keys(KEYS), named_args(ARGV)

@@ -10,7 +10,8 @@
 -- ARGV[5] audit max length   ARGV[6] result TTL ms
 -- ARGV[7] '1' to hold the askers' notices back (the caller pushes them once replicas confirm; min_replicas)
 -- then per settlement, in order, after ARGV[7]: request id, new state ('answered' | 'cancelled'),
--- outcome JSON, who, for the audit ('' when unknown), this call's unique id, D (the number of decisions to
+-- outcome JSON, who, for the audit ('' when unknown), this call's unique id, the asker's identity for the audit
+-- ('verified': a pinned gateway attested it; 'claimed'), D (the number of decisions to
 -- remember with it, usually '0'; '-1': another asker of the coalesced card above, see below), then five per
 -- decision: decision id, TTL ms, the selected labels (a JSON array), a summary (JSON: scope, agent, fingerprint,
 -- question, header), its signature (JSON, broker/decisions.py DecisionProof: what an asker checks before the
@@ -55,8 +56,8 @@ local carry = nil -- {key index, argument index, D}: a card's decisions its firs
 local k, a = 6, 8
 while a <= #ARGV do
   local rid, state, outcome, by, call = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
-  local decisions = tonumber(ARGV[a + 5])
-  local dk, da = k + 4, a + 6
+  local decisions = tonumber(ARGV[a + 6])
+  local dk, da = k + 4, a + 7
   local held = carry
   carry = nil
   local r = redis.call('HMGET', KEYS[k], 'state', 'entry', 'settle_call', 'by', 'grace', 'away', 'client', 'remember')
@@ -103,7 +104,7 @@ while a <= #ARGV do
       end
     end
     audit_append(KEYS[3], ARGV[5], 'event', state, 'rid', rid,
-      'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'outcome', outcome)
+      'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'asker', ARGV[a + 5], 'outcome', outcome)
     local from_k, from_a, count = dk, da, decisions
     if decisions < 0 then
       count = 0
