@@ -213,7 +213,7 @@ async def test_an_edited_approval_runs_the_tool_with_the_edited_arguments(human,
 
 @pytest.mark.timeout(30)
 async def test_always_approve_is_written_back_to_the_run(human, agent):
-    """"Always approve" is the SDK's own ``approve(item, always_approve=True)``: the tool's later calls in
+    """ "Always approve" is the SDK's own ``approve(item, always_approve=True)``: the tool's later calls in
     this run go without another card."""
     ran: list[str] = []
 

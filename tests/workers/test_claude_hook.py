@@ -613,7 +613,9 @@ async def test_an_unedited_allow_sends_no_updated_input(make_broker, redis_serve
 
 def _tool_use_line(tool_use_id: str, payload: dict[str, Any]) -> str:
     content = [{"type": "tool_use", "id": tool_use_id, "name": payload["tool_name"], "input": payload["tool_input"]}]
-    return json.dumps({"type": "assistant", "sessionId": "abc123", "message": {"role": "assistant", "content": content}})
+    return json.dumps(
+        {"type": "assistant", "sessionId": "abc123", "message": {"role": "assistant", "content": content}}
+    )
 
 
 def _tool_result_line(tool_use_id: str, text: str, *, is_error: bool = True) -> str:
@@ -625,7 +627,9 @@ REJECTED = "The user doesn't want to proceed with this tool use. The tool use wa
 
 
 @pytest.mark.timeout(40)
-async def test_the_local_user_answering_first_withdraws_the_teams_question(make_broker, redis_server, namespace, tmp_path):
+async def test_the_local_user_answering_first_withdraws_the_teams_question(
+    make_broker, redis_server, namespace, tmp_path
+):
     transcript = tmp_path / "abc123.jsonl"
     earlier = {**BASH, "tool_input": {"command": "ls"}}
     transcript.write_text(
@@ -694,3 +698,20 @@ def test_the_call_is_found_in_the_transcript(tmp_path):
     given = msgspec.convert({**QUESTIONS, "transcript_path": str(transcript)}, HookPayload)
     found = Transcript.of(given)  # PreToolUse names its call: no search
     assert found is not None and found.tool_use_id == "toolu_01ASK"
+
+
+@pytest.mark.timeout(40)
+async def test_a_hook_claude_code_stops_withdraws_its_card(make_broker, redis_server, namespace):
+    broker = await make_broker()
+    async with broker.provider("test-provider") as provider:
+        hook = await _start_hook(redis_server, namespace, QUESTIONS)
+        pending = await asyncio.wait_for(anext(aiter(provider)), 15)
+        hook.terminate()  # Claude Code gives up on the hook (Esc, or its hook timeout)
+        await asyncio.wait_for(pending.withdrawn.wait(), 10)
+        await asyncio.wait_for(hook.communicate(), 10)
+
+
+def test_the_doc_shows_a_shot_per_framework():
+    doc = (Path(__file__).parents[2] / "docs" / "integrations.md").read_text()
+    for name in ("claude-code", "langgraph", "pydantic-ai", "openai-agents"):
+        assert f"(img/{name}.png)" in doc and (Path(__file__).parents[2] / "docs" / "img" / f"{name}.png").is_file()

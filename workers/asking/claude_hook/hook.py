@@ -130,7 +130,9 @@ class _Local:
         abort.set()
 
 
-async def _ask(settings: Settings, asking: Asking, agent_id: str, timeout: float, local: _Local) -> AskUserQuestionAnswer:
+async def _ask(
+    settings: Settings, asking: Asking, agent_id: str, timeout: float, local: _Local
+) -> AskUserQuestionAnswer:
     abort = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):  # Claude Code gives up on us: withdraw the question
@@ -214,7 +216,10 @@ async def hook(args: argparse.Namespace) -> int:
             _say("answered in Claude Code first: the team's question is withdrawn")
             return 0
         if local.handed_back:
-            return _print(event, Verdict("ask", f"nobody on the team answered within {args.local_grace:g} s, so the local user decides"))
+            return _print(
+                event,
+                Verdict("ask", f"nobody on the team answered within {args.local_grace:g} s, so the local user decides"),
+            )
         if error.code == ASK_CANCELLED:
             return _print(
                 event, Verdict("deny", f"the user dismissed the question in question-broker: {error.message}")

@@ -43,10 +43,7 @@ def _blocks(line: bytes) -> list[dict[str, Any]]:
 
 def _results(lines: list[bytes]) -> set[str]:
     return {
-        str(block.get("tool_use_id"))
-        for line in lines
-        for block in _blocks(line)
-        if block.get("type") == "tool_result"
+        str(block.get("tool_use_id")) for line in lines for block in _blocks(line) if block.get("type") == "tool_result"
     }
 
 
