@@ -11,6 +11,11 @@ shown as their commands and apply_patch calls as their diffs (both live in the r
 ``arguments``). With ``key=``, an approval outlives the process: save ``state.to_string()``,
 and after a restart ``approve(RunState.from_string(...), me, key=...)`` re-attaches to its card.
 
+"Always approve" (a third option beside Approve / Deny) is the SDK's own ``approve(item,
+always_approve=True)``: the tool's later calls by that agent in this run, and in a ``RunState``
+restored from it, run without another card. The broker's remembered decisions are the other,
+namespace-wide way (a human ticks "remember" on the web page; they answer identical cards).
+
 Edits: the SDK cannot run an approved call with other arguments (it refuses a call id whose
 arguments changed: "Model reused a tool call ID for a different invocation"). The closest it
 offers is a rejection whose message the model reads: an edited approval rejects the call with
@@ -29,10 +34,21 @@ from typing import Any
 
 from agents import Agent, FunctionTool, Runner, RunResult, RunState, ToolApprovalItem, function_tool
 
-from ._approvals import Asker, ToolCall, ask_approvals
+from broker import AskUserQuestionOption
+
+from ._approvals import APPROVE, DENY, Asker, ToolCall, ask_approvals
 from .tool import DESCRIPTION, ask_user_question_function
 
-__all__ = ["approve", "ask_user_question_tool", "run"]
+__all__ = ["ALWAYS_APPROVE", "approve", "ask_user_question_tool", "run"]
+
+ALWAYS_APPROVE = "Always approve"
+_OPTIONS = (
+    AskUserQuestionOption(label=APPROVE, description="let this call run"),
+    AskUserQuestionOption(
+        label=ALWAYS_APPROVE, description="let this call run, and this tool's later calls in this run without asking"
+    ),
+    AskUserQuestionOption(label=DENY, description="block it (or type a note: the agent reads it)"),
+)
 
 
 def ask_user_question_tool(asker: Asker, *, timeout: float | None = 900.0) -> FunctionTool:
@@ -104,13 +120,14 @@ def _call(n: int, item: ToolApprovalItem) -> ToolCall:
     action = raw.get("action")
     if isinstance(action, dict) and (shell := _shell(action)) is not None:
         summary, commands = shell
-        return ToolCall(call_id, name, action, summary=summary, body=commands, body_language="sh")
+        return ToolCall(call_id, name, action, summary=summary, body=commands, body_language="sh", options=_OPTIONS)
     operations = raw.get("operations") or ([raw["operation"]] if isinstance(raw.get("operation"), dict) else None)
     if operations:
         summary, diff = _patch(operations)
-        return ToolCall(call_id, name, {"operations": operations}, summary=summary, body=diff)
+        return ToolCall(call_id, name, {"operations": operations}, summary=summary, body=diff, options=_OPTIONS)
     arguments = _arguments(item)
-    return ToolCall(call_id, name, arguments, editable=isinstance(arguments, dict), schema=_schema(item))
+    editable = isinstance(arguments, dict)
+    return ToolCall(call_id, name, arguments, editable=editable, schema=_schema(item), options=_OPTIONS)
 
 
 def _schema(item: ToolApprovalItem) -> dict[str, Any] | None:
@@ -166,6 +183,8 @@ async def approve(
             state.reject(item, rejection_message=_edited_message(call.tool_name, verdict.edited))
         elif verdict.approved:
             state.approve(item)
+        elif verdict.choice == ALWAYS_APPROVE:
+            state.approve(item, always_approve=True)
         else:
             state.reject(item, rejection_message=verdict.message)
     return state

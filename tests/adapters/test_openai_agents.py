@@ -163,7 +163,7 @@ async def test_an_approval_survives_a_killed_asking_process(make_broker, redis_s
         assert json.loads(await asyncio.wait_for(again.stdout.readline(), 30)) == {"asking": ["c1"]}
         await asyncio.sleep(1.0)
         await reap_abandoned(broker)
-        assert [rid for _, rid in pending.askers] == [pending.request_id]  # re-attached, not a second card
+        assert [asker.request_id for asker in pending.askers] == [pending.request_id]  # re-attached, not a second card
         await pending.answer(
             AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id="c1", selected=("Approve",)),)), by="alice"
         )
@@ -209,3 +209,35 @@ async def test_an_edited_approval_runs_the_tool_with_the_edited_arguments(human,
     assert len(person.seen) == 1  # the human was asked once
     told = [i["output"] for i in model.inputs[1] if i.get("type") == "function_call_output"]
     assert any('{"path":"build/cache"}' in str(output) for output in told)
+
+
+@pytest.mark.timeout(30)
+async def test_always_approve_is_written_back_to_the_run(human, agent):
+    """ "Always approve" is the SDK's own ``approve(item, always_approve=True)``: the tool's later calls in
+    this run go without another card."""
+    ran: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    def respond(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
+        item = request.questions[0]
+        labels = [option.label for option in item.options or ()]
+        assert labels == ["Approve", "Always approve", "Deny"]
+        return AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id=item.id, selected=("Always approve",)),))
+
+    person = await human(respond)
+    model = ScriptedModel(
+        [call("delete_file", {"path": "build/"}, "c1")],
+        [call("delete_file", {"path": "logs/"}, "c2")],  # another call of the same tool, another turn
+        [text("done")],
+    )
+    subject = Agent(name="cleaner", model=model, tools=[delete_file])
+    result = await adapter.run(subject, "clean", asker=agent, run_config=OFFLINE)
+    assert result.final_output == "done"
+    assert ran == ["build/", "logs/"]
+    assert len(person.seen) == 1  # the second call was not asked about
+    assert "later calls" in str((person.seen[0].questions[0].options or ())[1].description)

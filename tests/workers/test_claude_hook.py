@@ -404,9 +404,9 @@ def test_the_default_wait_fits_claude_codes_hook_timeout():
 # -- one session, several calls -------------------------------------------------------------------
 
 
-async def _start_hook(redis_server, namespace, payload) -> asyncio.subprocess.Process:
+async def _start_hook(redis_server, namespace, payload, *args: str) -> asyncio.subprocess.Process:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "workers", "claude-hook",
+        sys.executable, "-m", "workers", "claude-hook", *args,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env=env_for(redis_server.url, namespace),
     )  # fmt: skip
@@ -448,7 +448,7 @@ async def test_a_restarted_hook_reattaches_to_its_tool_calls_question(make_broke
         again = await _start_hook(redis_server, namespace, QUESTIONS)  # the same tool_use_id
         await asyncio.sleep(1.0)
         await reap_abandoned(broker)
-        assert [rid for _, rid in pending.askers] == [pending.request_id]  # re-attached, not a second ask
+        assert [asker.request_id for asker in pending.askers] == [pending.request_id]  # re-attached, not a second ask
         first, second = pending.request.questions
         await pending.answer(
             AskUserQuestionAnswer(
@@ -602,3 +602,116 @@ async def test_an_edited_permission_is_allowed_with_the_edit_as_updated_input(ma
 async def test_an_unedited_allow_sends_no_updated_input(make_broker, redis_server, namespace):
     _, out = await _hook_answered_by(make_broker, redis_server, namespace, EDIT, _reply(("Allow",)))
     assert _permission(out) == {"behavior": "allow"}
+
+
+# -- the local user answers too: first answer wins ------------------------------------------------
+# In an interactive session Claude Code shows its permission dialog while a PermissionRequest hook
+# runs, and applies whichever decides first; a decision made in the dialog reaches the session's
+# transcript (transcript_path) as the call's tool_result. These lines are shaped as Claude Code
+# writes them (one JSON object per line).
+
+
+def _tool_use_line(tool_use_id: str, payload: dict[str, Any]) -> str:
+    content = [{"type": "tool_use", "id": tool_use_id, "name": payload["tool_name"], "input": payload["tool_input"]}]
+    return json.dumps(
+        {"type": "assistant", "sessionId": "abc123", "message": {"role": "assistant", "content": content}}
+    )
+
+
+def _tool_result_line(tool_use_id: str, text: str, *, is_error: bool = True) -> str:
+    content = [{"type": "tool_result", "tool_use_id": tool_use_id, "content": text, "is_error": is_error}]
+    return json.dumps({"type": "user", "sessionId": "abc123", "message": {"role": "user", "content": content}})
+
+
+REJECTED = "The user doesn't want to proceed with this tool use. The tool use was rejected."
+
+
+@pytest.mark.timeout(40)
+async def test_the_local_user_answering_first_withdraws_the_teams_question(
+    make_broker, redis_server, namespace, tmp_path
+):
+    transcript = tmp_path / "abc123.jsonl"
+    earlier = {**BASH, "tool_input": {"command": "ls"}}
+    transcript.write_text(
+        "\n".join(
+            (
+                _tool_use_line("toolu_OLD", earlier),
+                _tool_result_line("toolu_OLD", "README.md", is_error=False),
+                _tool_use_line("toolu_NOW", BASH),
+            )
+        )
+        + "\n"
+    )
+    broker = await make_broker()
+    async with broker.provider("test-provider") as provider:
+        hook = await _start_hook(redis_server, namespace, {**BASH, "transcript_path": str(transcript)})
+        pending = await asyncio.wait_for(anext(aiter(provider)), 15)
+        await asyncio.sleep(0.5)
+        assert not pending.withdrawn.is_set()
+        with transcript.open("a") as appending:  # the user picked "No" in Claude Code's dialog
+            appending.write(_tool_result_line("toolu_NOW", REJECTED) + "\n")
+        await asyncio.wait_for(pending.withdrawn.wait(), 10)  # the team's card is taken down
+        out, err = await asyncio.wait_for(hook.communicate(), 10)
+    assert hook.returncode == 0, err
+    assert out == b""  # no decision: Claude Code already has the local one
+    assert b"answered in Claude Code" in err
+
+
+@pytest.mark.timeout(40)
+async def test_a_team_answer_first_wins_while_the_transcript_is_watched(make_broker, redis_server, namespace, tmp_path):
+    transcript = tmp_path / "abc123.jsonl"
+    transcript.write_text(_tool_use_line("toolu_NOW", BASH) + "\n")
+    payload = {**BASH, "transcript_path": str(transcript)}
+    _, out = await _hook_answered_by(make_broker, redis_server, namespace, payload, _reply(("Allow",)))
+    assert _permission(out)["behavior"] == "allow"
+
+
+@pytest.mark.timeout(40)
+async def test_after_the_local_grace_the_question_goes_back_to_claude_code(make_broker, redis_server, namespace):
+    broker = await make_broker()
+    async with broker.provider("silent") as provider:  # holds the lease, never answers
+        hook = await _start_hook(redis_server, namespace, QUESTIONS, "--local-grace", "1")
+        pending = await asyncio.wait_for(anext(aiter(provider)), 15)
+        await asyncio.wait_for(pending.withdrawn.wait(), 10)
+        out, err = await asyncio.wait_for(hook.communicate(), 10)
+    specific = _pre_tool_use(out)
+    assert specific["permissionDecision"] == "ask", err
+    assert "local" in specific["permissionDecisionReason"]
+
+
+def test_the_call_is_found_in_the_transcript(tmp_path):
+    from workers.asking.claude_hook.local import Transcript
+    from workers.asking.claude_hook.questions import HookPayload
+
+    transcript = tmp_path / "t.jsonl"
+    same = _tool_use_line("toolu_A", BASH)
+    transcript.write_text(
+        "\n".join((same, _tool_result_line("toolu_A", "done", is_error=False), "not json", same, "")) + "\n"
+    )
+    payload = msgspec.convert({**BASH, "transcript_path": str(transcript)}, HookPayload)
+    # the same call made twice: the one still without a result is this one
+    assert Transcript.of(payload) is None  # both have id toolu_A: no call without a result
+    transcript.write_text("\n".join((same, _tool_result_line("toolu_A", "x"), _tool_use_line("toolu_B", BASH))) + "\n")
+    found = Transcript.of(payload)
+    assert found is not None and found.tool_use_id == "toolu_B"
+    assert Transcript.of(msgspec.convert({**BASH, "transcript_path": str(tmp_path / "none")}, HookPayload)) is None
+    given = msgspec.convert({**QUESTIONS, "transcript_path": str(transcript)}, HookPayload)
+    found = Transcript.of(given)  # PreToolUse names its call: no search
+    assert found is not None and found.tool_use_id == "toolu_01ASK"
+
+
+@pytest.mark.timeout(40)
+async def test_a_hook_claude_code_stops_withdraws_its_card(make_broker, redis_server, namespace):
+    broker = await make_broker()
+    async with broker.provider("test-provider") as provider:
+        hook = await _start_hook(redis_server, namespace, QUESTIONS)
+        pending = await asyncio.wait_for(anext(aiter(provider)), 15)
+        hook.terminate()  # Claude Code gives up on the hook (Esc, or its hook timeout)
+        await asyncio.wait_for(pending.withdrawn.wait(), 10)
+        await asyncio.wait_for(hook.communicate(), 10)
+
+
+def test_the_doc_shows_a_shot_per_framework():
+    doc = (Path(__file__).parents[2] / "docs" / "integrations.md").read_text()
+    for name in ("claude-code", "langgraph", "pydantic-ai", "openai-agents"):
+        assert f"(img/{name}.png)" in doc and (Path(__file__).parents[2] / "docs" / "img" / f"{name}.png").is_file()

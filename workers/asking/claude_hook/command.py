@@ -38,6 +38,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="when nobody answers in time or no provider runs (default ask: Claude Code asks locally)",
     )
     parser.add_argument(
+        "--local-grace",
+        type=float,
+        metavar="SECONDS",
+        help="after this long without a team answer, withdraw the question and let Claude Code's own dialog ask "
+        "the local user (default: the team may answer until --timeout; in an interactive session the local user "
+        "can answer Claude Code's permission dialog meanwhile anyway, and the first answer wins)",
+    )
+    parser.add_argument(
         "--gateway",
         dest="gateway_url",
         metavar="URL",

@@ -18,6 +18,11 @@ would without the hook. The mapping:
   it: Claude Code asks locally (PermissionRequest: no decision and a ``systemMessage``; PreToolUse:
   ``ask``), or deny with ``--on-unavailable deny``.
 
+The local user answers too, first answer wins: while the hook waits, Claude Code's own dialog
+decides the call if the user answers there first (``workers.asking.claude_hook.local`` notices
+and withdraws the team's question); ``--local-grace`` hands a call nobody on the team answered
+back to Claude Code's dialog.
+
 Every call of one session asks as one agent, ``claude-code-<session_id>`` (a subagent's calls too: an
 owned agent may not ask a human), keyed per tool call, so a restarted hook re-attaches to its question.
 """
@@ -38,6 +43,7 @@ from redis.exceptions import RedisError
 
 from broker import AskUserQuestionAnswer, UserQuestionError
 from broker.errors import ASK_CANCELLED, BROKER_UNAVAILABLE
+from workers.asking.claude_hook.local import Transcript
 from workers.asking.claude_hook.questions import Asking, HookPayload, Verdict, asking_for
 from workers.settings import Settings
 
@@ -93,11 +99,45 @@ def hook_output(event: str, verdict: Verdict) -> dict[str, Any]:
     return {"hookSpecificOutput": {"hookEventName": PERMISSION_REQUEST, "decision": decision}}
 
 
-async def _ask(settings: Settings, asking: Asking, agent_id: str, timeout: float) -> AskUserQuestionAnswer:
+class _Local:
+    """The local user's side of the race: why the team's question was withdrawn for them, if it was."""
+
+    def __init__(self, transcript: Transcript | None, grace: float | None) -> None:
+        self.transcript = transcript
+        self.grace = grace
+        self.decided = False
+        """Claude Code's dialog (or the user interrupting) decided the call first"""
+        self.handed_back = False
+        """the grace passed without a team answer: Claude Code's dialog asks instead"""
+
+    async def watch(self, abort: asyncio.Event) -> None:
+        if self.transcript is None and self.grace is None:
+            return
+        waits = []
+        if self.transcript is not None:
+            waits.append(asyncio.ensure_future(self.transcript.decided()))
+        if self.grace is not None:
+            waits.append(asyncio.ensure_future(asyncio.sleep(self.grace)))
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        if self.transcript is not None and waits[0] in done:
+            self.decided = True
+        else:
+            self.handed_back = True
+        abort.set()
+
+
+async def _ask(
+    settings: Settings, asking: Asking, agent_id: str, timeout: float, local: _Local
+) -> AskUserQuestionAnswer:
     abort = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):  # Claude Code gives up on us: withdraw the question
         loop.add_signal_handler(sig, abort.set)
+    watching = asyncio.ensure_future(local.watch(abort))
     try:
         if settings.gateway_url:
             return await _ask_gateway(settings, asking, abort, timeout)
@@ -118,6 +158,7 @@ async def _ask(settings: Settings, asking: Asking, agent_id: str, timeout: float
     except* (OSError, RedisError) as group:
         raise UserQuestionError(f"Redis is unavailable: {group.exceptions[0]}", BROKER_UNAVAILABLE) from None
     finally:
+        watching.cancel()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
 
@@ -167,9 +208,18 @@ async def hook(args: argparse.Namespace) -> int:
     if asking is None:
         _say(f"the {payload.tool_name} input is not the shape it expects: Claude Code asks locally")
         return _print(event, Verdict("ask", f"question-broker could not read the {payload.tool_name} input"))
+    local = _Local(Transcript.of(payload), args.local_grace)
     try:
-        answer = await _ask(settings, asking, agent_id_for(payload, args.agent), args.timeout)
+        answer = await _ask(settings, asking, agent_id_for(payload, args.agent), args.timeout, local)
     except UserQuestionError as error:
+        if local.decided:  # Claude Code already applied the local decision: it reads nothing more from us
+            _say("answered in Claude Code first: the team's question is withdrawn")
+            return 0
+        if local.handed_back:
+            return _print(
+                event,
+                Verdict("ask", f"nobody on the team answered within {args.local_grace:g} s, so the local user decides"),
+            )
         if error.code == ASK_CANCELLED:
             return _print(
                 event, Verdict("deny", f"the user dismissed the question in question-broker: {error.message}")

@@ -88,6 +88,7 @@ class HookPayload(msgspec.Struct, frozen=True, kw_only=True):
     tool_use_id: str | None = None
     """PreToolUse only: a PermissionRequest payload carries none"""
     session_id: str | None = None
+    transcript_path: str | None = None
     cwd: str | None = None
     permission_mode: str | None = None
     agent_id: str | None = None
