@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,25 +42,36 @@ async def slack() -> AsyncIterator[FakeSlack]:
 
 
 @pytest.fixture
-async def web(
+async def start_slack_web(
     slack: FakeSlack, redis_server: RedisServer, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[WebProcess]:
-    users = write_users_file(tmp_path / "users.toml")
-    users.write_text(users.read_text() + SLACK_USERS)
-    config = tmp_path / "slack.toml"
-    config.write_text(
-        f'channel = "CAPPROVALS"\napi_url = "{slack.api_url}"\n\n'
-        '[[route]]\nchannel = "CURGENT"\npriority = ["urgent"]\n\n'
-        '[[route]]\nchannel = "CDEPLOYS"\nagent = ["deploy-*"]\n'
-    )
-    monkeypatch.setenv("QBROKER_SLACK_BOT_TOKEN", BOT_TOKEN)
-    monkeypatch.setenv("QBROKER_SLACK_SIGNING_SECRET", SIGNING_SECRET)
-    process = WebProcess(
-        redis_server.url, namespace, users, tmp_path / "web.log", extra=["--slack-config", str(config)]
-    )
-    await asyncio.to_thread(process.start)
-    yield process
-    await asyncio.to_thread(process.stop)
+) -> AsyncIterator[Callable[..., Awaitable[WebProcess]]]:
+    started: list[WebProcess] = []
+
+    async def start(users_extra: str = "", *extra: str) -> WebProcess:
+        users = write_users_file(tmp_path / "users.toml")
+        users.write_text(users.read_text() + users_extra + SLACK_USERS)
+        config = tmp_path / "slack.toml"
+        config.write_text(
+            f'channel = "CAPPROVALS"\napi_url = "{slack.api_url}"\n\n'
+            '[[route]]\nchannel = "CURGENT"\npriority = ["urgent"]\n\n'
+            '[[route]]\nchannel = "CDEPLOYS"\nagent = ["deploy-*"]\n'
+        )
+        monkeypatch.setenv("QBROKER_SLACK_BOT_TOKEN", BOT_TOKEN)
+        monkeypatch.setenv("QBROKER_SLACK_SIGNING_SECRET", SIGNING_SECRET)
+        process = WebProcess(
+            redis_server.url, namespace, users, tmp_path / "web.log", extra=["--slack-config", str(config), *extra]
+        )
+        started.append(process)
+        return await asyncio.to_thread(process.start)
+
+    yield start
+    for process in started:
+        await asyncio.to_thread(process.stop)
+
+
+@pytest.fixture
+async def web(start_slack_web: Callable[..., Awaitable[WebProcess]]) -> WebProcess:
+    return await start_slack_web()
 
 
 async def post(web: WebProcess, payload: dict[str, Any], **signing: Any) -> httpx.Response:
@@ -256,3 +267,24 @@ async def test_a_card_that_times_out_is_updated_in_place(web, slack, make_broker
     assert raised.value.code == "ASK_TIMED_OUT"
     done = await updated(slack, "Timed out")
     assert done["ts"] == "1700000000.000001" and done["channel"] == posted["channel"]
+
+
+async def test_a_slack_click_is_one_persons_vote_on_a_quorum_card(
+    start_slack_web, slack, make_broker, tmp_path
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[policy]]\nname = "deploys"\napprovals = 2\ngroups = ["sre"]\napprove = ["Deploy"]\n')
+    web = await start_slack_web('[groups]\nsre = ["alice", "bob"]\n', "--policy-file", str(policy))
+    asker = await make_broker()
+    asked = asking(asker, AskUserQuestionRequest(questions=(question("q1", "Deploy", "Hold"),)))
+    posted = await card(slack)
+    assert "Needs 2 approvals from sre" in json.dumps(posted["blocks"])
+    await post(web, block_actions(posted, "qb_pick_0", user="UALICE"))
+    await ephemeral(slack, "UALICE", "Your vote is recorded")
+    await updated(slack, "approved by alice")
+    await post(web, block_actions(posted, "qb_pick_0", user="UALICE"))  # the same person twice counts once
+    await asyncio.sleep(0.5)
+    assert not asked.done()
+    await post(web, block_actions(posted, "qb_pick_0", user="UBOB"))
+    assert (await asyncio.wait_for(asked, 10)).answers[0].selected == ("Deploy",)
+    await updated(slack, "Answered by alice, bob in Slack")
