@@ -86,6 +86,8 @@ def _runner(snippet: Snippet) -> str:
         if "qbroker ask" in snippet.code and "$answer" in snippet.code:
             return "shell-script"
         return "qbroker-lines"
+    if snippet.lang == "toml" and snippet.file == "slack.md":
+        return "slack-toml"
     if snippet.lang == "toml" and ("[[policy]]" in snippet.code or "[groups]" in snippet.code):
         return "policy"
     if snippet.lang in ("json", "toml", "yaml"):
@@ -268,6 +270,11 @@ def test_json_snippets(snippet):
             decode_outcome(line)
         return
     document = json.loads(snippet.code)
+    if snippet.file == "slack.md":  # a card's Block Kit: compared with what the code makes there
+        from tests.slack.test_blocks import test_the_docs_show_the_block_kit_a_card_becomes
+
+        test_the_docs_show_the_block_kit_a_card_becomes()
+        return
     if "mcpServers" in document:
         (server,) = document["mcpServers"].values()
         assert server["command"] == "qbroker"
@@ -315,6 +322,19 @@ def test_policy_snippets_load(snippet, tmp_path):
     path = tmp_path / "policies.toml"
     path.write_text(snippet.code)
     load_policies(path, groups=groups)
+
+
+@pytest.mark.parametrize("snippet", _of("slack-toml"), ids=_ids(_of("slack-toml")))
+def test_slack_snippets_load(snippet, tmp_path):
+    """docs/slack.md's settings file and users-file ``[slack]`` table load as the Slack face reads them."""
+    from workers.answering.slack.config import load_slack_config
+
+    settings, users = tmp_path / "slack.toml", tmp_path / "users.toml"
+    is_users = "[slack]" in snippet.code
+    settings.write_text('channel = "C1"\n' if is_users else snippet.code)
+    users.write_text(snippet.code if is_users else "")
+    loaded = load_slack_config(settings, users, bot_token="xoxb-x", signing_secret="s")
+    assert loaded.users if is_users else loaded.channel
 
 
 @pytest.mark.parametrize("snippet", _of("yaml"), ids=_ids(_of("yaml")))

@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker import AskUserQuestionAnswer, Broker, Tally, UserQuestionError
 from broker.errors import BROKER_UNAVAILABLE
+from workers.answering.slack.face import SlackFace
 from workers.answering.web.auth import Auth, Identity, check_same_origin
 from workers.answering.web.config import WebConfig
 from workers.answering.web.errors import WebError
@@ -229,11 +230,14 @@ def create_app(config: WebConfig) -> Starlette:
                 SessionStore(call, keys, max_age=config.session_max_age),
                 Throttle(call, keys, config.throttle),
             )
+            app.state.slack = SlackFace(config.slack, services, public_url=config.public_url) if config.slack else None
             async with asyncio.TaskGroup() as tasks:
                 serving = [
                     tasks.create_task(service.run(), name=f"qb-web-provider-{namespace}")
                     for namespace, service in services.items()
                 ]
+                if app.state.slack is not None:
+                    serving.append(tasks.create_task(app.state.slack.run(), name="qb-web-slack"))
                 try:
                     yield
                 finally:
@@ -454,6 +458,20 @@ def create_app(config: WebConfig) -> Starlette:
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
 
+    async def slack_interactive(request: Request) -> Response:
+        """Slack's interactive requests (buttons, modals): signed, checked, answered like the page."""
+        face: SlackFace | None = request.app.state.slack
+        if face is None:
+            raise WebError(404, "NO_SLACK", "this server has no Slack face (--slack-config)")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > _MAX_BODY:
+                raise WebError(413, "TOO_LARGE", f"request body over {_MAX_BODY} bytes")
+        status, reply = await face.interact(bytes(body), request.headers)
+        return Response(b"" if reply is None else json.dumps(reply).encode(), status_code=status,
+                        media_type="application/json")  # fmt: skip
+
     routes = [
         Route("/", page),
         Route("/healthz", healthz),
@@ -470,6 +488,7 @@ def create_app(config: WebConfig) -> Starlette:
         Route("/api/decisions", decisions, methods=["GET"]),
         Route("/api/decisions/{id}/revoke", revoke_decision, methods=["POST"]),
         Route("/api/events", events, methods=["GET"]),
+        Route("/slack/interactive", slack_interactive, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(

@@ -23,6 +23,7 @@ from workers.settings import Settings
 from workers.settings import add_arguments as add_shared_arguments
 
 if TYPE_CHECKING:
+    from workers.answering.slack.config import SlackConfig
     from workers.answering.web.config import WebConfig
 
 __all__ = ["add_arguments", "register", "run"]
@@ -58,6 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=env.get("QBROKER_POLICY_FILE") or None,
         help="TOML file of quorum and routing policies, groups in the users file's [groups] "
         "(docs/approvals.md; env QBROKER_POLICY_FILE)",
+    )
+    parser.add_argument(
+        "--slack-config",
+        type=Path,
+        default=env.get("QBROKER_SLACK_CONFIG") or None,
+        help="TOML file of Slack channels: post each card to Slack and take answers there too, users mapped by "
+        "the users file's [slack]; secrets in QBROKER_SLACK_BOT_TOKEN and QBROKER_SLACK_SIGNING_SECRET "
+        "(docs/slack.md; env QBROKER_SLACK_CONFIG)",
     )
     parser.add_argument(
         "--token", action="append", default=[], metavar="NAME=TOKEN", help="a bearer token (repeatable)"
@@ -145,6 +154,7 @@ async def run(args: argparse.Namespace) -> int:
         credentials = load_credentials(args.users_file, args.token)
         policies = load_policies(args.policy_file, groups=_groups(args.users_file))
         proxies = parse_networks(args.trusted_proxy)
+        slack = _slack(args)
         if args.public_url and not safe_url(args.public_url):
             raise ConfigError(f"--public-url {args.public_url!r} is not an absolute http(s) URL")
         also_serve = tuple(namespace.strip() for namespace in args.serve)
@@ -189,6 +199,7 @@ async def run(args: argparse.Namespace) -> int:
         signing_key=settings.signing_key,
         gateway_keys=settings.gateway_keys,
         policies=policies,
+        slack=slack,
     )
     return await _serve(config, log_json=_log_json(args))
 
@@ -247,6 +258,20 @@ async def _sessions(args: argparse.Namespace, settings: Settings) -> int:
         ended = await store.revoke(ids=tuple(args.ids), user=args.user, everyone=args.all)
         print(f"revoked {ended} session{'s' if ended != 1 else ''}")
         return 0 if ended or args.all else 1
+
+
+def _slack(args: argparse.Namespace) -> SlackConfig | None:
+    """The Slack face's settings, its secrets read from the environment here, at the edge."""
+    from workers.answering.slack.config import load_slack_config
+
+    if getattr(args, "slack_config", None) is None:
+        return None
+    return load_slack_config(
+        args.slack_config,
+        args.users_file,
+        bot_token=os.environ.get("QBROKER_SLACK_BOT_TOKEN", ""),
+        signing_secret=os.environ.get("QBROKER_SLACK_SIGNING_SECRET", ""),
+    )
 
 
 def _groups(users_file: Path | None) -> dict[str, frozenset[str]]:

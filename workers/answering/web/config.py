@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker import Policies
+from workers.answering.slack.config import SlackConfig
 from workers.answering.web.throttle import Network, ThrottleLimits
 
 __all__ = ["ConfigError", "Credentials", "WebConfig", "hash_password", "load_credentials", "verify_password"]
@@ -160,6 +161,8 @@ class WebConfig:
     """the pinned gateway public keys (``--gateway-keys-file``): asks they attest show a verified agent id"""
     policies: Policies = field(default_factory=Policies)
     """quorum and routing policies (``--policy-file``, docs/approvals.md), with the users file's [groups]"""
+    slack: SlackConfig | None = None
+    """Slack as a face of this provider (``--slack-config``, docs/slack.md); ``None``: no Slack"""
 
     @property
     def namespaces(self) -> tuple[str, ...]:

@@ -142,6 +142,18 @@ class WebProvider:
         """Whether the request is pending here or was settled here lately."""
         return request_id in self._pending or request_id in self._settled
 
+    def pending_request(self, request_id: str) -> PendingRequest | None:
+        """The request as delivered, while it is pending here (for another face: Slack)."""
+        return self._pending.get(request_id)
+
+    def view_of(self, request_id: str) -> dict[str, Any] | None:
+        """What the pages are shown of a pending request."""
+        return self._views.get(request_id)
+
+    async def settled_how(self, request_id: str) -> AlreadySettled:
+        """How a request no longer pending here was settled, and by whom (when known)."""
+        return await self._not_pending(request_id)
+
     def shown(self, request_id: str) -> dict[str, Any] | None:
         """The view of a request this server showed (pending or recently gone), for the history."""
         return self._views.get(request_id) or self._shown.get(request_id)

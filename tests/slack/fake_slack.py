@@ -1,0 +1,186 @@
+"""A fake Slack: the Web API methods the Slack face calls, and interactive payloads signed like Slack's.
+
+``FakeSlack`` serves ``chat.postMessage``, ``chat.update``, ``chat.postEphemeral``, ``views.open`` and
+``users.info`` on a free port, answering as Slack does (``{"ok": true, ...}``, ``invalid_auth`` for a wrong
+token) and recording every call. ``click`` / ``submit`` build ``block_actions`` and ``view_submission``
+payloads from what was posted, form-encode them as ``payload=<json>`` and sign them with the app's
+signing secret (``v0=`` HMAC-SHA256 of ``v0:<timestamp>:<body>``), as Slack does before POSTing them
+to the app's request URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from tests.redis_server import free_port
+
+BOT_TOKEN = "xoxb-test-0000-fake"
+SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+
+
+@dataclass
+class FakeSlack:
+    emails: dict[str, str] = field(default_factory=dict)
+    """Slack member id -> email, for users.info"""
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    port: int = field(default_factory=free_port)
+    _ts: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/"
+
+    def made(self, method: str) -> list[dict[str, Any]]:
+        return [args for name, args in self.calls if name == method]
+
+    async def wait_for(self, method: str, count: int = 1, *, where: Any = None) -> list[dict[str, Any]]:
+        """The calls of ``method`` (matching ``where``) once there are ``count`` of them."""
+        async with asyncio.timeout(10):
+            while True:
+                found = [args for args in self.made(method) if where is None or where(args)]
+                if len(found) >= count:
+                    return found
+                await asyncio.sleep(0.02)
+
+    async def _method(self, request: Request) -> JSONResponse:
+        method = request.path_params["method"]
+        if request.headers.get("authorization") != f"Bearer {BOT_TOKEN}":
+            return JSONResponse({"ok": False, "error": "invalid_auth"})
+        args: dict[str, Any] = dict(request.query_params)
+        body = await request.body()
+        if "json" in request.headers.get("content-type", ""):
+            args.update(json.loads(body))
+        elif body:
+            args.update((await request.form()).items())
+        for name in ("blocks", "view"):  # form-encoded calls carry these as JSON strings
+            if isinstance(args.get(name), str):
+                args[name] = json.loads(args[name])
+        self.calls.append((method, args))
+        channel = str(args.get("channel", ""))
+        channel_id = channel if channel.startswith("C") else "C" + channel.lstrip("#").upper()
+        if method == "chat.postMessage":
+            ts = f"1700000000.{next(self._ts):06d}"
+            return JSONResponse({"ok": True, "channel": channel_id, "ts": ts, "message": {"text": args.get("text")}})
+        if method == "chat.update":
+            return JSONResponse({"ok": True, "channel": channel_id, "ts": args.get("ts"), "text": args.get("text")})
+        if method == "chat.postEphemeral":
+            return JSONResponse({"ok": True, "message_ts": f"1700000001.{next(self._ts):06d}"})
+        if method == "views.open":
+            return JSONResponse({"ok": True, "view": {**args.get("view", {}), "id": "V0001"}})
+        if method == "users.info":
+            user = str(args.get("user"))
+            if user not in self.emails:
+                return JSONResponse({"ok": False, "error": "user_not_found"})
+            return JSONResponse({"ok": True, "user": {"id": user, "profile": {"email": self.emails[user]}}})
+        return JSONResponse({"ok": False, "error": "unknown_method"})
+
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[FakeSlack]:
+        app = Starlette(routes=[Route("/api/{method}", self._method, methods=["GET", "POST"])])
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        task = asyncio.create_task(server.serve())
+        try:
+            async with asyncio.timeout(10):
+                while not server.started:
+                    await asyncio.sleep(0.01)
+            yield self
+        finally:
+            server.should_exit = True
+            await task
+
+
+def signed(
+    payload: dict[str, Any], *, secret: str = SIGNING_SECRET, at: float | None = None
+) -> tuple[bytes, dict[str, str]]:
+    """The POST Slack makes to the request URL: ``payload=<json>``, form-encoded and signed."""
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    timestamp = str(int(time.time() if at is None else at))
+    digest = hmac.new(secret.encode(), f"v0:{timestamp}:".encode() + body, hashlib.sha256).hexdigest()
+    headers = {
+        "Content-Type": "application/x-www-form-urlencoded",
+        "X-Slack-Request-Timestamp": timestamp,
+        "X-Slack-Signature": f"v0={digest}",
+    }
+    return body, headers
+
+
+def element(message: dict[str, Any], action_id: str) -> tuple[str, dict[str, Any]]:
+    """The block id and the element with ``action_id`` in a posted message's blocks."""
+    for block in message["blocks"]:
+        for candidate in block.get("elements", ()):
+            if candidate.get("action_id") == action_id:
+                return block["block_id"], candidate
+    raise AssertionError(f"no {action_id} in {json.dumps(message['blocks'])[:2000]}")
+
+
+def block_actions(
+    message: dict[str, Any],
+    action_id: str,
+    *,
+    user: str,
+    ticked: dict[str, list[int]] | None = None,
+    channel: str = "CAPPROVALS",
+    ts: str = "",
+) -> dict[str, Any]:
+    """A click on ``action_id`` of a posted card, as Slack sends it (``state`` holds what is ticked)."""
+    block_id, clicked = element(message, action_id)
+    values: dict[str, Any] = {}
+    for tick_block, indexes in (ticked or {}).items():
+        _, box = next(
+            (b["block_id"], e) for b in message["blocks"] if b.get("block_id") == tick_block for e in b["elements"]
+        )
+        chosen = [box["options"][i] for i in indexes]
+        state = {"type": box["type"]}
+        state.update({"selected_options": chosen} if box["type"] == "checkboxes" else {"selected_option": chosen[0]})
+        values[tick_block] = {"qb_sel": state}
+    action = {
+        "type": clicked["type"],
+        "action_id": action_id,
+        "block_id": block_id,
+        "text": clicked.get("text"),
+        "value": clicked.get("value"),
+        "action_ts": f"{time.time():.6f}",
+    }
+    return {
+        "type": "block_actions",
+        "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": "T0001"},
+        "api_app_id": "A0001",
+        "token": "verification-token-unused",
+        "container": {"type": "message", "message_ts": ts, "channel_id": channel, "is_ephemeral": False},
+        "trigger_id": f"{time.time():.0f}.1234.{user}",
+        "team": {"id": "T0001", "domain": "example"},
+        "channel": {"id": channel, "name": "approvals"},
+        "message": {"type": "message", "ts": ts, "blocks": message["blocks"]},
+        "state": {"values": values},
+        "response_url": "https://hooks.slack.com/actions/T0001/1/unused",
+        "actions": [action],
+    }
+
+
+def view_submission(view: dict[str, Any], *, user: str, texts: dict[str, str]) -> dict[str, Any]:
+    """A modal's submission, as Slack sends it: each input's value under ``state.values``."""
+    values = {block: {"text": {"type": "plain_text_input", "value": text}} for block, text in texts.items()}
+    return {
+        "type": "view_submission",
+        "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": "T0001"},
+        "api_app_id": "A0001",
+        "trigger_id": f"{time.time():.0f}.5678.{user}",
+        "team": {"id": "T0001", "domain": "example"},
+        "view": {**view, "id": "V0001", "state": {"values": values}},
+    }

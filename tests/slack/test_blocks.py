@@ -1,0 +1,110 @@
+"""The Block Kit a card becomes, and the Slack settings file: pure functions, no Slack, no Redis."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker import AskUserQuestionRequest, PendingRequest
+from tests.helpers import question
+from workers.answering.slack.blocks import card_blocks, escape
+from workers.answering.slack.config import SlackConfigError, load_slack_config
+
+
+class _Pending:
+    """What ``card_blocks`` reads of a ``PendingRequest``."""
+
+    def __init__(self, request: AskUserQuestionRequest) -> None:
+        self.request, self.request_id, self.agent_id, self.priority = request, "r1", request.agent, "normal"
+
+
+def blocks_of(request: AskUserQuestionRequest, view: dict[str, Any] | None = None) -> str:
+    pending: PendingRequest = _Pending(request)  # type: ignore[assignment]
+    return json.dumps(card_blocks(pending, view or {"priority": "normal"}, "ns"))
+
+
+def test_asker_text_cannot_mention_or_link() -> None:
+    assert escape("<!channel> <@U1> <https://evil|bank> & co") == (
+        "&lt;!channel&gt; &lt;@U1&gt; &lt;https://evil|bank&gt; &amp; co"
+    )
+    text = blocks_of(AskUserQuestionRequest(questions=(question("q1", "a", header="<!here>", detail="<@U2>"),)))
+    assert "<!here>" not in text and "<@U2>" not in text
+
+
+@pytest.mark.parametrize(
+    ("request_", "present", "absent"),
+    [
+        pytest.param(
+            AskUserQuestionRequest(questions=(question("q1", "yes", "no"),)),
+            ["qb_pick_0", "qb_pick_1", "qb_other", "qb_dismiss"],
+            ["qb_submit", "checkboxes"],
+            id="single-select-buttons",
+        ),
+        pytest.param(
+            AskUserQuestionRequest(questions=(question("q1", "a", "b", multi=True),)),
+            ["checkboxes", "qb_submit", "qb_other"],
+            ["qb_pick_0"],
+            id="multi-select-checkboxes",
+        ),
+        pytest.param(
+            AskUserQuestionRequest(questions=(question("q1", "a", "b"), question("q2", "c", "d"))),
+            ["radio_buttons", "qb_submit"],
+            ["qb_pick_0"],
+            id="batch-radio-buttons",
+        ),
+        pytest.param(
+            AskUserQuestionRequest(questions=(question("q1", *(f"o{i}" for i in range(11))),)),
+            [],
+            ["qb_pick_0", "qb_submit", "qb_other"],
+            id="more-choices-than-slack-shows",
+        ),
+    ],
+)
+def test_each_kind_of_question_gets_its_controls(request_, present, absent) -> None:
+    text = blocks_of(request_)
+    for needle in present:
+        assert needle in text
+    for needle in absent:
+        assert needle not in text
+
+
+def test_the_settings_file_routes_channels_and_maps_users(tmp_path: Path) -> None:
+    config, users = tmp_path / "slack.toml", tmp_path / "users.toml"
+    config.write_text('channel = "CALL"\n[[route]]\nchannel = "CPROD"\nnamespace = ["prod-*"]\npriority = "urgent"\n')
+    users.write_text('[slack]\nalice = "UALICE"\nbob = "Bob@Example.com"\n')
+    loaded = load_slack_config(config, users, bot_token="xoxb-secret", signing_secret="s3cret")
+    assert loaded.channel_for("prod-eu", "urgent", None) == "CPROD"
+    assert loaded.channel_for("prod-eu", "normal", None) == "CALL"
+    assert loaded.user_of("UALICE") == "alice" and loaded.user_of("UBOB", "bob@example.com") == "bob"
+    assert loaded.user_of("UMALLORY", "mallory@example.com") is None
+    assert "xoxb-secret" not in repr(loaded) and "s3cret" not in repr(loaded)
+    with pytest.raises(SlackConfigError, match="QBROKER_SLACK_BOT_TOKEN"):
+        load_slack_config(config, users, bot_token="", signing_secret="s3cret")
+    config.write_text('channel = "CALL"\nchanel = "typo"\n')
+    with pytest.raises(SlackConfigError, match="unknown keys"):
+        load_slack_config(config, users, bot_token="x", signing_secret="y")
+
+
+def test_the_docs_show_the_block_kit_a_card_becomes() -> None:
+    """docs/slack.md's sample is what card_blocks makes of its request (the docs cannot drift)."""
+    from broker import AskUserQuestionItem, AskUserQuestionOption
+
+    item = AskUserQuestionItem(
+        id="db",
+        header="Migration",
+        question="Run the migration on prod now?",
+        detail="It locks `orders` for about 40 s.",
+        options=(AskUserQuestionOption(label="Run it"), AskUserQuestionOption(label="Tonight")),
+    )
+    pending = _Pending(AskUserQuestionRequest(questions=(item,), agent="migrator-3", priority="urgent"))
+    pending.request_id, pending.priority = "a1b2c3", "urgent"
+    quorum = {"needed": 2, "groups": ["sre"], "approvedBy": ["alice"], "declinedBy": [], "mayStill": ["bob", "dave"]}
+    view = {"priority": "urgent", "askers": [{"agent": "migrator-3"}], "deadlineMs": 1767225600000, "quorum": quorum}
+    made = card_blocks(pending, view, "prod", "https://qbroker.example.com/")  # type: ignore[arg-type]
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "slack.md").read_text()
+    shown = re.search(r"<!-- block-kit-sample -->\n```json\n(.*?)\n```", doc, re.S)
+    assert shown is not None and json.loads(shown.group(1)) == made

@@ -1,0 +1,432 @@
+"""Slack as a face of the web provider (docs/slack.md): post the cards, take the clicks.
+
+``SlackFace.run()`` follows the web providers' change events like a page does: a card added
+is posted (``chat.postMessage``), a vote updates it, a card that goes (answered here or on
+the page, dismissed, withdrawn, timed out, expired) is updated in place (``chat.update``).
+Only the lease holder has cards to add, so only it posts; the message of each card is kept in
+``qb:{NS}:slack:msg:<rid>``, so a server that takes the lease over updates the same message
+rather than posting it again.
+
+``SlackFace.interact()`` takes Slack's interactive requests: it checks the signature and
+refuses replays (``verify.py``) before reading anything, maps the Slack user to a broker user
+(refusing, with an ephemeral message, whoever is not mapped), and answers through the same
+``WebProvider.answer`` / ``cancel`` as the page: one settlement at a time per card, a quorum
+policy counting a click as that person's vote, a late click told who was first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from typing import Any
+from urllib.parse import parse_qs
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.web.async_client import AsyncWebClient
+
+from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, PendingRequest, Tally, UserQuestionError
+from workers.answering.slack.blocks import card_blocks, decline_modal, escape, other_modal, plan_chunks, settled_blocks
+from workers.answering.slack.config import SlackConfig
+from workers.answering.slack.verify import SlackRefused, SlackVerifier
+from workers.answering.web.render import plan_review
+from workers.answering.web.service import QUEUE_SIZE, AlreadySettled, Event, WebProvider
+
+__all__ = ["MESSAGE_TTL_MS", "SlackFace"]
+
+log = logging.getLogger(__name__)
+
+MESSAGE_TTL_MS = 7 * 24 * 3600 * 1000
+"""how long a card's Slack message is remembered, so a late settlement still updates it"""
+_SLACK_DOWN = (SlackApiError, aiohttp.ClientError, TimeoutError)
+_WITHDRAWN = {
+    "timed_out": ":hourglass: *Timed out*: the asker stopped waiting",
+    "aborted": ":leftwards_arrow_with_hook: *Withdrawn*: the asker gave up",
+    "expired": ":hourglass: *Expired*: nobody answered in time",
+}
+Response = tuple[int, dict[str, Any] | None]
+
+
+class SlackFace:
+    """The Slack face of this server's web providers (one per namespace served)."""
+
+    def __init__(self, config: SlackConfig, services: Mapping[str, WebProvider], *, public_url: str = "") -> None:
+        self.config = config
+        self.services = dict(services)
+        self.public_url = public_url
+        self.client = AsyncWebClient(token=config.bot_token, base_url=config.api_url, timeout=10)
+        self.client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
+        primary = next(iter(self.services.values())).broker
+        self.verifier = SlackVerifier(config.signing_secret, primary.commands.call, primary.keys)
+        self._cards: dict[str, dict[str, Any]] = {}
+        """request id -> {channel, ts, blocks}: the messages of the cards shown"""
+        self._via_slack: dict[str, str] = {}
+        """request id -> who is settling it from Slack right now (the card then says "in Slack")"""
+        self._emails: dict[str, str | None] = {}
+
+    def __repr__(self) -> str:
+        return f"SlackFace(channel={self.config.channel!r}, namespaces={list(self.services)!r})"  # no secrets
+
+    # -- posting --------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Follow every provider's changes and keep the Slack messages in step, until cancelled."""
+        while True:
+            queue: asyncio.Queue[Event | None] = asyncio.Queue(QUEUE_SIZE * len(self.services))
+            async with AsyncExitStack() as subscriptions:
+                for service in self.services.values():
+                    await subscriptions.enter_async_context(service.subscribe(queue))
+                while (event := await queue.get()) is not None:
+                    try:
+                        await self._follow(event)
+                    except _SLACK_DOWN as error:
+                        log.warning("Slack did not take %s of %s: %s", event.get("type"), event.get("id"), error)
+            await asyncio.sleep(0.5)  # dropped for stalling (or the server stops): subscribe again
+
+    async def _follow(self, event: Event) -> None:
+        kind = event["type"]
+        if kind == "snapshot":
+            for view in event["requests"]:
+                await self._show(view)
+        elif kind == "added":
+            await self._show(event["request"])
+        elif kind == "updated" and "quorum" in event:
+            card = self._cards.get(event["id"])
+            service = self.services.get(event.get("namespace", ""))
+            pending = service.pending_request(event["id"]) if service else None
+            if card is not None and pending is not None and service is not None:
+                view = {**(service.view_of(event["id"]) or {}), **event}
+                card["blocks"] = card_blocks(pending, view, service.broker.namespace, self.public_url)
+                await self.client.chat_update(
+                    channel=card["channel"], ts=card["ts"], blocks=card["blocks"], text=_fallback(pending)
+                )
+        elif kind == "removed" and event.get("reason") != "lost":
+            await self._settled(event)
+
+    async def _show(self, view: dict[str, Any]) -> None:
+        namespace, request_id = view.get("namespace", ""), view["id"]
+        service = self.services.get(namespace)
+        pending = service.pending_request(request_id) if service else None
+        if service is None or pending is None:
+            return
+        blocks = card_blocks(pending, view, namespace, self.public_url)
+        mention = self._mention(service, view.get("route"))
+        if mention:
+            blocks.insert(0, {"type": "section", "text": {"type": "mrkdwn", "text": mention}})
+        call, key = service.broker.commands.call, self._key(service, request_id)
+        known = await call("HMGET", key, "channel", "ts")
+        if known[0] and known[1]:  # posted before a failover (or a restart): the same message, brought up to date
+            channel, ts = str(known[0]), str(known[1])
+            await self.client.chat_update(channel=channel, ts=ts, blocks=blocks, text=_fallback(pending))
+        else:
+            channel = self.config.channel_for(namespace, pending.priority, pending.agent_id)
+            posted = await self.client.chat_postMessage(channel=channel, blocks=blocks, text=_fallback(pending))
+            channel, ts = str(posted["channel"]), str(posted["ts"])
+            await call("HSET", key, "channel", channel, "ts", ts)
+            await call("PEXPIRE", key, MESSAGE_TTL_MS)
+            for chunk in plan_chunks(pending):  # a long plan, whole, in the card's thread
+                await self.client.chat_postMessage(channel=channel, thread_ts=ts, text=chunk, mrkdwn=True)
+        self._cards[request_id] = {"channel": channel, "ts": ts, "blocks": blocks}
+
+    def _mention(self, service: WebProvider, route: str | None) -> str:
+        """A routed card mentions its group's members who have a Slack id."""
+        if not route:
+            return ""
+        members = sorted(service.policies.groups.get(route, frozenset()))
+        ids = [slack for slack in map(self.config.slack_id_of, members) if slack]
+        return f"For {escape(route)}: " + " ".join(f"<@{slack}>" for slack in ids) if ids else ""
+
+    async def _settled(self, event: Event) -> None:
+        request_id = event["id"]
+        service = self.services.get(event.get("namespace", ""))
+        if service is None:
+            return
+        card = self._cards.pop(request_id, None)
+        if card is None:
+            known = await service.broker.commands.call("HMGET", self._key(service, request_id), "channel", "ts")
+            if not (known[0] and known[1]):
+                return
+            card = {"channel": str(known[0]), "ts": str(known[1]), "blocks": []}
+        outcome = await self._outcome(service, event)
+        blocks = settled_blocks(card["blocks"], outcome)
+        await self.client.chat_update(channel=card["channel"], ts=card["ts"], blocks=blocks, text=outcome)
+
+    async def _outcome(self, service: WebProvider, event: Event) -> str:
+        reason, by = event.get("reason"), escape(event.get("by") or "")
+        where = "in Slack" if self._via_slack.pop(event["id"], None) is not None else "on the web"
+        settled = event.get("settled") or {}
+        if reason == "answered":
+            return f":white_check_mark: *Answered by {by} {where}*: {_summary(settled.get('answer'))}"
+        if reason == "cancelled":
+            return f":no_entry_sign: *Dismissed by {by} {where}*"
+        if reason == "withdrawn":
+            state = await self._why_withdrawn(service, event["id"])
+            return _WITHDRAWN.get(state, ":leftwards_arrow_with_hook: *Withdrawn* by the asker")
+        return f":information_source: *{escape(str(reason))}*" + (f" by {by}" if by else "")
+
+    @staticmethod
+    async def _why_withdrawn(service: WebProvider, request_id: str) -> str:
+        """Timed out, aborted or expired: the askers' log says (the request hash is gone with it)."""
+        try:
+            entries = await service.broker.commands.call(
+                "XREVRANGE", service.broker.keys.asklog, "+", "-", "COUNT", 200
+            )
+        except Exception as error:  # only the wording of the card depends on it: never fail the update
+            log.debug("cannot read why %s was withdrawn: %s", request_id, error)
+            return ""
+        for _, flat in entries:
+            fields = flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True))
+            if fields.get("rid") == request_id:
+                return str(fields.get("event", ""))
+        return ""
+
+    @staticmethod
+    def _key(service: WebProvider, request_id: str) -> str:
+        return service.broker.keys.prefix + "slack:msg:" + request_id
+
+    # -- answering ------------------------------------------------------------------
+
+    async def interact(self, body: bytes, headers: Mapping[str, str]) -> Response:
+        """One interactive request: ``(HTTP status, JSON body or None)`` to answer Slack with."""
+        try:
+            await self.verifier.check(body, headers)
+        except SlackRefused as refused:
+            log.warning("refused a Slack request: %s", refused.reason)
+            return 401, {"error": refused.reason}
+        try:
+            payload = json.loads(parse_qs(body.decode())["payload"][0])
+            kind, slack_user = payload["type"], payload["user"]["id"]
+        except (KeyError, IndexError, ValueError, TypeError):
+            return 400, {"error": "not an interactive payload"}
+        if kind == "block_actions":
+            return await self._action(payload, slack_user)
+        if kind == "view_submission":
+            return await self._submission(payload, slack_user)
+        return 200, None
+
+    async def _user(self, slack_user: str) -> str | None:
+        user = self.config.user_of(slack_user)
+        if user is None and self.config.needs_email:
+            if slack_user not in self._emails:
+                try:
+                    info = await self.client.users_info(user=slack_user)
+                    self._emails[slack_user] = (info.get("user") or {}).get("profile", {}).get("email")
+                except _SLACK_DOWN as error:
+                    log.warning("cannot read Slack user %s: %s", slack_user, error)
+                    return None
+            user = self.config.user_of(slack_user, self._emails[slack_user])
+        return user
+
+    async def _tell(self, channel: str | None, slack_user: str, text: str) -> None:
+        if not channel:
+            return
+        try:
+            await self.client.chat_postEphemeral(channel=channel, user=slack_user, text=text)
+        except _SLACK_DOWN as error:
+            log.warning("cannot tell %s in Slack: %s", slack_user, error)
+
+    async def _action(self, payload: dict[str, Any], slack_user: str) -> Response:
+        action = (payload.get("actions") or [{}])[0]
+        action_id, channel = str(action.get("action_id", "")), (payload.get("channel") or {}).get("id")
+        if action_id in ("qb_web", "qb_sel") or not action_id.startswith("qb_"):
+            return 200, None  # a link, or a tick in a checkbox: nothing to answer yet
+        user = await self._user(slack_user)
+        if user is None:
+            await self._tell(
+                channel, slack_user, "You are not mapped to a question-broker user, so you cannot answer here."
+            )
+            return 200, None
+        try:
+            ref = json.loads(action["value"])
+            service, pending = self.services[ref["n"]], ref["r"]
+        except (KeyError, ValueError, TypeError):
+            return 200, None
+        card = service.pending_request(pending)
+        if action_id in ("qb_other", "qb_decline"):
+            if card is None:  # settled meanwhile: say by whom instead of opening a form
+                return await self._answering(service, pending, None, user, slack_user, channel)
+            metadata = json.dumps({"n": ref["n"], "r": pending, "c": channel, "s": _picked(payload, card)})
+            review = plan_review(card.request.questions[0], len(card.request.questions))
+            modal = (
+                decline_modal(card, metadata, (review or {}).get("refuse"))
+                if action_id == "qb_decline"
+                else other_modal(card, metadata)
+            )
+            try:
+                await self.client.views_open(trigger_id=payload["trigger_id"], view=modal)
+            except (*_SLACK_DOWN, KeyError) as error:
+                log.warning("cannot open a Slack modal: %s", error)
+            return 200, None
+        if action_id == "qb_dismiss":
+            return await self._answering(
+                service, pending, None, user, slack_user, channel, cancel=f"{user} dismissed the question in Slack"
+            )
+        answer = _answer_of(action_id, ref, payload, card)
+        return await self._answering(service, pending, answer, user, slack_user, channel)
+
+    async def _submission(self, payload: dict[str, Any], slack_user: str) -> Response:
+        view = payload.get("view") or {}
+        try:
+            meta = json.loads(view["private_metadata"])
+            service, request_id, channel = self.services[meta["n"]], meta["r"], meta.get("c")
+        except (KeyError, ValueError, TypeError):
+            return 200, None
+        user = await self._user(slack_user)
+        if user is None:
+            return 200, {
+                "response_action": "errors",
+                "errors": {"qbt_0": "You are not mapped to a question-broker user."},
+            }
+        card = service.pending_request(request_id)
+        if card is None:
+            await self._answering(service, request_id, None, user, slack_user, channel)
+            return 200, None
+        values = (view.get("state") or {}).get("values") or {}
+        texts = {
+            int(block[4:]): str(((field or {}).get("text") or {}).get("value") or "").strip()
+            for block, field in values.items()
+            if block.startswith("qbt_") and block[4:].isdigit()
+        }
+        questions = card.request.questions
+        items: list[AskUserQuestionAnswerItem] = []
+        if view.get("callback_id") == "qb_decline":
+            review = plan_review(questions[0], len(questions)) or {}
+            note, refuse = texts.get(0, ""), review.get("refuse")
+            if not note and refuse is None:
+                return 200, {"response_action": "errors", "errors": {"qbt_0": "Say what should change."}}
+            items.append(
+                AskUserQuestionAnswerItem(id=questions[0].id, selected=(), custom=note)
+                if note
+                else AskUserQuestionAnswerItem(id=questions[0].id, selected=(str(refuse),))
+            )
+        else:
+            picked = meta.get("s") or {}
+            for index, item in enumerate(questions):
+                text = texts.get(index, "")
+                chosen = tuple(picked.get(str(index), ()))
+                if text and item.multi_select:
+                    items.append(AskUserQuestionAnswerItem(id=item.id, selected=chosen, custom=text))
+                elif text:
+                    items.append(AskUserQuestionAnswerItem(id=item.id, selected=(), custom=text))
+                else:
+                    items.append(AskUserQuestionAnswerItem(id=item.id, selected=chosen))
+        status, errors = await self._answering(
+            service, request_id, AskUserQuestionAnswer(answers=tuple(items)), user, slack_user, channel
+        )
+        return status, errors
+
+    async def _answering(
+        self,
+        service: WebProvider,
+        request_id: str,
+        answer: AskUserQuestionAnswer | None,
+        user: str,
+        slack_user: str,
+        channel: str | None,
+        *,
+        cancel: str | None = None,
+    ) -> Response:
+        """Settle (or vote) as ``user``, exactly as the page does; tell them in Slack what came of it."""
+        if not cancel and answer is None:
+            if service.pending_request(request_id) is not None:
+                await self._tell(channel, slack_user, "That click does not fit this card: answer it on the web.")
+                return 200, None
+            late = await service.settled_how(request_id)  # gone meanwhile: say who was first
+            await self._tell(channel, slack_user, _late_text(late))
+            return 200, None
+        self._via_slack[request_id] = user
+        result: AskUserQuestionAnswer | Tally | None = None
+        try:
+            if cancel:
+                result = await service.cancel(request_id, cancel, by=user)
+            elif answer is not None:
+                result = await service.answer(request_id, answer, by=user)
+        except UserQuestionError as error:
+            self._via_slack.pop(request_id, None)
+            text = _late_text(error) if isinstance(error, AlreadySettled) else f"Not taken: {error}"
+            await self._tell(channel, slack_user, text)
+            return 200, None
+        if isinstance(result, Tally) and result.decided is None:
+            self._via_slack.pop(request_id, None)
+            await self._tell(channel, slack_user, "Your vote is recorded; the card waits for more approvals.")
+        return 200, None
+
+
+def _late_text(late: AlreadySettled) -> str:
+    """A late click's ephemeral answer: who was first (when known)."""
+    winner = late.winner or {}
+    state = winner.get("state") or "settled"
+    by = f" by {winner['by']}" if winner.get("by") else ""
+    return f"Already {state}{by}: your click was not taken."
+
+
+def _picked(payload: dict[str, Any], pending: PendingRequest) -> dict[str, list[str]]:
+    """The options ticked on the card (``state.values``), as labels by question index."""
+    values = (payload.get("state") or {}).get("values") or {}
+    picked: dict[str, list[str]] = {}
+    for index, item in enumerate(pending.request.questions):
+        element = (values.get(f"qbq_{index}") or {}).get("qb_sel") or {}
+        options = element.get("selected_options") or (
+            [element["selected_option"]] if element.get("selected_option") else []
+        )
+        labels = item.labels
+        chosen = [
+            labels[int(o["value"])]
+            for o in options
+            if str(o.get("value", "")).isdigit() and int(o["value"]) < len(labels)
+        ]
+        picked[str(index)] = chosen
+    return picked
+
+
+def _answer_of(
+    action_id: str, ref: dict[str, Any], payload: dict[str, Any], pending: PendingRequest | None
+) -> AskUserQuestionAnswer | None:
+    """What a button says, as an answer (``None`` when the card is no longer here)."""
+    if pending is None:
+        return None
+    questions = pending.request.questions
+    if action_id == "qb_approve":
+        review = plan_review(questions[0], len(questions))
+        if review is None:
+            return None
+        return AskUserQuestionAnswer(
+            answers=(AskUserQuestionAnswerItem(id=questions[0].id, selected=(review["approve"],)),)
+        )
+    if action_id.startswith("qb_pick_"):
+        labels = questions[0].labels
+        index = int(ref.get("o", -1))
+        if not 0 <= index < len(labels):
+            return None
+        return AskUserQuestionAnswer(
+            answers=(AskUserQuestionAnswerItem(id=questions[0].id, selected=(labels[index],)),)
+        )
+    if action_id == "qb_submit":
+        picked = _picked(payload, pending)
+        return AskUserQuestionAnswer(
+            answers=tuple(
+                AskUserQuestionAnswerItem(id=item.id, selected=tuple(picked[str(i)]))
+                for i, item in enumerate(questions)
+            )
+        )
+    return None
+
+
+def _fallback(pending: PendingRequest) -> str:
+    """The notification's text (and what a screen reader says): the first question."""
+    first = pending.request.questions[0]
+    return f"{pending.agent_id or 'An agent'} asks: {first.question}"[:300]
+
+
+def _summary(answer: Any) -> str:
+    if not isinstance(answer, dict):
+        return ""
+    parts = []
+    for item in answer.get("answers") or ():
+        chosen = [*item.get("selected", ())] + ([f"“{item['custom']}”"] if item.get("custom") else [])
+        parts.append(", ".join(chosen) or "(skipped)")
+    return escape("; ".join(parts))[:2500]
