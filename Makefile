@@ -13,8 +13,16 @@ $(BIN)/qbroker-installed: pyproject.toml
 
 install: $(BIN)/qbroker-installed
 
-demo: install
-	$(BIN)/python -m workers.demo
+# The demo needs the package and, where redis-server is missing, fakeredis: not the test and benchmark tools.
+$(BIN)/qbroker-demo-installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[embedded]'
+	touch $@
+
+# Shows you the page and waits for your answers; DEMO_AUTO=1 answers by itself (CI).
+demo: $(BIN)/qbroker-demo-installed
+	DEMO_AUTO=$(DEMO_AUTO) $(BIN)/python -m workers.demo
 
 # axe-core for the page's accessibility check (skipped, with a reason, where npm is missing).
 tests/web/node_modules/axe-core/axe.min.js: tests/web/package.json

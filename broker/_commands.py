@@ -205,6 +205,9 @@ class Commands:
         self._idle = asyncio.Event()
         self._idle.set()
         self._backoff = Backoff(first=0.05, cap=1.0)
+        # An outage is logged once when it starts and once when it ends: a retry every second
+        # would bury the coded error a short-lived command ends with (and fill a long-lived one's log).
+        self._outage_since: float | None = None
         # A Redis or Sentinel client's pipelines go over one connection kept here (closed with the
         # client's pool); a Cluster client routes each command to its slot's node, and fakeredis
         # has no sockets: both keep redis-py's pipeline.
@@ -284,6 +287,10 @@ class Commands:
                     self._wakeup.set()
                     continue
                 self._backoff.reset()
+                if self._outage_since is not None:
+                    down = asyncio.get_running_loop().time() - self._outage_since
+                    log.warning("redis answers again, after %.1fs", down)
+                    self._outage_since = None
             if not self._queue:
                 self._idle.set()
 
@@ -314,7 +321,7 @@ class Commands:
                     if not queued.future.done():
                         queued.future.set_exception(error)
                 return []
-            log.warning("redis pipeline of %d commands interrupted (%r); sending again", len(batch), error)
+            self._log_outage("redis pipeline of %d commands interrupted (%r); sending again", len(batch), error)
             return self._again(batch, error)
         retry: list[_Queued] = []
         last_error: BaseException | None = None
@@ -336,9 +343,17 @@ class Commands:
             else:
                 queued.future.set_result(result)
         if last_error is not None:
-            log.warning("%d redis commands refused for now (%s); sending again", len(retry), last_error)
+            self._log_outage("%d redis commands refused for now (%s); sending again", len(retry), last_error)
             return self._again(retry, last_error)
         return []
+
+    def _log_outage(self, message: str, *args: Any) -> None:
+        """A WARNING for an outage's first failure, DEBUG for each retry until Redis answers again."""
+        if self._outage_since is None:
+            self._outage_since = asyncio.get_running_loop().time()
+            log.warning(message + " (until it answers; each retry at DEBUG)", *args)
+        else:
+            log.debug(message, *args)
 
     async def _exchange(self, commands: list[tuple[tuple[Any, ...], dict[str, Any], list[_Queued]]]) -> list[Any]:
         """One pipeline over the connection this object keeps; a Redis error reply is its command's result.

@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "keys": "workers.operating.keys",
     "acl": "workers.operating.acl",
     "bench": "workers.operating.bench",
+    "quickstart": "workers.operating.quickstart.command",
 }
 
 log = logging.getLogger(__name__)

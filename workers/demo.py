@@ -1,12 +1,20 @@
-"""The demo: an agent asks a plan review and a multi-select batch; an automatic provider answers.
+"""The demo: an agent asks a plan review and a multi-select batch, and a person answers them on the page.
 
-python -m workers.demo [REDIS_URL]   (no URL: a private redis-server, else fakeredis in-process)
+python -m workers.demo [--port N] [REDIS_URL]   the web page (and the worker) on a private redis-server,
+                                                 with a generated password; the agent waits for you
+python -m workers.demo --auto [REDIS_URL]       (or DEMO_AUTO=1) an automatic provider answers: for CI
+
+No URL: a private redis-server; without one installed, fakeredis in-process, which only the
+automatic mode can use (the page runs in processes of its own, and fakeredis lives in this one).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import os
+import socket
 import sys
 
 from broker import (
@@ -79,10 +87,19 @@ def automatic_answer(pending: PendingRequest) -> AskUserQuestionAnswer:
     return AskUserQuestionAnswer(answers=tuple(items))
 
 
-async def run(url: str | None) -> None:
+async def run(url: str | None, *, auto: bool = True, port: int | None = None) -> int:
     given = contextlib.nullcontext(EmbeddedRedis(url.split("@")[-1], url, None)) if url else None
     with given or embedded_redis() as redis:
-        print(f"Redis: {redis.description}")
+        print(f"Redis: {redis.description}", flush=True)
+        if not auto and redis.connect is not None:
+            print(
+                "The page needs a real Redis, and no redis-server is installed (apt-get install -y redis-server, "
+                "or give a URL): answering automatically instead.",
+                flush=True,
+            )
+            auto = True
+        if not auto:
+            return await _with_a_person(redis, port or _port())
         # The answering side signs, the asking side trusts its public key (docs/security.md):
         # a key pair made for this run, as `qbroker keys new` makes one for a namespace.
         signing_key = SigningKey.generate()
@@ -101,11 +118,73 @@ async def run(url: str | None) -> None:
                     answer = await agent.ask(request, timeout=10)
                     print(f"agent got: {encode(answer).decode()}")
                 answering.cancel()
+    return 0
 
 
-def main() -> None:
-    asyncio.run(run(sys.argv[1] if len(sys.argv) > 1 else None))
+async def _with_a_person(redis: EmbeddedRedis, port: int) -> int:
+    """The page and the worker as `qbroker quickstart` starts them; the agent waits for a person."""
+    from workers.operating.quickstart.stack import QuickstartError, team
+
+    try:
+        started = team(
+            redis_url=redis.url,
+            redis_description=redis.description,
+            namespace="demo",
+            host="127.0.0.1",
+            port=port,
+            user="demo",
+            directory=None,
+            worker=True,
+        )
+        async with started as running:
+            print(
+                f"\nOpen {running.page_url} and sign in as {running.user}, password {running.password}\n"
+                "The agent `demo-agent` asks a plan review, then a batch of two questions: answer them there.\n"
+                "(Ctrl-C ends the demo; `make demo DEMO_AUTO=1` answers by itself.)\n",
+                flush=True,
+            )
+            agent_side = Broker(redis.url, "demo", trusted_keys=[running.public_key])
+            async with agent_side, agent_side.agent("demo-agent") as agent:
+                for request in REQUESTS:
+                    answer = await agent.ask(request)
+                    print(f"agent got: {encode(answer).decode()}", flush=True)
+            print(
+                "\nBoth answered: the agent goes on with what you chose. For a team's own set-up, "
+                "`qbroker quickstart` starts the same page and worker (docs/cli.md).",
+                flush=True,
+            )
+    except QuickstartError as error:
+        print(f"demo: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _port() -> int:
+    """8080 when free, else any free port (the demo must not fail on a busy 8080)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", 8080))
+        except OSError:
+            sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workers.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("url", nargs="?", metavar="REDIS_URL", help="a Redis of your own (default: a private one)")
+    parser.add_argument(
+        "--auto",
+        action="store_true",
+        default=os.environ.get("DEMO_AUTO", "").lower() in ("1", "true", "yes", "on"),
+        help="answer automatically (env DEMO_AUTO=1): for CI and tests",
+    )
+    parser.add_argument("--port", type=int, help="the page's port (default 8080, else a free one)")
+    args = parser.parse_args(argv)
+    try:
+        return asyncio.run(run(args.url, auto=args.auto, port=args.port))
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -254,7 +254,12 @@ class WebProvider:
             view = self._views.get(request_id)
             if view is not None:
                 view["quorum"] = tally.view()
-                now = {"askerAway": pending.asker_away, **asking_view(pending), "quorum": view["quorum"]}
+                now = {
+                    "askerAway": pending.asker_away,
+                    "awayUntilMs": view.get("awayUntilMs"),
+                    **asking_view(pending),
+                    "quorum": view["quorum"],
+                }
                 self._publish({"type": "updated", "id": request_id, **now, "namespace": self.broker.namespace})
         elif decided.answer is None:
             self._settle(request_id, "cancelled", ", ".join(tally.by))
@@ -348,9 +353,12 @@ class WebProvider:
                 self._routes[pending.request_id] = policy.route
         if pending.withdrawn.is_set():
             return
+        away_until = await self._away_until(pending)
+        if pending.withdrawn.is_set():
+            return
         # Who asks may have changed while the context was read (an asker joined or went away),
         # and the watcher found no view to update then: take it now.
-        view.update(askerAway=pending.asker_away, **asking_view(pending))
+        view.update(askerAway=pending.asker_away, awayUntilMs=away_until, **asking_view(pending))
         self._lost.discard(pending.request_id)
         self._pending[pending.request_id] = pending
         self._views[pending.request_id] = view
@@ -366,6 +374,19 @@ class WebProvider:
             log.warning("no deadline or owner for %s: %s", pending.request_id, error)
             return {}
         return {"deadlineMs": int(deadline) if deadline else None, "owner": owner or None}
+
+    async def _away_until(self, pending: PendingRequest) -> int | None:
+        """When an away card's detach grace ends (unix ms, the last of its askers'), for its countdown."""
+        if not pending.asker_away:
+            return None
+        request_ids = [asker.request_id for asker in pending.askers]
+        try:
+            scores = await self.broker.commands.call("ZMSCORE", self.broker.keys.away, *request_ids)
+        except (*_REDIS_DOWN, UserQuestionError) as error:
+            log.warning("no detach grace for %s: %s", pending.request_id, error)
+            return None
+        ends = [int(float(score)) for score in scores or () if score is not None]
+        return max(ends) if ends else None
 
     def _remove(self, request_id: str, reason: str, by: str, settled: Event | None = None) -> None:
         self._pending.pop(request_id, None)
@@ -573,17 +594,20 @@ class WebProvider:
                     changed.cancel()
                 if pending.changed.is_set() and not withdrawn.done():
                     pending.changed.clear()
-                    self._asker_changed(pending)
+                    await self._asker_changed(pending)
         finally:
             withdrawn.cancel()
         self._remove(pending.request_id, "withdrawn", "")
 
-    def _asker_changed(self, pending: PendingRequest) -> None:
+    async def _asker_changed(self, pending: PendingRequest) -> None:
         """An asker went away or came back, joined or left the card, or raised its priority."""
+        if pending.request_id not in self._views:
+            return
+        away_until = await self._away_until(pending)
         view = self._views.get(pending.request_id)
         if view is None:
             return
-        now = {"askerAway": pending.asker_away, **asking_view(pending)}
+        now = {"askerAway": pending.asker_away, "awayUntilMs": away_until, **asking_view(pending)}
         if all(view.get(name) == value for name, value in now.items()):
             return
         view.update(now)

@@ -474,6 +474,7 @@
     const card = state.cards.get(event.id);
     if (!card) return;
     card.request.askerAway = event.askerAway;
+    card.request.awayUntilMs = event.awayUntilMs;
     if (event.askers) card.request.askers = event.askers;
     if (event.priority) card.request.priority = event.priority;
     if (event.quorum) card.request.quorum = event.quorum;
@@ -501,7 +502,18 @@
   }
 
   function renderAway(card) {
-    card.away.hidden = !card.request.askerAway;
+    const request = card.request;
+    card.away.hidden = !request.askerAway;
+    if (!request.askerAway) return;
+    // The grace is the asker's time to come back: once it ends, housekeeping ends the question.
+    if (request.awayUntilMs) {
+      const left = request.awayUntilMs - now();
+      card.away.textContent = left > 0 ? "asker away · ends in " + span(left) : "asker away · ending now";
+      card.away.title = "The asking process stopped. Answer before " + new Date(request.awayUntilMs).toLocaleString() +
+        " and the agent gets the answer when it comes back; after that the question ends unless it is back.";
+    } else {
+      card.away.textContent = "asker away";
+    }
   }
 
   function renderRememberScope(card) {
@@ -636,6 +648,7 @@
 
   function renderTimes(card) {
     const request = card.request;
+    renderAway(card);
     const waited = now() - request.createdMs;
     card.age.textContent = waited < 60000 ? "asked just now" : "waiting " + span(waited);
     card.age.title = "asked at " + new Date(request.createdMs).toLocaleString();
@@ -689,6 +702,7 @@
     if (known) {
       if ((known.closed || known.lost) && !known.submitting) reopen(known);
       known.request.askerAway = request.askerAway;
+      known.request.awayUntilMs = request.awayUntilMs;
       known.request.askers = request.askers;
       known.request.priority = request.priority;
       known.request.quorum = request.quorum;
