@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 from importlib import resources
 from typing import Any
 
@@ -68,21 +69,38 @@ def _one_line(library: str) -> str:
     return " ".join(code)
 
 
-_AUDIT = _one_line(resources.files(__package__).joinpath("scripts", "_audit.lua").read_text())
+_LIBRARIES = ("_audit", "_ask_gate", "_ask_attach", "_ask_decisions", "_ask_enqueue")
+"""the helper files (``scripts/_*.lua``), in the order they are put in front of a script"""
+
+
+def _library(name: str) -> tuple[str, tuple[str, ...]]:
+    """A helper's code on one line, and the functions it defines (a script that calls one includes it)."""
+    source = resources.files(__package__).joinpath("scripts", f"{name}.lua").read_text()
+    return _one_line(source), tuple(re.findall(r"^local function (\w+)\(", source, re.M))
+
+
+_HELPERS = {name: _library(name) for name in _LIBRARIES}
 
 
 def _with_library(source: str) -> str:
-    """The script with ``scripts/_audit.lua`` in front of its second line when it calls ``audit_append``.
+    """The script with the helpers it calls (``scripts/_*.lua``) in front of its second line.
 
-    Every audit entry is chained by that one helper (no copy of it per script); put in front of a
-    line rather than on a line of its own, so an error's line number is still the script file's.
+    Every audit entry is chained by one helper (``_audit.lua``, no copy of it per script), and
+    ask.lua's steps (gate, re-attach, decisions, enqueue) are helpers of their own, each readable
+    alone; put in front of a line rather than on lines of their own, so an error's line number is
+    still the script file's (an error inside a helper reports the script's line 2).
     """
-    if "audit_append(" not in source:
+    used = [
+        code
+        for code, functions in _HELPERS.values()
+        if any(re.search(rf"(?<![\w.]){function}\(", source) for function in functions)
+    ]
+    if not used:
         return source
     shebang, rest = source.split("\n", 1)
     if not shebang.startswith("#!"):
-        raise ValueError("a script that audits starts with its #!lua line, the helper goes in front of the next")
-    return f"{shebang}\n{_AUDIT} {rest}"
+        raise ValueError("a script that calls a helper starts with #!lua; the helpers go in front of the next line")
+    return f"{shebang}\n{' '.join(used)} {rest}"
 
 
 SCRIPTS = {

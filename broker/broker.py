@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import hashlib
 import logging
-import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
+from ._ask import DEFAULT_ROUTING, Answerer, Next, _Ask, _Durable, _durable, _Routing, ask_script
 from ._commands import SCRIPTS, Commands
 from ._ids import UniqueIds
 from ._inbox import Inbox
@@ -27,15 +25,11 @@ from .agents import Agent
 from .connection import redis_from_url
 from .decisions import (
     Decision,
-    decision_keys,
-    decision_setters,
     list_decisions,
     revoke_decision,
-    verified_decisions,
 )
 from .errors import (
     ASK_ABORTED,
-    ASK_TIMED_OUT,
     BAD_REQUEST,
     BROKER_UNAVAILABLE,
     CALLER_NOT_LIVE,
@@ -46,16 +40,13 @@ from .errors import (
 )
 from .provider import Provider, ProviderSettings, acquire_lease, release_lease
 from .signing import SigningKey, TrustedKeys
-from .types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_outcome, encode
-from .validation import Limits, check_answer, check_request
+from .types import AskUserQuestionAnswer, AskUserQuestionRequest, decode_outcome
+from .validation import Limits, check_request
 
 __all__ = ["Answerer", "Broker", "Next"]
 
 log = logging.getLogger(__name__)
 
-Next = Callable[[], Awaitable[AskUserQuestionAnswer]]
-Answerer = Callable[[AskUserQuestionRequest, Next], Awaitable[AskUserQuestionAnswer]]
-_Withdrawal = Literal["withdrawn", "aborted", "timed_out"]
 _Client = Redis | RedisCluster
 _CLEANUP_BATCH = 500
 """requests cleaned up in one settled_cleanup.lua call at most"""
@@ -65,55 +56,6 @@ _CLEANUP_BATCH = 500
 class _Registration:
     answerer: Answerer
     agent_id: str | None
-
-
-_KEY = re.compile(r"^[^\x00-\x20\x7f]{1,200}$")
-_ATTACH_TRIES = 5
-
-
-@dataclass(frozen=True)
-class _Durable:
-    """A keyed ask's key and detach grace."""
-
-    key: str
-    grace_ms: int
-
-    @staticmethod
-    def digest(wire: bytes) -> str:
-        """What makes two asks under one key the same request: their wire JSON."""
-        return hashlib.sha1(wire).hexdigest()
-
-
-@dataclass(frozen=True)
-class _Routing:
-    """What may answer an ask besides a human answering it alone."""
-
-    remember: bool = True
-    """a remembered decision may answer it, and its answer may be remembered"""
-    coalesce: bool = True
-    """it may be presented once with identical pending requests of other askers"""
-    lookup: bool = True
-    """look remembered decisions up (False after a lookup found one that does not verify)"""
-
-    def __post_init__(self) -> None:
-        for name in ("remember", "coalesce"):
-            if not isinstance(getattr(self, name), bool):
-                raise UserQuestionError(f"{name} must be True or False", BAD_REQUEST)
-
-
-def _durable(key: object, grace: float | None, default: float) -> _Durable | None:
-    if key is None:
-        if grace is not None:
-            raise UserQuestionError("detach_grace applies to a keyed ask only: pass key= too", BAD_REQUEST)
-        return None
-    if not isinstance(key, str) or not _KEY.match(key):
-        raise UserQuestionError(
-            f"key {key!r} must be 1-200 characters with no spaces or control characters", BAD_REQUEST
-        )
-    grace = default if grace is None else grace
-    if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= 30 * 86_400:
-        raise UserQuestionError(f"detach_grace {grace!r} must be 0 to 30 days, in seconds", BAD_REQUEST)
-    return _Durable(key, int(grace * 1000))
 
 
 class Broker:
@@ -133,6 +75,11 @@ class Broker:
     asking without any is ``NO_TRUSTED_KEY``. ``signing_key`` (``qbsk1:...`` or a ``SigningKey``)
     is what a provider signs its answers with (``provider()`` without one is ``NO_SIGNING_KEY``);
     a broker trusts its own signing key's public half.
+
+    ``attest_key`` (a gateway's own key, never an answering one) attests each ask this broker
+    enqueues: request, agent and process. ``gateway_keys`` are the gateways' public keys a
+    provider pins: an ask one of them attested shows its agent id as verified, any other as
+    claimed (``PendingRequest.verified``).
     """
 
     def __init__(
@@ -157,6 +104,8 @@ class Broker:
         connect: Callable[[], _Client] | None = None,
         trusted_keys: TrustedKeys | Iterable[str] | str = (),
         signing_key: SigningKey | str | None = None,
+        attest_key: SigningKey | str | None = None,
+        gateway_keys: TrustedKeys | Iterable[str] | str = (),
     ) -> None:
         self.keys = Keys(namespace)
         if isinstance(trusted_keys, str):
@@ -166,6 +115,15 @@ class Broker:
         self.signing_key = SigningKey.from_text(signing_key) if isinstance(signing_key, str) else signing_key
         if self.signing_key is not None:
             self.trusted_keys.add(self.signing_key)
+        self.attest_key = SigningKey.from_text(attest_key) if isinstance(attest_key, str) else attest_key
+        if self.attest_key is not None and self.attest_key.id in self.trusted_keys.ids:
+            # Whoever holds a key answers trust could sign answers: a gateway must never hold one.
+            raise UserQuestionError("the gateway key must not be a key answers are signed with", BAD_REQUEST)
+        if isinstance(gateway_keys, str):
+            gateway_keys = TrustedKeys.parse(gateway_keys)
+        gateways = TrustedKeys(gateway_keys.keys if isinstance(gateway_keys, TrustedKeys) else gateway_keys)
+        self.gateway_keys = gateways
+        """the pinned gateways' public keys: an ask one of them attested shows a verified agent id"""
         self.rejected_outcomes = 0
         """answers (and remembered decisions) refused because no trusted key signed them for their request"""
         self.remembered_answers = 0
@@ -196,6 +154,7 @@ class Broker:
             min_replicas=min_replicas,
             replica_timeout=replica_timeout,
             liveness_grace=max(agent_ttl, client_ttl),
+            gateway_keys=gateways,
         )
         self._answerers: list[_Registration] = []
         self._agents: dict[str, Agent] = {}
@@ -494,7 +453,7 @@ class Broker:
         abort: asyncio.Event | None,
         timeout: float | None,
         durable: _Durable | None = None,
-        routing: _Routing = _Routing(),
+        routing: _Routing = DEFAULT_ROUTING,
     ) -> AskUserQuestionAnswer:
         try:
             return await self._checked_ask(request, agent, abort, timeout, durable, routing)
@@ -533,78 +492,12 @@ class Broker:
         if problem is not None:
             raise problem
 
-        ask = _Ask(self, request, agent, deadline, durable, routing)
-        if not answerers and abort is None:
-            return await (ask.remote() if deadline is None else ask.remote_until(deadline))
-        return await ask.run(answerers, abort, deadline)
+        return await _Ask(self, request, agent, deadline, durable, routing).ask(answerers, abort)
 
     async def _gate(self, request: AskUserQuestionRequest, agent: Agent) -> None:
-        reply = await self._script("ask", request, agent, "", gate_only=True)
+        reply = await ask_script(self, request, agent, "", gate_only=True)
         if reply[0] != "ok":
             raise UserQuestionError(reply[2], reply[1])
-
-    async def _script(
-        self,
-        name: str,
-        request: AskUserQuestionRequest,
-        agent: Agent | None,
-        request_id: str,
-        *,
-        gate_only: bool = False,
-        timeout_ms: str = "",
-        durable: _Durable | None = None,
-        named: str | None = None,
-        routing: _Routing = _Routing(),
-        wire: bytes | None = None,
-    ) -> Any:
-        """Run ask.lua; a keyed ask names the durable key's request as it read it (``named``)."""
-        body = wire if wire is not None else encode(request)
-        keys = self.keys
-        request_key = keys.request(request_id)
-        script_keys = [
-            keys.requests,
-            request_key,
-            keys.agent(agent.id) if agent is not None else request_key,
-            keys.asklog,
-            keys.durable(request.agent, durable.key) if durable is not None else request_key,
-            keys.request(named) if named else request_key,
-        ]
-        remembered: list[Any] = []
-        if not gate_only:  # ask.lua's KEYS[7] and ARGV[14..]: coalescing, the provider check, remembered decisions
-            lookup = routing.remember and routing.lookup
-            script_keys += [keys.outcome(request_id), keys.away]
-            found = decision_keys(keys, request) if lookup else []
-            looked_up = len(found) // 2
-            remembered = [
-                "" if routing.coalesce else "solo",
-                ("1" if routing.lookup else "x") if routing.remember else "0",
-                int(self._provider_settings.result_ttl * 1000),
-                keys.provider,  # read-only keys come in ARGV (broker/roles.py: the asker may only read them)
-                keys.standbys,
-                looked_up,
-                *(item.id for item in request.questions[:looked_up]),
-                *found,
-            ]
-        return await self.commands.script(
-            SCRIPTS[name],
-            script_keys,
-            [
-                request_id,
-                b"" if gate_only else body,
-                agent.id if agent is not None else "",
-                agent.token if agent is not None else "",
-                self.client_id,
-                int(self.request_ttl * 1000),
-                self._provider_settings.audit_maxlen,
-                timeout_ms,
-                "1" if gate_only else "0",
-                agent.fingerprint if agent is not None else "",
-                durable.key if durable is not None else "",
-                durable.grace_ms if durable is not None else 0,
-                durable.digest(body) if durable is not None else "",
-                *remembered,
-            ],
-        )
 
     # -- remembered decisions ------------------------------------------------------------
 
@@ -706,425 +599,3 @@ class Broker:
                     log.warning("could not release the lease: %r (it lapses after its TTL)", error)
         finally:
             await blocking.aclose()
-
-
-class _Ask:
-    """One ask in flight: enqueue, wait, and withdraw on every way out."""
-
-    def __init__(
-        self,
-        broker: Broker,
-        request: AskUserQuestionRequest,
-        agent: Agent | None,
-        deadline: float | None,
-        durable: _Durable | None = None,
-        routing: _Routing = _Routing(),
-    ) -> None:
-        self.broker = broker
-        self.request = request
-        self.agent = agent
-        self.deadline = deadline
-        self.durable = durable
-        self.request_id = broker._request_ids.next()
-        self.wire = encode(request)
-        """the request JSON as asked: what the answer's seal names (by its SHA-256)"""
-        self.request_sha = hashlib.sha256(self.wire).hexdigest()
-        self.withdrawal: _Withdrawal = "withdrawn"
-        self.future: asyncio.Future[str] | None = None
-        self.ended_on_close = False
-        self.routing = routing
-        self._checked: tuple[str, Outcome] | None = None
-        """the last outcome ``accepts`` decoded and let through: the ask returns it without decoding again"""
-        self.attached_unsure: str | None = None
-        """a keyed request the re-attach may have made this process's before the ask was stopped"""
-        self.settled_after: int | None = None
-        """for a keyed ask that re-attached: the earliest (unix ms, Redis clock) its outcome may have
-        been settled, the key being the asking side's to rewrite (an old answer must not pass)"""
-
-    async def run(
-        self, answerers: list[Answerer], abort: asyncio.Event | None, deadline: float | None
-    ) -> AskUserQuestionAnswer:
-        """Run the waterfall, racing the abort signal and the deadline."""
-        work = asyncio.ensure_future(self._waterfall(answerers, 0))
-        aborted = asyncio.ensure_future(abort.wait()) if abort is not None else None
-        waits: set[asyncio.Future[Any]] = {work} if aborted is None else {work, aborted}
-        timeout = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
-        try:
-            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            await self._stop(work, "withdrawn")
-            raise
-        finally:
-            if aborted is not None:
-                aborted.cancel()
-        if work.done():
-            return work.result()
-        code, why = (
-            (ASK_ABORTED, "the ask was aborted")
-            if aborted is not None and aborted.done()
-            else (ASK_TIMED_OUT, "nobody answered in time")
-        )
-        try:
-            return await self._stop(work, "aborted" if code == ASK_ABORTED else "timed_out")
-        except asyncio.CancelledError:
-            raise UserQuestionError(why, code) from None
-        except UserQuestionError as error:
-            if error.code in (ASK_ABORTED, ASK_TIMED_OUT, BROKER_UNAVAILABLE):
-                raise UserQuestionError(why, code) from error
-            raise  # a domain error from the far side wins over a simultaneous abort
-        except Exception as error:
-            raise UserQuestionError(why, code) from error
-
-    async def remote_until(self, deadline: float) -> AskUserQuestionAnswer:
-        """``remote()`` in the caller's own task, ended at ``deadline`` as ``run()`` would end it.
-
-        The common case (no answerers, no abort signal, a timeout) without a second task and
-        ``asyncio.wait``: a timer cancels this task at the deadline, the withdrawal says
-        ``timed_out``, and an outcome that won the race with the withdrawal is still returned.
-        """
-        task = asyncio.current_task()
-        assert task is not None
-        expired = False
-
-        def expire() -> None:
-            nonlocal expired
-            expired = True
-            self.withdrawal = "timed_out"
-            task.cancel()
-
-        why = "nobody answered in time"
-        handle = asyncio.get_running_loop().call_at(deadline, expire)
-        try:
-            answer = await self.remote()
-        except asyncio.CancelledError:
-            if not expired or task.uncancel() > 0:  # the caller's own cancellation too
-                raise
-            raise UserQuestionError(why, ASK_TIMED_OUT) from None
-        except UserQuestionError as error:
-            if not expired:
-                raise
-            task.uncancel()
-            if error.code in (ASK_ABORTED, ASK_TIMED_OUT, BROKER_UNAVAILABLE):
-                raise UserQuestionError(why, ASK_TIMED_OUT) from error
-            raise  # a domain error from the far side wins over a simultaneous timeout
-        except Exception as error:
-            if not expired:
-                raise
-            task.uncancel()
-            raise UserQuestionError(why, ASK_TIMED_OUT) from error
-        finally:
-            handle.cancel()
-        if expired:
-            task.uncancel()
-        return answer
-
-    async def _stop(
-        self, work: asyncio.Future[AskUserQuestionAnswer], withdrawal: _Withdrawal
-    ) -> AskUserQuestionAnswer:
-        self.withdrawal = withdrawal
-        work.cancel()
-        return await work
-
-    async def _waterfall(self, answerers: list[Answerer], index: int) -> AskUserQuestionAnswer:
-        if index == len(answerers):
-            return await self.remote()
-
-        async def next_answerer() -> AskUserQuestionAnswer:
-            return await self._waterfall(answerers, index + 1)
-
-        answer = await answerers[index](self.request, next_answerer)
-        return check_answer(self.request, answer, self.broker.limits)
-
-    async def remote(self) -> AskUserQuestionAnswer:
-        """The end of the chain: enqueue for the namespace's provider and wait."""
-        broker = self.broker
-        inbox = broker._inbox
-        assert inbox is not None
-        decided: AskUserQuestionAnswer | None = None
-        reply: Any = ("",)
-        future = self.future = inbox.expect(self.request_id)
-        broker._asks[self.request_id] = self
-        try:
-            try:
-                timeout_ms = ""
-                if self.deadline is not None:
-                    remaining = self.deadline - asyncio.get_running_loop().time()
-                    timeout_ms = str(max(1, int(remaining * 1000)))
-                if self.durable is None:
-                    reply = await broker._script(
-                        "ask",
-                        self.request,
-                        self.agent,
-                        self.request_id,
-                        timeout_ms=timeout_ms,
-                        routing=self.routing,
-                        wire=self.wire,
-                    )
-                else:
-                    reply = await self._ask_keyed(timeout_ms)
-                    future = self.future or future
-                kept = await self._kept_outcome(reply[1]) if reply[0] == "settled" else None
-                if reply[0] == "decided":  # a remembered decision answered it in the script
-                    decided = self._verified_decision(reply)
-                    outcome = ""
-                elif kept is not None:
-                    outcome = kept
-                else:
-                    if reply[0] not in ("ok", "attached", "settled"):
-                        raise UserQuestionError(reply[2], reply[1])
-                    inbox.enqueued(self.request_id)
-                    # Shielded: cancelling this task must not cancel the future the inbox resolves.
-                    outcome = await asyncio.shield(future)
-            except asyncio.CancelledError:
-                # Shielded in a task of the broker's: a caller that keeps cancelling (an anyio
-                # cancel scope does) must not stop the withdrawal half-way.
-                settled = await asyncio.shield(broker._track(self._withdraw(future)))
-                if settled is None:
-                    raise
-                outcome = settled
-        except Exception as error:
-            coded = error if isinstance(error, UserQuestionError) else unavailable(error, "asking")
-            if coded.code == BROKER_UNAVAILABLE and not self.ended_on_close:
-                # Redis failed us; once it is back, a human must not answer into the void (a keyed
-                # question is only detached: its asker may come back for it).
-                broker._track(self._withdraw_quietly(future))
-            if coded is error:
-                raise
-            raise coded from error
-        finally:
-            inbox.forget(self.request_id)
-            broker._asks.pop(self.request_id, None)
-        # The request's keys go only now, after the ask call returned: a retried ask can then
-        # never land after them and enqueue the question again.
-        broker._forget_settled(self.request_id)
-        if self.durable is not None and reply[0] != "decided":  # received: the key names nothing any more
-            broker._fire_script(
-                "durable_release", [broker.keys.durable(self.request.agent, self.durable.key)], [self.request_id]
-            )
-        if reply[0] == "decided":
-            if decided is not None:
-                broker.remembered_answers += 1
-                broker.last_remembered_by = decision_setters(list(reply[3]) if len(reply) > 3 else [])
-                return decided
-            # No trusted key signed what the lookup found for this request: a human answers, as a new request.
-            broker._rejected(self.request_id, "a remembered decision", "asking a human instead")
-            self.request_id = broker._request_ids.next()
-            self.routing = dataclasses.replace(self.routing, lookup=False)
-            return await self.remote()
-        checked = self._checked
-        return _settled(outcome, checked[1] if checked is not None and checked[0] is outcome else None)
-
-    def accepts(self, outcome: str, request_id: str | None = None) -> bool:
-        """Whether ``outcome`` may end this ask: an error may; an answer only when sealed for this request.
-
-        ``request_id``: the request it would end (a keyed ask's re-attach names another than its own).
-        """
-        broker = self.broker
-        request_id = request_id or self.request_id
-        try:
-            decoded = decode_outcome(outcome)
-        except msgspec.DecodeError:
-            broker._rejected(request_id, "an outcome that does not decode")
-            return False
-        if decoded.answer is None:
-            self._checked = (outcome, decoded)
-            return True  # forging an error ends the ask, as withdrawing it would (docs/security.md)
-        if decoded.proof is None or decoded.signed is None:
-            broker._rejected(request_id, "an unsigned answer")
-            return False
-        durable = self.durable
-        if not broker.trusted_keys.verify_outcome(
-            namespace=broker.namespace,
-            request_id=request_id,
-            request_sha=self.request_sha,
-            agent=self.request.agent or "",
-            # A keyed request may have been shown to the provider under another process of its agent.
-            client=None if durable is not None else broker.client_id,
-            body=decoded.signed,
-            proof=decoded.proof,
-            durable=durable.key if durable is not None else "",
-            settled_after=self.settled_after,
-        ):
-            broker._rejected(request_id, "an answer")
-            return False
-        self._checked = (outcome, decoded)
-        return True
-
-    def _verified_decision(self, reply: Any) -> AskUserQuestionAnswer | None:
-        broker = self.broker
-        records = list(reply[3]) if len(reply) > 3 else []
-        now_ms = int(reply[2]) if len(reply) > 2 else 0
-        return verified_decisions(broker.trusted_keys, broker.namespace, self.request, records, now_ms)
-
-    async def _ask_keyed(self, timeout_ms: str) -> Any:
-        """ask.lua for a keyed ask: a new request, or the key's own one re-attached.
-
-        The durable key is read first (a script may touch only the keys it is given); the
-        script refuses with 'retry' when it changed meanwhile. Both possible request ids are
-        awaited before the script runs, so a notice arriving just after it is never missed.
-        """
-        broker = self.broker
-        inbox = broker._inbox
-        assert inbox is not None and self.durable is not None
-        durable_key = broker.keys.durable(self.request.agent, self.durable.key)
-        # The key names a request through a value the asking side can rewrite: an outcome counts
-        # only if it was sealed since this ask could have been waiting for it (its keep: the result
-        # TTL or the detach grace, whichever is longer; 10 s of slack for the provider's clock).
-        seconds, micros = await broker.commands.call("TIME")
-        keep_ms = max(int(broker._provider_settings.result_ttl * 1000), self.durable.grace_ms) + 10_000
-        self.settled_after = int(seconds) * 1000 + int(micros) // 1000 - keep_ms
-        for _ in range(_ATTACH_TRIES):
-            named: str | None = await broker.commands.call("GET", durable_key)
-            if named is not None and named in broker._asks:
-                raise UserQuestionError(f"key {self.durable.key!r} is being asked already by this process", BAD_REQUEST)
-            attach = None if named is None else inbox.expect(named)
-            if named is not None:
-                broker._attaching[named] = self  # a notice for it meanwhile is checked as this ask's
-            try:
-                reply = await broker._script(
-                    "ask",
-                    self.request,
-                    self.agent,
-                    self.request_id,
-                    timeout_ms=timeout_ms,
-                    durable=self.durable,
-                    named=named,
-                    routing=self.routing,
-                    wire=self.wire,
-                )
-            except BaseException:
-                if named is not None:
-                    inbox.forget(named)
-                    # The script may have run (its reply lost with the cancellation): then the hash names this
-                    # process, which no longer waits; the withdrawal detaches it (detach.lua checks the client).
-                    self.attached_unsure = named
-                raise
-            finally:
-                if named is not None:
-                    broker._attaching.pop(named, None)
-            if reply[0] == "retry":
-                if named is not None:
-                    inbox.forget(named)
-                continue
-            if reply[0] in ("attached", "settled") and named is not None and attach is not None:
-                inbox.forget(self.request_id)
-                del broker._asks[self.request_id]
-                self.request_id, self.future = named, attach
-                broker._asks[named] = self
-                if reply[0] == "attached" and reply[1] and reply[1] != broker.client_id:
-                    self._tell_replaced(reply[1])
-            elif named is not None:
-                inbox.forget(named)
-            return reply
-        raise UserQuestionError(
-            f"key {self.durable.key!r} changed hands {_ATTACH_TRIES} times while asking", BROKER_UNAVAILABLE
-        )
-
-    def _tell_replaced(self, client_id: str) -> None:
-        """End the wait of the process this ask re-attached from, should it still wait (a paused one)."""
-        keys = self.broker.keys
-        error = UserQuestionError("another process re-attached to this keyed question", CALLER_NOT_LIVE).to_payload()
-        # '~': an ending for a waiter only; the receiver never cleans the request up on it.
-        notice = f"{self.request_id} ~{encode(Outcome(error=error)).decode()}"
-        inbox = keys.inbox(client_id)
-        self.broker._fire("RPUSH", inbox, notice)
-        self.broker._fire("PEXPIRE", inbox, int(self.broker._provider_settings.result_ttl * 1000))
-
-    async def _kept_outcome(self, state: str) -> str | None:
-        """The outcome of a keyed request settled while its asker was away (None: not one to accept; wait)."""
-        outcome: str | None = await self.broker.commands.call("GET", self.broker.keys.outcome(self.request_id))
-        if outcome is None:
-            raise UserQuestionError(
-                f"request {self.request_id} was {state} while its asker was away, and the outcome has expired",
-                ASK_TIMED_OUT,
-            )
-        return outcome if self.accepts(outcome) else None
-
-    async def end_on_close(self) -> None:
-        """The broker closes: withdraw, and end the wait with the outcome if one came first."""
-        self.ended_on_close = True
-        future = self.future
-        if future is None or future.done():
-            return
-        try:
-            outcome = await self._withdraw(future)
-        except Exception as error:
-            log.warning("could not withdraw request %s on close: %r", self.request_id, error)
-            outcome = None
-        if not future.done():
-            if outcome is not None:
-                future.set_result(outcome)
-            else:
-                future.set_exception(
-                    UserQuestionError("the broker was closed while the ask waited", BROKER_UNAVAILABLE)
-                )
-
-    async def _withdraw_quietly(self, future: asyncio.Future[str]) -> None:
-        try:
-            await self._withdraw(future)
-        except Exception as error:
-            log.warning("could not withdraw request %s: %r (housekeeping reaps it)", self.request_id, error)
-
-    async def _detach(self, request_id: str) -> Any:
-        broker, keys = self.broker, self.broker.keys
-        settings = broker._provider_settings
-        return await broker.commands.script(
-            SCRIPTS["detach"],
-            [keys.request(request_id), keys.requests, keys.away, keys.asklog],
-            [request_id, broker.client_id, settings.audit_maxlen, int(settings.result_ttl * 1000)],
-        )
-
-    async def _withdraw(self, future: asyncio.Future[str]) -> str | None:
-        """Withdraw the request; if it was settled first, return that outcome instead."""
-        settled = _outcome_of(future)
-        if settled is not None:
-            return settled
-        broker = self.broker
-        keys = broker.keys
-        if self.durable is not None and self.attached_unsure is not None:
-            await self._detach(self.attached_unsure)
-        if self.durable is not None and self.withdrawal == "withdrawn":
-            # A keyed ask is given up only by an abort or a timeout; otherwise it is detached.
-            reply = await self._detach(self.request_id)
-            if reply[0] != "settled":
-                return _outcome_of(future)
-            outcome_key = keys.outcome(self.request_id)
-            outcome: str | None = await broker.commands.call("GET", outcome_key)
-            return outcome if outcome is not None and self.accepts(outcome) else _outcome_of(future)
-        reply = await broker.commands.script(
-            SCRIPTS["withdraw"],
-            [keys.request(self.request_id), keys.requests, keys.asklog],
-            [
-                self.request_id,
-                self.withdrawal,
-                f"the asker {self.withdrawal}",
-                "providers",
-                broker._provider_settings.audit_maxlen,
-            ],
-        )
-        if reply[0] != "settled":
-            return _outcome_of(future)
-        outcome_key = keys.outcome(self.request_id)
-        outcome = await broker.commands.call("GET", outcome_key)
-        if outcome is None or not self.accepts(outcome):
-            return _outcome_of(future)  # the inbox waiter took the outcome meanwhile
-        if broker._commands is not None and broker._open:
-            cleanup = [keys.request(self.request_id), outcome_key]
-            broker._commands.fire_script(SCRIPTS["settled_cleanup"], cleanup, [TOMBSTONE_MS, broker.client_id])
-        return outcome
-
-
-def _outcome_of(future: asyncio.Future[str]) -> str | None:
-    if future.done() and not future.cancelled() and future.exception() is None:
-        return future.result()
-    return None
-
-
-def _settled(outcome: str, decoded: Outcome | None = None) -> AskUserQuestionAnswer:
-    """The answer an outcome holds, or its error raised (``decoded``: ``outcome`` already decoded)."""
-    decoded = decoded if decoded is not None else decode_outcome(outcome)
-    if decoded.error is not None:
-        raise UserQuestionError.from_payload(decoded.error)
-    if decoded.answer is None:
-        raise UserQuestionError("the outcome holds neither an answer nor an error", BROKER_UNAVAILABLE)
-    return decoded.answer

@@ -44,7 +44,7 @@ from .errors import (
     NOT_PENDING,
     UserQuestionError,
 )
-from .signing import Seal, SigningKey, seal_outcomes
+from .signing import Seal, SigningKey, TrustedKeys, seal_outcomes
 from .types import PRIORITIES, AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_request, encode
 from .validation import Limits, check_answer, check_request
 
@@ -73,6 +73,8 @@ class ProviderSettings:
     replica_timeout: float = 1.0
     liveness_grace: float = 0.0
     """after a Redis start, how long askers have to beat again before any is judged gone"""
+    gateway_keys: TrustedKeys | None = None
+    """the pinned gateway public keys: an ask they attested shows its agent id as verified"""
 
     @property
     def block_s(self) -> float:
@@ -106,6 +108,8 @@ class Asker(NamedTuple):
 
     agent_id: str | None
     request_id: str
+    verified: bool = False
+    """its agent id was attested by a pinned gateway for this very request; else only claimed"""
 
 
 @dataclass(eq=False, kw_only=True)
@@ -123,6 +127,10 @@ class _Member:
     entry_id: str
     away: bool = False
     opted_out: bool = False
+    attestation: str = ""
+    """the gateway's attestation the ask's stream entry carried ('' for none)"""
+    verified: bool = False
+    """``attestation`` verifies for this request, its agent and the process it is bound to now"""
 
 
 class PendingRequest:
@@ -146,6 +154,7 @@ class PendingRequest:
         entry_id: str = "",
         asker_away: bool = False,
         opted_out: bool = False,
+        attestation: str = "",
     ) -> None:
         self._provider = provider
         self.entry_id = entry_id
@@ -165,6 +174,7 @@ class PendingRequest:
                 entry_id=entry_id,
                 away=asker_away,
                 opted_out=opted_out,
+                attestation=attestation,
             )
         )
         self._withdrawn: asyncio.Event | None = None
@@ -200,7 +210,12 @@ class PendingRequest:
     @property
     def askers(self) -> tuple[Asker, ...]:
         """Every asker this card stands for (agent id, request id), the first asker first."""
-        return tuple(Asker(member.request.agent, member.request_id) for member in self._members)
+        return tuple(Asker(member.request.agent, member.request_id, member.verified) for member in self._members)
+
+    @property
+    def verified(self) -> bool:
+        """Every asker's agent id was attested by a pinned gateway for its request; else it is only claimed."""
+        return all(member.verified for member in self._members)
 
     @property
     def priority(self) -> str:
@@ -310,8 +325,22 @@ class PendingRequest:
     ) -> _Settlement:
         keys, request_id = self._provider.keys, member.request_id
         return (
-            [keys.request(request_id), keys.outcome(request_id), keys.inbox(member.client_id), *extra_keys],
-            [member.request_id, state, outcome, by, self._provider.settle_call_ids.next(), *extra_args],
+            [
+                keys.request(request_id),
+                keys.outcome(request_id),
+                keys.inbox(member.client_id),
+                keys.durable(member.request.agent, member.durable) if member.durable else keys.request(request_id),
+                *extra_keys,
+            ],
+            [
+                member.request_id,
+                state,
+                outcome,
+                by,
+                self._provider.settle_call_ids.next(),
+                "verified" if member.verified else "claimed",
+                *extra_args,
+            ],
             Seal(
                 request_id,
                 member.request_sha,
@@ -610,12 +639,12 @@ class Provider:
                 "1" if settings.min_replicas else "0",
             ]
             first_keys, first_args, *_ = batch[0]
-            if first_args[5] == _CARRIED and carrier is not None:
+            if first_args[6] == _CARRIED and carrier is not None:
                 # A coalesced card split across calls: this call carries its decisions again (written once).
-                batch[0] = (first_keys[:3] + carrier[0], [*first_args[:5], *carrier[1]], batch[0][2], batch[0][3])
+                batch[0] = (first_keys[:4] + carrier[0], [*first_args[:6], *carrier[1]], batch[0][2], batch[0][3])
             for settle_keys, settle_args, _, _ in batch:
-                if settle_args[5] > 0:
-                    carrier = (settle_keys[3:], settle_args[5:])
+                if settle_args[6] > 0:
+                    carrier = (settle_keys[4:], settle_args[6:])
             # Sealed once per batch, before the first send: a retry after a lost reply sends the same bytes.
             sealed = seal_outcomes(
                 self._signing_key, self.keys.namespace, self.epoch, self.redis_ms(), [s for _, _, s, _ in batch]
@@ -858,6 +887,9 @@ class Provider:
             was = (card.asker_away, card.opted_out)
             if client and _ID.match(client) and client != member.client_id:
                 card._members.rebind(member, client)
+                if member.verified and not self._attested(member):
+                    member.verified = False  # attested for the process it was asked from, not this one
+                    card.changed.set()
             gone = client is None and away is None  # the hash expired meanwhile: the notice's word is all there is
             card._members.set_away(member, kind == "away" if gone else away is not None or client == "")
             if remember is not None:
@@ -937,9 +969,26 @@ class Provider:
                 asker_away=len(one) > 5 and one[5] == "1",
                 durable=str(one[6]) if len(one) > 6 else "",
                 opted_out=remember == "0",
+                attestation=fields.get("attest", ""),
             )
+            member = pending._members[0]
+            member.verified = self._attested(member)
             shown.append((pending, self.coalesce and coalesce != "0"))
         return moved
+
+    def _attested(self, member: _Member) -> bool:
+        """Whether a pinned gateway attested this very ask: request, agent and asking process."""
+        gateways = self.settings.gateway_keys
+        if not gateways or not member.attestation:
+            return False
+        return gateways.verify_attestation(
+            member.attestation,
+            namespace=self.keys.namespace,
+            request_id=member.request_id,
+            request_sha=member.request_sha,
+            agent=member.request.agent or "",
+            client=member.client_id,
+        )
 
     async def _dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
         keys = self.keys

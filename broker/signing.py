@@ -13,6 +13,12 @@ An error outcome (cancelled, expired, withdrawn) needs no signature: forging one
 ask with an error, which a malicious asker could achieve anyway by withdrawing
 (docs/security.md).
 
+A gateway (``qbroker gateway``) attests each ask it enqueues with a key of its own, never the
+answering key (a gateway must not be able to sign answers): an Ed25519 signature, under its own
+domain prefix, over the namespace, request id, the request JSON's SHA-256, agent id and asking
+process. Answerers pin the gateway public keys; an ask whose attestation verifies for exactly that
+request shows its agent id as *verified* (the gateway's token decided it), any other as *claimed*.
+
 Key texts: ``qbsk1:<base64url of the 32-byte seed>`` (secret) and ``qbpk1:<base64url of the
 32-byte public key>``; a key's id is the first 16 hex digits of the SHA-256 of its public bytes.
 """
@@ -37,6 +43,7 @@ __all__ = [
     "Seal",
     "SigningKey",
     "TrustedKeys",
+    "attestation_message",
     "decision_message",
     "public_key_text",
     "seal_outcomes",
@@ -47,6 +54,7 @@ _PUBLIC_PREFIX = "qbpk1:"
 _OUTCOMES_DOMAIN = b"qb-outcomes/1\x00"
 _DECISION_DOMAIN = b"qb-decision/1\x00"
 _CHECKPOINT_DOMAIN = b"qb-audit-checkpoint/1\x00"
+_ATTEST_DOMAIN = b"qb-attest/1\x00"
 _LEAF, _NODE = b"\x00", b"\x01"
 _VERIFIED_ROOTS = 4096
 """verified batch roots (and decision signatures) an asker remembers before it starts afresh"""
@@ -107,6 +115,13 @@ class SigningKey:
     def sign_checkpoint(self, message: bytes) -> str:
         """The signature of an audit checkpoint's message (broker/audit.py ``checkpoint_message``)."""
         return self.sign(_CHECKPOINT_DOMAIN + message)
+
+    def attest(self, *, namespace: str, request_id: str, request_sha: str, agent: str, client: str) -> str:
+        """A gateway's attestation of one ask it enqueues: ``<key id>:<signature>``."""
+        message = attestation_message(
+            namespace=namespace, request_id=request_id, request_sha=request_sha, agent=agent, client=client
+        )
+        return f"{self.id}:{self.sign(_ATTEST_DOMAIN + message)}"
 
     def __repr__(self) -> str:
         return f"SigningKey(id={self.id!r})"
@@ -221,6 +236,16 @@ class TrustedKeys:
 
     def verify_checkpoint(self, message: bytes, kid: str, signature: str) -> bool:
         return self._check(kid, signature, _CHECKPOINT_DOMAIN + message)
+
+    def verify_attestation(
+        self, attestation: str, *, namespace: str, request_id: str, request_sha: str, agent: str, client: str
+    ) -> bool:
+        """True when a pinned gateway key attested exactly this ask (request, agent and asking process)."""
+        kid, _, signature = attestation.partition(":")
+        message = attestation_message(
+            namespace=namespace, request_id=request_id, request_sha=request_sha, agent=agent, client=client
+        )
+        return bool(agent) and self._check(kid, signature, _ATTEST_DOMAIN + message)
 
     def __repr__(self) -> str:
         return f"TrustedKeys(ids={list(self._keys)!r})"
@@ -345,3 +370,8 @@ def decision_message(
     """The bytes a remembered decision's signature covers."""
     fields: list[Any] = ["qb-decision/1", namespace, decision_id, scope, agent, fingerprint, list(selected)]
     return _encoder.encode([*fields, expires_ms, by])
+
+
+def attestation_message(*, namespace: str, request_id: str, request_sha: str, agent: str, client: str) -> bytes:
+    """The bytes a gateway's attestation of one ask covers."""
+    return _encoder.encode(["qb-attest/1", namespace, request_id, request_sha, agent, client])

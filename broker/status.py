@@ -8,11 +8,13 @@ the time and prints a page, not megabytes.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ._keys import Keys
+from .signing import TrustedKeys
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -49,6 +51,8 @@ class PendingInfo(msgspec.Struct, frozen=True, kw_only=True):
     """for an away asker: seconds left to re-attach before the request ends as expired"""
     priority: str = "normal"
     """the request's priority: urgent, normal or low"""
+    verified: bool = False
+    """a gateway the reader pins attested its agent id for this request; else the id is only claimed"""
 
 
 class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -117,7 +121,7 @@ async def namespace_status(broker: Broker, *, limit: int | None = None) -> Names
         epoch_text, token, holder = str(lease).split(":", 2)
         epoch = int(epoch_text)
         holder_member = f"{token}:{holder}"  # the holder registers beside the standbys
-    pending, counts = await _pending(call, keys, now_ms, limit)
+    pending, counts = await _pending(call, keys, now_ms, limit, broker.gateway_keys)
     agents, agent_count = await _agents(call, keys, now_ms, limit)
     return NamespaceStatus(
         namespace=keys.namespace,
@@ -148,7 +152,9 @@ class _Counts:
         self.by_priority[priority] = self.by_priority.get(priority, 0) + 1
 
 
-async def _pending(call: Any, keys: Keys, now_ms: int, limit: int | None) -> tuple[tuple[PendingInfo, ...], _Counts]:
+async def _pending(
+    call: Any, keys: Keys, now_ms: int, limit: int | None, gateways: TrustedKeys
+) -> tuple[tuple[PendingInfo, ...], _Counts]:
     """The oldest ``limit`` pending requests in full, and every pending request counted.
 
     Past the listed ones, a request is counted from its stream entry alone (every script that
@@ -164,9 +170,21 @@ async def _pending(call: Any, keys: Keys, now_ms: int, limit: int | None) -> tup
         asks = [fields for fields in asks if fields.get("rid")]
         listing = len(asks) if limit is None else max(0, min(len(asks), limit - len(found)))
         listed, counted = [fields["rid"] for fields in asks[:listing]], asks[listing:]
+        entries_of = {fields["rid"]: fields for fields in asks[:listing]}
         records = await asyncio.gather(
             *(
-                call("HMGET", keys.request(rid), "state", "agent", "created", "delivered", "request", "key", "away")
+                call(
+                    "HMGET",
+                    keys.request(rid),
+                    "state",
+                    "agent",
+                    "created",
+                    "delivered",
+                    "request",
+                    "key",
+                    "away",
+                    "client",
+                )
                 for rid in listed
             ),
             *(call("ZSCORE", keys.away, rid) for rid in listed),
@@ -174,7 +192,7 @@ async def _pending(call: Any, keys: Keys, now_ms: int, limit: int | None) -> tup
         )  # issued together: one round trip
         details, graces, bodies = records[:listing], records[listing : 2 * listing], iter(records[2 * listing :])
         for request_id, record, grace_ends in zip(listed, details, graces, strict=True):
-            state, agent, created, delivered, request, key, away = record
+            state, agent, created, delivered, request, key, away, client = record
             if state != "pending":
                 continue
             try:
@@ -194,6 +212,7 @@ async def _pending(call: Any, keys: Keys, now_ms: int, limit: int | None) -> tup
                     away_s=max(0, now_ms - int(away)) / 1000 if away else None,
                     grace_left_s=max(0, float(grace_ends) - now_ms) / 1000 if away and grace_ends else None,
                     priority=priority,
+                    verified=_attested(gateways, keys, request_id, entries_of[request_id], request, agent, client),
                 )
             )
         for fields in counted:
@@ -238,3 +257,26 @@ def _event(fields: Any) -> str | None:
     if isinstance(fields, dict):
         return fields.get("event")
     return next((fields[i + 1] for i in range(0, len(fields) - 1, 2) if fields[i] == "event"), None)
+
+
+def _attested(
+    gateways: TrustedKeys,
+    keys: Keys,
+    request_id: str,
+    entry: dict[str, str],
+    request: str | None,
+    agent: str,
+    client: str,
+) -> bool:
+    """As the provider judges it: the entry's attestation, for the request as shown, its agent and asking process."""
+    shown = entry.get("request") or request
+    if not gateways or not entry.get("attest") or not shown or not agent or not client:
+        return False
+    return gateways.verify_attestation(
+        entry["attest"],
+        namespace=keys.namespace,
+        request_id=request_id,
+        request_sha=hashlib.sha256(shown.encode()).hexdigest(),
+        agent=agent,
+        client=client,
+    )

@@ -33,6 +33,8 @@ async def test_a_handover_ends_the_holders_iteration_and_the_lease_goes_to_who_a
     holding = asyncio.Event()
     held = asyncio.create_task(_hold_until_handover(terminal, "term", holding))
     standing: list[str] = []
+    # The page starts once the terminal holds the lease: started together, either could take it first.
+    await asyncio.wait_for(holding.wait(), 5)
     page_side = asyncio.create_task(_take(page, "web-1", standing, hold=1.5))
     try:
         await _handed_over(terminal, page, held, holding, page_side, standing)

@@ -99,3 +99,22 @@ async def test_after_release_the_same_key_asks_anew_and_is_answered(make_broker,
             assert fresh.request_id != old.request_id
             await fresh.answer(pick("no"))
             assert await asyncio.wait_for(again, 10) == pick("no")
+
+
+@pytest.mark.parametrize("settle", ["answer", "cancel"])
+async def test_a_keyed_request_settled_while_away_keeps_its_durable_key_no_longer_than_its_hash(
+    make_broker, redis, settle
+):
+    """Without the maintenance worker: settling a keyed request gives its durable key the request hash's TTL
+    (not 2 x the request TTL), so an answer never collected leaves nothing behind once its request lapses."""
+    holder = await make_broker(result_ttl=2.0)
+    async with holder.provider("ui") as provider:
+        pending = await detached(await make_broker(result_ttl=2.0), provider, detach_grace=1.0)
+        if settle == "answer":
+            await pending.answer(pick("yes"))
+        else:
+            await pending.cancel()
+    durable, request = holder.keys.durable("ci", KEY), holder.keys.request(pending.request_id)
+    assert await redis.get(durable) == pending.request_id  # still there for an asker that re-attaches
+    key_left, hash_left = await redis.pttl(durable), await redis.pttl(request)
+    assert 0 < key_left <= hash_left + 200, (key_left, hash_left)

@@ -136,8 +136,8 @@ class Namespace:
         keys = [k.provider, k.requests, k.audit, k.decisions, k.decision_expiry]
         args: list[Any] = [fence, "ui", epoch, GROUP, AUDIT_MAX, RESULT_MS, "0"]
         for rid, outcome, call, state, client in settles:
-            keys += [k.request(rid), k.outcome(rid), k.inbox(client)]
-            args += [rid, state, outcome, "", call, 0]
+            keys += [k.request(rid), k.outcome(rid), k.inbox(client), k.request(rid)]  # unkeyed
+            args += [rid, state, outcome, "", call, "claimed", 0]
         reply = await self.script("settle", keys, args)
         return [list(reply)] if reply[0] == "err" else [list(r) for r in reply[1]]
 

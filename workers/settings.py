@@ -31,6 +31,8 @@ ENV_VARS: Mapping[str, str] = {
     "gateway_url": "QBROKER_GATEWAY_URL",
     "gateway_token": "QBROKER_GATEWAY_TOKEN",
     "gateway_token_file": "QBROKER_GATEWAY_TOKEN_FILE",
+    "gateway_keys": "QBROKER_GATEWAY_KEYS",
+    "gateway_keys_file": "QBROKER_GATEWAY_KEYS_FILE",
 }
 _DEFAULTS: Mapping[str, str] = {
     "redis_url": "redis://localhost:6379/0",
@@ -45,6 +47,8 @@ _DEFAULTS: Mapping[str, str] = {
     "gateway_url": "",
     "gateway_token": "",
     "gateway_token_file": "",
+    "gateway_keys": "",
+    "gateway_keys_file": "",
 }
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -77,13 +81,16 @@ class Settings:
     """ask through this gateway (http(s)://... or unix:/path) instead of Redis; '' for Redis"""
     gateway_token: str = field(default="", repr=False)
     """the bearer token the gateway knows this agent by"""
+    gateway_keys: str = ""
+    """the gateways' public keys (qbpk1:...) an answerer pins: asks they attest show a verified agent id"""
 
     def __repr__(self) -> str:  # the URL may carry a password, and the signing key is a secret
         return (
             f"Settings(redis_url={redact_url(self.redis_url)!r}, namespace={self.namespace!r}, "
             f"lease_ttl={self.lease_ttl!r}, log_level={self.log_level!r}, log_json={self.log_json!r}, "
             f"signing_key={'***' if self.signing_key else ''!r}, trusted_keys={self.trusted_keys!r}, "
-            f"gateway_url={self.gateway_url!r}, gateway_token={'***' if self.gateway_token else ''!r})"
+            f"gateway_url={self.gateway_url!r}, gateway_token={'***' if self.gateway_token else ''!r}, "
+            f"gateway_keys={self.gateway_keys!r})"
         )
 
     @classmethod
@@ -120,6 +127,7 @@ class Settings:
             trusted_keys=key("trusted_keys", "trusted keys"),
             gateway_url=pick("gateway_url"),
             gateway_token=key("gateway_token", "gateway token"),
+            gateway_keys=key("gateway_keys", "gateway keys"),
         )
 
     def broker(self, *, namespace: str | None = None, **options: Any) -> Broker:
@@ -132,6 +140,7 @@ class Settings:
             lease_ttl=self.lease_ttl,
             trusted_keys=self.trusted_keys,
             signing_key=self.signing_key or None,
+            gateway_keys=self.gateway_keys,
             **options,
         )
 
@@ -192,6 +201,13 @@ def add_arguments(parser: argparse.ArgumentParser, *, suppress: bool = False) ->
         default=default,
         help="the providers' public keys an asker accepts answers from, one a line "
         f"(env {ENV_VARS['trusted_keys_file']}, or the keys themselves in {ENV_VARS['trusted_keys']})",
+    )
+    group.add_argument(
+        "--gateway-keys-file",
+        metavar="FILE",
+        default=default,
+        help="an answerer's pinned gateway public keys, one a line: asks they attest show a verified agent id, "
+        f"others a claimed one (env {ENV_VARS['gateway_keys_file']}, or the keys in {ENV_VARS['gateway_keys']})",
     )
     group.add_argument(
         "--log-json",

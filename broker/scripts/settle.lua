@@ -4,12 +4,14 @@
 -- remembered (decisions), atomically with its settlement and under the same fence.
 -- KEYS[1] provider lease   KEYS[2] requests stream   KEYS[3] audit stream
 -- KEYS[4] decisions index (hash: decision id -> decision key)   KEYS[5] decisions expiry (zset: id -> unix ms)
--- then per settlement, in order: request hash, outcome key, asker's inbox, then one decision key per decision (D)
+-- then per settlement, in order: request hash, outcome key, asker's inbox, the durable key of a keyed ask (the request
+-- hash again when unkeyed), then one decision key per decision (D)
 -- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] provider name   ARGV[3] epoch   ARGV[4] group
 -- ARGV[5] audit max length   ARGV[6] result TTL ms
 -- ARGV[7] '1' to hold the askers' notices back (the caller pushes them once replicas confirm; min_replicas)
 -- then per settlement, in order, after ARGV[7]: request id, new state ('answered' | 'cancelled'),
--- outcome JSON, who, for the audit ('' when unknown), this call's unique id, D (the number of decisions to
+-- outcome JSON, who, for the audit ('' when unknown), this call's unique id, the asker's identity for the audit
+-- ('verified': a pinned gateway attested it; 'claimed'), D (the number of decisions to
 -- remember with it, usually '0'; '-1': another asker of the coalesced card above, see below), then five per
 -- decision: decision id, TTL ms, the selected labels (a JSON array), a summary (JSON: scope, agent, fingerprint,
 -- question, header), its signature (JSON, broker/decisions.py DecisionProof: what an asker checks before the
@@ -28,7 +30,9 @@
 -- already holds their id (written by an earlier call for the same card) are not written again.
 -- A keyed request (asked with a key) keeps its outcome for its detach grace if that is longer than the
 -- result TTL; while its asker is away no notice is pushed (nobody reads that inbox, or a process that
--- detached would clean the outcome up): the asker that re-attaches reads the outcome.
+-- detached would clean the outcome up): the asker that re-attaches reads the outcome. Its durable key, while it
+-- still names the request, gets the hash's TTL: an answer never collected leaves nothing behind once its request
+-- lapses, with or without the maintenance worker (the key was set to outlive any request it may name).
 local lease = redis.call('GET', KEYS[1])
 if not lease or ARGV[1] == '' or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
   return {'err', 'LEASE_LOST', 'this provider no longer holds the lease'}
@@ -52,8 +56,8 @@ local carry = nil -- {key index, argument index, D}: a card's decisions its firs
 local k, a = 6, 8
 while a <= #ARGV do
   local rid, state, outcome, by, call = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
-  local decisions = tonumber(ARGV[a + 5])
-  local dk, da = k + 3, a + 6
+  local decisions = tonumber(ARGV[a + 6])
+  local dk, da = k + 4, a + 7
   local held = carry
   carry = nil
   local r = redis.call('HMGET', KEYS[k], 'state', 'entry', 'settle_call', 'by', 'grace', 'away', 'client', 'remember')
@@ -84,6 +88,9 @@ while a <= #ARGV do
       hash_keep = keep + 60000
     end
     redis.call('PEXPIRE', KEYS[k], hash_keep)
+    if r[5] and KEYS[k + 3] ~= KEYS[k] and redis.call('GET', KEYS[k + 3]) == rid then
+      redis.call('PEXPIRE', KEYS[k + 3], hash_keep)
+    end
     redis.call('SET', KEYS[k + 1], outcome, 'PX', keep)
     done[#done + 1] = r[2]
     local tell = ''
@@ -97,7 +104,7 @@ while a <= #ARGV do
       end
     end
     audit_append(KEYS[3], ARGV[5], 'event', state, 'rid', rid,
-      'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'outcome', outcome)
+      'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'asker', ARGV[a + 5], 'outcome', outcome)
     local from_k, from_a, count = dk, da, decisions
     if decisions < 0 then
       count = 0

@@ -430,3 +430,35 @@ async def test_the_claude_hook_through_the_gateway_asks_as_the_tokens_agent(
     assert pending.request.agent == "claude-alice"
     decision = json.loads(out)["hookSpecificOutput"]["decision"]
     assert decision["behavior"] == "allow"
+
+
+async def test_the_gateway_attests_its_asks_so_the_provider_shows_them_verified(
+    redis_server: RedisServer,
+    namespace: str,
+    tokens: Callable[[str], str],
+    make_broker: Callable[..., Awaitable[Broker]],
+    tmp_path: Path,
+) -> None:
+    """With its own key (--attest-key-file) the gateway's asks are verified for answerers that pin it."""
+    from broker import SigningKey
+
+    gateway_key = SigningKey.generate()
+    key_file = tmp_path / "gateway.key"
+    key_file.write_text(gateway_key.to_text())
+    token = tokens("ci-bot")
+    worker, base = await start_gateway(
+        redis_server,
+        namespace,
+        tokens.path,
+        "--attest-key-file",
+        str(key_file),  # type: ignore[attr-defined]
+    )
+    pinning = await make_broker(gateway_keys=[gateway_key.public_text])
+    try:
+        async with answering(pinning) as seen, client(base, token) as http:
+            reply = await http.post("/v1/asks", json={"request": YES_NO, "wait": 20})
+            pending = seen.get_nowait()
+        assert reply.status_code == 200, reply.text
+        assert pending.request.agent == "ci-bot" and pending.verified
+    finally:
+        assert await worker.stop() == 0

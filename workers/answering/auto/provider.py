@@ -104,7 +104,7 @@ async def _serve(provider: Provider, rules: Rules, namespace: str, name: str) ->
 async def _handle(pending: PendingRequest, rules: Rules, namespace: str, name: str) -> None:
     rid = pending.request_id
     try:
-        await _settle(pending, rules.decide(namespace, pending.request), name)
+        await _settle(pending, rules.decide(namespace, pending.request, verified=pending.verified), name)
     except Exception:  # one request's trouble (Redis down a moment, ...) never stops the worker
         log.exception("could not settle %s", rid)
 

@@ -7,6 +7,7 @@ A rules file is TOML::
 
     [[rule]]
     agent = "ci-*"          # glob on the asking agent id ("" matches agentless asks)
+    verified = true         # only when a pinned gateway attested that agent id (false: only claimed ones)
     header = "Deploy"       # glob on the header
     question = "(?i)proceed"  # regex, searched in the question text
     intent = "plan-review"  # intent kind, or "none"
@@ -19,6 +20,10 @@ plan-review intent's approve label), ``custom = "text"``, ``skip = true``,
 ``cancel = "message"`` (the whole batch: the asker gets ASK_CANCELLED), ``first = true``
 (the first option). Every question of a batch is matched on its own, first rule wins;
 one cancel cancels the batch. Errors name the file and line at fault.
+
+An agent id is what the asker claims unless a pinned gateway attested it (``--gateway-keys-file``);
+a rule keyed on ``agent`` that grants something should say ``verified = true``, or any asker
+holding a Redis user can claim that id (docs/security.md).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ __all__ = ["Decision", "Rule", "Rules", "RulesError", "intent_kind", "load_rules
 
 ActionKind = Literal["select", "approve", "custom", "skip", "cancel", "first"]
 _ACTIONS: Final = ("select", "approve", "custom", "skip", "cancel", "first")
-_MATCHERS: Final = ("namespace", "agent", "header", "question", "intent")
+_MATCHERS: Final = ("namespace", "agent", "verified", "header", "question", "intent")
 _KNOWN: Final = frozenset(_ACTIONS + _MATCHERS + ("delay",))
 
 
@@ -64,9 +69,12 @@ class Rule:
     header: str | None = None
     question: re.Pattern[str] | None = None
     intent: str | None = None
+    verified: bool | None = None
 
-    def matches(self, namespace: str, agent: str | None, item: AskUserQuestionItem) -> bool:
+    def matches(self, namespace: str, agent: str | None, item: AskUserQuestionItem, verified: bool = False) -> bool:
         if self.namespace is not None and not fnmatch.fnmatchcase(namespace, self.namespace):
+            return False
+        if self.verified is not None and verified != self.verified:
             return False
         if self.agent is not None and not fnmatch.fnmatchcase(agent or "", self.agent):
             return False
@@ -106,12 +114,13 @@ class Rules:
     rules: tuple[Rule, ...]
     default: Rule
 
-    def decide(self, namespace: str, request: AskUserQuestionRequest) -> Decision:
+    def decide(self, namespace: str, request: AskUserQuestionRequest, *, verified: bool = False) -> Decision:
+        """``verified``: a pinned gateway attested the request's agent id (else it is only claimed)."""
         items: list[AskUserQuestionAnswerItem] = []
         lines: list[int] = []
         delay = 0.0
         for item in request.questions:
-            rule = next((r for r in self.rules if r.matches(namespace, request.agent, item)), self.default)
+            rule = next((r for r in self.rules if r.matches(namespace, request.agent, item, verified)), self.default)
             lines.append(0 if rule is self.default else rule.line)
             delay = max(delay, rule.delay)
             if rule.action == "cancel":
@@ -208,6 +217,10 @@ def _build(table: Any, line: int, text: str, where: str, *, is_default: bool) ->
             if not isinstance(table[key], str):
                 raise fail(f"{key} takes a string", key)
             fields[key] = table[key]
+    if "verified" in table:
+        if not isinstance(table["verified"], bool):
+            raise fail("verified takes true or false", "verified")
+        fields["verified"] = table["verified"]
     if "question" in table:
         if not isinstance(table["question"], str):
             raise fail("question takes a regular expression string", "question")

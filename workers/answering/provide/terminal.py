@@ -136,10 +136,12 @@ class Terminal:
 
     def _banner(self, pending: PendingRequest, queued: int) -> None:
         waited = max(0.0, time.time() - pending.created_ms / 1000)
-        who = f"agent {pending.agent_id}" if pending.agent_id else "an agentless asker"
+        # verified: a gateway this terminal pins vouched for the id; claimed: the asker names itself
+        who = f"agent {pending.agent_id} ({_identity(pending.verified)})" if pending.agent_id else "an agentless asker"
         askers = pending.askers
         if len(askers) > 1:
-            who = f"{len(askers)} agents ({', '.join(asker.agent_id or 'agentless' for asker in askers)})"
+            named = (f"{a.agent_id} ({_identity(a.verified)})" if a.agent_id else "agentless" for a in askers)
+            who = f"{len(askers)} agents ({', '.join(named)})"
         more = f" · {queued} more waiting" if queued else ""
         away = " · asker away" if pending.asker_away else ""
         priority = f"{pending.priority.upper()} · " if pending.priority != "normal" else ""
@@ -290,3 +292,7 @@ class Terminal:
             if text == str(chat) or text.lower() in _CANCEL:
                 return Decision(cancelled=True)
             self.say(f"Type a number from 1 to {chat}.")
+
+
+def _identity(verified: bool) -> str:
+    return "verified" if verified else "claimed"

@@ -251,7 +251,11 @@ def create_app(config: WebConfig) -> Starlette:
             for namespace in config.namespaces:
                 broker = await stack.enter_async_context(
                     Broker(
-                        config.redis_url, namespace, lease_ttl=config.lease_ttl, signing_key=config.signing_key or None
+                        config.redis_url,
+                        namespace,
+                        lease_ttl=config.lease_ttl,
+                        signing_key=config.signing_key or None,
+                        gateway_keys=config.gateway_keys,
                     )
                 )
                 services[namespace] = WebProvider(

@@ -187,6 +187,7 @@ async def run(args: argparse.Namespace) -> int:
         trusted_proxies=proxies,
         public_url=args.public_url,
         signing_key=settings.signing_key,
+        gateway_keys=settings.gateway_keys,
         policies=policies,
     )
     return await _serve(config, log_json=_log_json(args))

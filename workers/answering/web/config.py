@@ -156,6 +156,8 @@ class WebConfig:
     """where people reach this server's page (``--public-url``); a standby's page links the holder's"""
     signing_key: str = field(default="", repr=False)
     """the secret key (qbsk1:...) this server signs its answers with, for every namespace it serves"""
+    gateway_keys: str = ""
+    """the pinned gateway public keys (``--gateway-keys-file``): asks they attest show a verified agent id"""
     policies: Policies = field(default_factory=Policies)
     """quorum and routing policies (``--policy-file``, docs/approvals.md), with the users file's [groups]"""
 

@@ -106,10 +106,17 @@ def request_view(pending: PendingRequest) -> dict[str, Any]:
 
 
 def asking_view(pending: PendingRequest) -> dict[str, Any]:
-    """Who asks (several askers when identical requests were coalesced) and how urgently."""
+    """Who asks (several askers when identical requests were coalesced), whether a gateway vouched for it, how urgently.
+
+    ``verified``: a pinned gateway attested every asker's agent id for this request; else the ids are only claimed.
+    """
     return {
         "priority": pending.priority,
-        "askers": [{"agent": asker.agent_id, "requestId": asker.request_id} for asker in pending.askers],
+        "verified": pending.verified,
+        "askers": [
+            {"agent": asker.agent_id, "requestId": asker.request_id, "verified": asker.verified}
+            for asker in pending.askers
+        ],
     }
 
 

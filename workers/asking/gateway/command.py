@@ -19,6 +19,7 @@ from workers.settings import add_arguments as add_shared_arguments
 __all__ = ["register", "run"]
 
 _ENV_TOKENS = "QBROKER_GATEWAY_TOKENS_FILE"
+_ENV_ATTEST = "QBROKER_GATEWAY_SIGNING_KEY"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,6 +55,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=("600", "660"),
         default="600",
         help="who may connect to the socket: its owner (600, default) or its group too (660)",
+    )
+    parser.add_argument(
+        "--attest-key-file",
+        default=None,
+        metavar="FILE",
+        help="the gateway's own secret key (`qbroker keys new`; never the answering key): it attests each ask, so "
+        f"pages pinning its public key show the agent id as verified (env {_ENV_ATTEST}_FILE, or the key itself in "
+        f"{_ENV_ATTEST})",
     )
     parser.add_argument(
         "--abandon-after",
@@ -134,12 +143,19 @@ async def run(args: argparse.Namespace) -> int:
                 "QBROKER_TRUSTED_KEYS_FILE)",
                 NO_TRUSTED_KEY,
             )
+        attest_key = _attest_key(args)
+        if attest_key is None:
+            _say(f"no gateway key (--attest-key-file or {_ENV_ATTEST}_FILE): answerers see these agent ids as claimed")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         broker = Broker(
-            settings.redis_url, settings.namespace, lease_ttl=settings.lease_ttl, trusted_keys=settings.trusted_keys
+            settings.redis_url,
+            settings.namespace,
+            lease_ttl=settings.lease_ttl,
+            trusted_keys=settings.trusted_keys,
+            attest_key=attest_key,
         )
         async with broker:
             await serve(gateway, broker, stop, lambda address: _say(f"listening on {address}"))
@@ -149,7 +165,23 @@ async def run(args: argparse.Namespace) -> int:
     except TokenFileError as error:
         _say(str(error))
         return 2
+    except ValueError as error:  # the gateway key's file cannot be read
+        _say(str(error))
+        return 2
     except OSError as error:  # the port is taken, the socket's directory is missing, ...
         _say(f"cannot listen: {error}")
         return 1
     return 0
+
+
+def _attest_key(args: argparse.Namespace) -> str | None:
+    """The gateway key's text: the flag's file, else the environment's file or inline key; None for none."""
+    env = os.environ
+    path = args.attest_key_file or env.get(f"{_ENV_ATTEST}_FILE") or ""
+    if not path:
+        return env.get(_ENV_ATTEST, "").strip() or None
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read().strip()
+    except OSError as error:
+        raise ValueError(f"cannot read the gateway key file {path}: {error.strerror}") from None

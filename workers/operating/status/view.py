@@ -66,11 +66,12 @@ def format_status(status: NamespaceStatus) -> str:
     ]
     if status.pending:
         rows = [
-            (p.request_id, p.agent or "-", p.priority, _age(p.age_s), str(p.questions),
+            (p.request_id, p.agent or "-", ("verified" if p.verified else "claimed") if p.agent else "-",
+             p.priority, _age(p.age_s), str(p.questions),
              f"epoch {p.delivered_epoch}" if p.delivered_epoch else "not yet", _asker(p))
             for p in sorted(status.pending, key=lambda p: -p.age_s)
         ]  # fmt: skip
-        out += _table(("REQUEST", "AGENT", "PRIORITY", "WAITING", "QUESTIONS", "DELIVERED", "ASKER"), rows)
+        out += _table(("REQUEST", "AGENT", "IDENTITY", "PRIORITY", "WAITING", "QUESTIONS", "DELIVERED", "ASKER"), rows)
     out += ["", f"live agents: {status.agent_count}{_shown(len(status.agents), status.agent_count, 'first')}"]
     if status.agents:
         agent_rows = [

@@ -520,10 +520,16 @@
     card.priority.hidden = priority === "normal";
     card.priority.textContent = priority;
     card.priority.className = "priority " + priority;
+    // Verified: a gateway the page trusts vouched for the agent id; claimed: the asker names itself.
+    const verified = !!card.request.verified;
+    card.identity.textContent = verified ? " verified" : " claimed";
+    card.identity.className = "identity " + (verified ? "verified" : "claimed");
+    card.identity.title = verified ? "A trusted gateway vouched for this agent id (its token decided it)."
+      : "The asker names itself: any agent holding this namespace's asker credentials could use this name.";
     const askers = card.request.askers || [];
     card.askersBox.hidden = askers.length < 2;
     if (askers.length < 2) return;
-    const names = askers.map((a) => a.agent || "anonymous agent");
+    const names = askers.map((a) => (a.agent || "anonymous agent") + (a.verified ? " (verified)" : " (claimed)"));
     card.askers.textContent = "asked by " + askers.length + " agents";
     card.askers.title = "One answer goes to each: " + names.join(", ");
     card.askersList.replaceChildren(...names.map((name) => el("li", { text: name })));
@@ -698,6 +704,7 @@
     const leftNode = el("span", { class: "left", hidden: true });
     const who = el("span", { class: "who" },
       el("span", { class: "agent", text: request.agent || "anonymous agent" }),
+      el("span", { class: "identity" }),
       request.owner ? el("span", { class: "owner", text: " · for " + request.owner }) : null);
     const where = state.namespaces.length > 1 ? el("span", { class: "namespace-chip", text: request.namespace }) : null;
     const awayNode = el("span", { class: "away", text: "asker away",
@@ -709,7 +716,7 @@
     root.append(el("div", { class: "meta" }, priorityNode, where, who, ageNode, leftNode, awayNode,
       count > 1 ? el("span", { text: count + " questions" }) : null, askersBox));
     const card = { id: request.id, request, root, age: ageNode, left: leftNode, away: awayNode, priority: priorityNode,
-      askers: askersNode, askersList, askersBox, dirty: false, closed: false, submitting: false };
+      identity: who.querySelector(".identity"), askers: askersNode, askersList, askersBox, dirty: false, closed: false, submitting: false };
     renderAway(card);
     renderAsking(card);
     renderQuorum(card);

@@ -1,0 +1,26 @@
+-- _ask_gate: ask.lua's caller gate: only the exact live instance of an agent, and one nobody owns, may ask.
+-- Not a script of its own: broker/_commands.py puts it in front of ask.lua's second line, on one line; so no
+-- comment may follow code here.
+-- ask_gate(k, a) (k, a: ask.lua's named KEYS and ARGV) returns the agent token's fingerprint ('' for an agentless
+-- ask) and, when the gate refuses, {'err', CODE, message} (nil when it passes).
+-- The agent record holds one field per live process of the agent (agent_register.lua): 'p:<fingerprint>', when it
+-- lapses (unix ms, Redis clock); 'owner' is set for an owned child, which has no human to ask.
+local function ask_gate(k, a)
+  if a.agent == '' then
+    return '', nil
+  end
+  local fp = a.token_sha
+  if redis.sha1hex then
+    fp = redis.sha1hex(a.token)
+  end
+  local record = redis.call('HMGET', k.agent, 'p:' .. fp, 'owner')
+  local clock = redis.call('TIME')
+  if not record[1] or tonumber(record[1]) < clock[1] * 1000 + math.floor(clock[2] / 1000) then
+    return fp, {'err', 'CALLER_NOT_LIVE', 'agent ' .. a.agent .. ' is not the live instance'}
+  end
+  if record[2] and record[2] ~= '' then
+    return fp, {'err', 'DELEGATED_CALLER', 'agent ' .. a.agent .. ' is owned by agent ' .. record[2] ..
+      '; put the unresolved question into your final result for your parent instead'}
+  end
+  return fp, nil
+end
