@@ -46,7 +46,10 @@ async def _shown(client: httpx.AsyncClient, count: int, within: float) -> str:
     async with asyncio.timeout(within):
         while seen < count:
             params = {"limit": "1000"} | ({"after": cursor} if cursor else {})
-            page = (await client.get("/api/requests", params=params)).json()
+            try:
+                page = (await client.get("/api/requests", params=params)).json()
+            except httpx.TransportError:  # a kept-alive connection closed while this loop was busy asking
+                continue
             seen += len(page["requests"])
             if page["next"]:
                 cursor = page["next"]
