@@ -36,6 +36,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from redis.asyncio import Redis
+
 from benchmarks.keys import KEYS
 from broker import (
     AskUserQuestionAnswer,
@@ -54,6 +56,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ASKERS, ASKERS_FULL = (1000, 4000), (1000, 4000, 8000, 16000)
 PENDING, PENDING_FULL = (1000, 10000), (1000, 10000, 100000)
 PROCESSES = 4
+SWEEP_EVERY = 5.0
+"""the askers' ``sweep_every`` (the default)"""
+WINDOW = 3 * SWEEP_EVERY
+"""seconds over which the cost of waiting questions is counted (``--window``)"""
 """asking processes per measurement"""
 OPTIONS = (AskUserQuestionOption(label="yes"), AskUserQuestionOption(label="no"))
 PRIORITIES = ("normal",) * 8 + ("urgent", "low")
@@ -133,6 +139,14 @@ class Askers:
         for proc in self.procs:
             await self._expect(proc, "ready")
 
+    def cpu_s(self) -> float:
+        """The asking processes' CPU seconds so far (user and system, from /proc)."""
+        total = 0
+        for proc in self.procs:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+        return total / os.sysconf("SC_CLK_TCK")
+
     def go(self) -> None:
         for proc in self.procs:
             assert proc.stdin is not None
@@ -210,7 +224,7 @@ async def per_call(call: Callable[[], Awaitable[Any] | Any], *, most: int = 1000
     return best
 
 
-async def pending(url: str, n: int) -> dict[str, float]:
+async def pending(url: str, n: int, window: float = WINDOW) -> dict[str, float]:
     """With ``n`` questions pending (100 per agent, a tenth urgent, a tenth low): what showing costs."""
     namespace = f"scale-pending-{n}"
     askers = Askers(url, namespace, asks=n, agents=max(1, n // 100), same=False)
@@ -225,6 +239,9 @@ async def pending(url: str, n: int) -> dict[str, float]:
             gc.collect()
             figures = {"memory_per_pending_b": tracemalloc.get_traced_memory()[0] / n}
             tracemalloc.stop()
+            if window:
+                await asyncio.sleep(min(SWEEP_EVERY, window))  # every ask is old enough for the askers' sweeps
+                figures.update(await waiting_cost(url, n, askers, window))
             first = getattr(provider, "first", None)
             count = getattr(type(provider), "pending_count", None)
             figures["pending_ms"] = await per_call(lambda: provider.pending, most=10) * 1000
@@ -243,6 +260,28 @@ async def pending(url: str, n: int) -> dict[str, float]:
         return figures
     finally:
         await askers.stop()
+
+
+async def waiting_cost(url: str, n: int, askers: Askers, window: float) -> dict[str, float]:
+    """Redis commands per second per waiting question, redis-server's CPU and the asking processes'
+    CPU, over ``window`` seconds while ``n`` questions wait and nobody answers (the askers' sweeps,
+    beats and blocking reads, the provider's renewals and reads; INFO's own commands excluded)."""
+    async with Redis.from_url(url, decode_responses=True) as redis:
+        before, cpu_before = await _commands_and_cpu(redis)
+        askers_before, started = askers.cpu_s(), time.monotonic()
+        await asyncio.sleep(window)
+        after, cpu_after = await _commands_and_cpu(redis)
+        askers_after, elapsed = askers.cpu_s(), time.monotonic() - started
+    return {
+        "commands_per_s_per_waiting": (after - before - 2) / elapsed / n,
+        "redis_cpu_pct": (cpu_after - cpu_before) / elapsed * 100,
+        "askers_cpu_pct": (askers_after - askers_before) / elapsed * 100,
+    }
+
+
+async def _commands_and_cpu(redis: Redis) -> tuple[int, float]:
+    stats, cpu = await redis.info("stats"), await redis.info("cpu")
+    return int(stats["total_commands_processed"]), float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
 async def status_cost(broker: Broker, limit: int | None) -> tuple[float, float]:
@@ -285,16 +324,19 @@ async def measure(args: argparse.Namespace) -> int:
                 log(f"{n} askers of distinct questions: {unique[n]}")
             waiting: dict[int, dict[str, float]] = {}
             for n in pending_levels:
-                waiting[n] = await pending(server.url, n)
+                waiting[n] = await pending(server.url, n, args.window)
                 log(f"{n} pending: {waiting[n]}")
         finally:
             server.kill()
-    print(report(same, unique, waiting))
+    print(report(same, unique, waiting, args.window))
     return 0
 
 
 def report(
-    same: dict[int, dict[str, float]], unique: dict[int, dict[str, float]], waiting: dict[int, dict[str, float]]
+    same: dict[int, dict[str, float]],
+    unique: dict[int, dict[str, float]],
+    waiting: dict[int, dict[str, float]],
+    window: float = WINDOW,
 ) -> str:
     out = ["Coalescing (provider CPU; redis-server and the asking processes are not in it)", ""]
     out.append("| askers | CPU per ask, one question (ms) | distinct questions (ms) | ratio | answering the card (s) |")
@@ -335,6 +377,25 @@ def report(
             f"show next, {high} vs {low} pending: {_ratio(waiting[high]['show_next_us'], waiting[low]['show_next_us'])}"
             " (target within 2x)"
         )
+    if waiting and window:
+        title = f"Waiting questions, nobody answering (over {window:g} s; askers sweep every {SWEEP_EVERY:g} s)"
+        out += ["", title, ""]
+        out.append(
+            "| waiting | Redis commands/s per waiting question | redis-server CPU (% of a core) |"
+            f" the {PROCESSES} asking processes' CPU (% of a core) |"
+        )
+        out.append("|---:|---:|---:|---:|")
+        for n, f in waiting.items():
+            out.append(
+                f"| {n} | {f['commands_per_s_per_waiting']:.4f} | {f['redis_cpu_pct']:.1f} |"
+                f" {f['askers_cpu_pct']:.1f} |"
+            )
+        out.append("")
+        high = max(waiting)
+        out.append(
+            f"commands/s per waiting question at {high}: {waiting[high]['commands_per_s_per_waiting']:.4f}"
+            " (target at most 0.02)"
+        )
     return "\n".join(out)
 
 
@@ -357,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="16 000 askers and 100 000 pending (several minutes)")
     parser.add_argument("--askers", type=_ints, help="comma-separated asker counts (default 1000,4000; 0 none)")
     parser.add_argument("--pending", type=_ints, help="comma-separated pending counts (default 1000,10000; 0 none)")
+    parser.add_argument(
+        "--window", type=float, default=WINDOW, help=f"seconds to count waiting questions' cost ({WINDOW:g}; 0 none)"
+    )
     return asyncio.run(measure(parser.parse_args(argv)))
 
 

@@ -213,6 +213,9 @@ class Commands:
         # has no sockets: both keep redis-py's pipeline.
         self._direct = isinstance(client, Redis) and not self._plain_scripts
         self._connection: Any = None
+        self.last_refusal: BaseException | None = None
+        """the transient failure the commands last met, None once a pipeline went through: what
+        a caller that gives up waiting tells its user (a full server, an unknown host)"""
 
     async def call(self, *args: Any, **options: Any) -> Any:
         """Send one command with the next pipeline; ``options`` go to redis-py's reply parser."""
@@ -322,7 +325,9 @@ class Commands:
                         queued.future.set_exception(error)
                 return []
             self._log_outage("redis pipeline of %d commands interrupted (%r); sending again", len(batch), error)
+            self.last_refusal = error
             return self._again(batch, error)
+        self.last_refusal = None
         retry: list[_Queued] = []
         last_error: BaseException | None = None
         replies: list[tuple[_Queued, Any]] = []
@@ -344,6 +349,7 @@ class Commands:
                 queued.future.set_result(result)
         if last_error is not None:
             self._log_outage("%d redis commands refused for now (%s); sending again", len(retry), last_error)
+            self.last_refusal = last_error
             return self._again(retry, last_error)
         return []
 

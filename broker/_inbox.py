@@ -11,7 +11,9 @@ per-request key, which is what makes the rest safe:
 - a sweep re-reads every awaited outcome every ``sweep_every`` seconds anyway (a notice lost in
   a failover, an answer written while this process was paused), and ends the asks whose request
   is gone from Redis (expired after the request TTL, or lost in a failover) with a coded error,
-  once two sweeps in a row have found neither the request nor its outcome;
+  once two sweeps in a row have found neither the request nor its outcome; both reads go in
+  batches of 1000 ids (one MGET, one multi-key EXISTS), so a waiting question costs Redis about
+  0.0004 commands a second at the default 5 s rather than an EXISTS of its own every sweep;
 - the liveness beat runs on its own timer, never behind a blocking read.
 
 Bounds (``BLOCK_S`` + ``REPLY_MARGIN_S`` = 5 s): a silent connection is noticed within 5 s;
@@ -167,13 +169,29 @@ class Inbox:
             unresolved = await self._resolve(ids[start : start + _DRAIN])
             if not unresolved:
                 continue
-            exists = await asyncio.gather(*(self._commands.call("EXISTS", self._keys.request(i)) for i in unresolved))
-            gone = {i for i, found in zip(unresolved, exists, strict=True) if not found}
+            gone = set(await self._gone(unresolved))
             # One miss may be a server still switching roles after a failover: end an ask only
             # when the next sweep misses its request again.
             confirmed, self._missing = gone & self._missing, (self._missing - set(unresolved)) | gone
             for request_id in confirmed:
                 self._end_lost(request_id)
+
+    async def _gone(self, ids: list[str], present: int | None = None) -> list[str]:
+        """The ids whose request hash is gone: one multi-key EXISTS for them all, split in halves
+        only where the count comes back short, so a waiting question costs a share of one command
+        per sweep rather than one of its own (issue 27), and k gone of n cost about 2k log2(n/k)."""
+        if present is None:
+            present = await self._commands.call("EXISTS", *(self._keys.request(i) for i in ids))
+        if present >= len(ids):
+            return []
+        if present == 0:
+            return ids
+        halves = [ids[: len(ids) // 2], ids[len(ids) // 2 :]]
+        counts = await asyncio.gather(
+            *(self._commands.call("EXISTS", *(self._keys.request(i) for i in half)) for half in halves)
+        )
+        found = await asyncio.gather(*(self._gone(half, count) for half, count in zip(halves, counts, strict=True)))
+        return [request_id for part in found for request_id in part]
 
     def _end_lost(self, request_id: str) -> None:
         future = self._waiting.pop(request_id, None)

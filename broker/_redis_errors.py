@@ -8,6 +8,8 @@ classified by class first and by reply prefix only for replies it leaves as plai
 
 from __future__ import annotations
 
+import os
+
 from redis.exceptions import (
     AuthenticationError,
     AuthorizationError,
@@ -24,7 +26,7 @@ from redis.exceptions import (
 
 from .errors import BROKER_UNAVAILABLE, UserQuestionError
 
-__all__ = ["REDIS_DOWN", "TRANSIENT", "is_transient", "unavailable"]
+__all__ = ["REDIS_DOWN", "TRANSIENT", "describe", "is_transient", "unavailable"]
 
 REDIS_DOWN = (ConnectionError, TimeoutError, OSError)
 """The connection broke or a reply did not come in time (asyncio's TimeoutError is an OSError)."""
@@ -51,6 +53,19 @@ def is_transient(error: BaseException) -> bool:
     if isinstance(error, TRANSIENT):
         return True
     return isinstance(error, ResponseError) and str(error).startswith(_TRANSIENT_REPLIES)
+
+
+def describe(error: BaseException) -> str:
+    """What went wrong, in words an operator can act on: the reply or the socket error, and what
+    an errno means ("Connect call failed" alone does not say the port refused)."""
+    text = str(error) or type(error).__name__
+    cause = error.__cause__ or error.__context__
+    number = getattr(cause, "errno", None) or getattr(error, "errno", None)
+    if isinstance(number, int) and number > 0:
+        meaning = os.strerror(number)
+        if meaning.lower() not in text.lower():
+            text = f"{text} ({meaning})"
+    return text
 
 
 def unavailable(error: BaseException, doing: str) -> UserQuestionError:

@@ -19,7 +19,7 @@ from ._commands import SCRIPTS, Commands
 from ._ids import UniqueIds
 from ._inbox import Inbox
 from ._keys import TOMBSTONE_MS, Keys
-from ._redis_errors import unavailable
+from ._redis_errors import describe, unavailable
 from ._tasks import Background, running
 from .agents import Agent
 from .connection import redis_from_url
@@ -201,9 +201,12 @@ class Broker:
                 async with asyncio.timeout(self.connect_timeout):
                     await self._inbox.beat()
             except TimeoutError as error:
+                why = self._commands.last_refusal
                 raise UserQuestionError(
-                    f"Redis did not answer within {self.connect_timeout:g}s", BROKER_UNAVAILABLE
-                ) from error
+                    f"Redis did not answer within {self.connect_timeout:g}s"
+                    + ("" if why is None else f": {describe(why)}"),
+                    BROKER_UNAVAILABLE,
+                ) from (why or error)
         except BaseException as error:
             await self._background.aclose()
             await self._close_clients()

@@ -20,7 +20,7 @@ from redis.exceptions import ConnectionError
 
 from broker import Broker
 from broker.connection import redis_from_url
-from tests import test_ask, test_durable, test_provider, test_waterfall
+from tests import test_ask, test_durable, test_provider, test_waiting_cost, test_waterfall
 from tests.cluster import RedisClusterFixture
 from tests.helpers import KEYS, one_question, pick
 from tests.test_ask import answering, next_pending
@@ -33,6 +33,10 @@ for _module in (test_ask, test_provider, test_waterfall, test_durable):
     for _name, _test in vars(_module).items():
         if _name.startswith("test_") and callable(_test):
             globals()[_name] = _test
+# the sweep's multi-key EXISTS of one namespace's requests, on a cluster
+test_only_the_asks_whose_request_is_gone_end_and_within_three_sweeps = (
+    test_waiting_cost.test_only_the_asks_whose_request_is_gone_end_and_within_three_sweeps
+)
 
 
 @pytest.fixture(scope="module")

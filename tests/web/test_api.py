@@ -524,3 +524,39 @@ async def test_history_says_what_happened(start_web: Callable[..., WebProcess], 
 async def _askers_of(client: httpx.AsyncClient, request_id: str, count: int) -> bool:
     requests = (await client.get("/api/requests")).json()["requests"]
     return any(r["id"] == request_id and len(r["askers"]) == count for r in requests)
+
+
+async def test_requests_page_by_a_cursor_and_filter(client: httpx.AsyncClient, make_broker: Callable[..., Any]) -> None:
+    """``GET /api/requests?limit=&after=`` pages in the order shown; every request on exactly one page;
+    ``agent``, ``priority`` and ``intent`` filter; a bad limit or cursor is a 400 (issue 27)."""
+    asker = await make_broker()
+    asks = [
+        asking(asker, AskUserQuestionRequest(questions=(question("q1", "yes", "no", detail=f"step {i}"),), priority=p))
+        for i, p in enumerate(["normal"] * 5 + ["urgent"] * 2)
+    ]
+    await eventually(lambda: _count(client), "7 requests show up")
+    seen: list[str] = []
+    cursor: str | None = None
+    for expected in (3, 3, 1):
+        params = {"limit": "3"} | ({"after": cursor} if cursor else {})
+        page = (await client.get("/api/requests", params=params, headers=BEARER)).json()
+        assert len(page["requests"]) == expected, page
+        seen += [r["id"] for r in page["requests"]]
+        cursor = page["next"]
+        assert page["status"] == "active"
+    assert cursor is None
+    assert sorted(seen) == sorted(await pending_ids(client, headers=BEARER)) and len(set(seen)) == 7
+    urgent = (await client.get("/api/requests", params={"priority": "urgent"}, headers=BEARER)).json()
+    assert [r["priority"] for r in urgent["requests"]] == ["urgent", "urgent"] and urgent["next"] is None
+    none = await client.get("/api/requests", params={"intent": "plan-review", "agent": "nobody"}, headers=BEARER)
+    assert none.json()["requests"] == []
+    for bad in ({"limit": "0"}, {"limit": "x"}, {"after": "a.b"}, {"limit": "1001"}):
+        refused = await client.get("/api/requests", params=bad, headers=BEARER)
+        assert refused.status_code == 400 and refused.json()["code"] == "BAD_REQUEST", bad
+    for task in asks:
+        task.cancel()
+    await asyncio.gather(*asks, return_exceptions=True)
+
+
+async def _count(client: httpx.AsyncClient) -> bool:
+    return len(await pending_ids(client, headers=BEARER)) == 7

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -195,6 +195,51 @@ async def _json_body(request: Request, *, required: bool = True) -> Any:
         raise WebError(400, "BAD_JSON", f"malformed JSON: {error}") from error
 
 
+_PAGE_PARAMS = frozenset(("limit", "after", "agent", "priority", "intent"))
+"""any of these pages ``GET /api/requests``; without them it lists everything, as it always did"""
+_PAGE_DEFAULT, _PAGE_MAX = 100, 1000
+
+
+def _requests_page(params: Mapping[str, str], mine: list[WebProvider], user: str) -> dict[str, Any]:
+    """One page of the pending requests of ``mine`` (namespace after namespace, each in the order shown)
+    that ``user`` may see and the filters keep, and the cursor of the next page (``next``, None at the end).
+
+    The cursor is ``<namespace index>.<sequence>``: opaque to clients, stable while requests come and go."""
+    try:
+        limit = int(params.get("limit", _PAGE_DEFAULT))
+        where, _, seq = (params.get("after") or "0.0").partition(".")
+        start, after = int(where), int(seq or "0")
+    except ValueError:
+        raise WebError(400, "BAD_REQUEST", "limit is a number and after a cursor from a previous page") from None
+    if not 1 <= limit <= _PAGE_MAX or start < 0 or after < 0:
+        raise WebError(400, "BAD_REQUEST", f"limit is 1 to {_PAGE_MAX}; after a cursor from a previous page")
+    agent, priority, intent = params.get("agent"), params.get("priority"), params.get("intent")
+
+    def wanted(service: WebProvider) -> Callable[[dict[str, Any]], bool]:
+        def keep(view: dict[str, Any]) -> bool:
+            if agent is not None and view["agent"] != agent and all(a["agent"] != agent for a in view["askers"]):
+                return False
+            if priority is not None and view["priority"] != priority:
+                return False
+            if intent is not None:
+                kinds = {"plan-review" if q.get("planReview") else "none" for q in view["questions"]}
+                if intent not in kinds:
+                    return False
+            return service.may_see(view, user)  # routing (docs/approvals.md)
+
+        return keep
+
+    views: list[dict[str, Any]] = []
+    for index in range(start, len(mine)):
+        found, last = mine[index].page(after if index == start else 0, limit - len(views), wanted(mine[index]))
+        views += found
+        if last is not None:
+            return {"requests": views, "next": f"{index}.{last}"}
+        if len(views) == limit and index + 1 < len(mine):
+            return {"requests": views, "next": f"{index + 1}.0"}
+    return {"requests": views, "next": None}
+
+
 def create_app(config: WebConfig) -> Starlette:
     keys = WebKeys(config.namespace)
 
@@ -330,6 +375,8 @@ def create_app(config: WebConfig) -> Starlette:
         identity = await auth_of(request).identify(request)
         mine = services_of(request, identity)
         first = mine[0].status_event() if mine else {}
+        if _PAGE_PARAMS & request.query_params.keys():
+            return JSONResponse({**first, **_requests_page(request.query_params, mine, identity.user)})
         return JSONResponse(
             {
                 **first,  # the first namespace's status, as a single-namespace server always said

@@ -26,6 +26,7 @@ from broker.quorum import revoke_covered
 from broker.types import PRIORITIES, decode_request
 from workers.answering.web.history import find_settlement, outcome_json
 from workers.answering.web.keys import WebKeys
+from workers.answering.web.paging import Arrivals
 from workers.answering.web.render import asking_view, readonly_view, request_view, safe_url
 from workers.metrics import lease_acquired, lease_lost
 
@@ -99,6 +100,8 @@ class WebProvider:
         self._provider: Provider | None = None
         self._pending: dict[str, PendingRequest] = {}
         self._views: dict[str, dict[str, Any]] = {}
+        self._arrivals = Arrivals()
+        """the ids of ``_views`` in the order shown, for the API's pages"""
         self._locks: dict[str, asyncio.Lock] = {}
         self._settled: OrderedDict[str, _Settled] = OrderedDict()
         self._shown: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -137,6 +140,21 @@ class WebProvider:
 
     def requests(self) -> list[dict[str, Any]]:
         return list(self._views.values())
+
+    def page(self, after: int, limit: int, wanted: Callable[[dict[str, Any]], bool]) -> tuple[list[Event], int | None]:
+        """Up to ``limit`` views shown after the cursor ``after`` that are ``wanted``, in the order shown,
+        and the cursor of the next page (None: this was the last)."""
+        views: list[Event] = []
+        last = after
+        for seq, request_id in self._arrivals.after(after):
+            view = self._views[request_id]
+            if not wanted(view):
+                continue
+            if len(views) == limit:
+                return views, last
+            views.append(view)
+            last = seq
+        return views, None
 
     def knows(self, request_id: str) -> bool:
         """Whether the request is pending here or was settled here lately."""
@@ -362,6 +380,7 @@ class WebProvider:
         self._lost.discard(pending.request_id)
         self._pending[pending.request_id] = pending
         self._views[pending.request_id] = view
+        self._arrivals.add(pending.request_id)
         self._publish({"type": "added", "request": view})
 
     async def _context(self, pending: PendingRequest) -> Event:
@@ -395,6 +414,7 @@ class WebProvider:
         if watcher is not None and watcher is not asyncio.current_task():
             watcher.cancel()
         view = self._views.pop(request_id, None)
+        self._arrivals.remove(request_id)
         if view is not None:
             questions = [
                 {"id": q["id"], "question": q["question"], "approve": (q.get("planReview") or {}).get("approve")}
