@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import time
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -48,7 +49,9 @@ if TYPE_CHECKING:
 __all__ = ["Policies", "Policy", "PolicyError", "Tally", "Vote", "load_groups", "load_policies", "revoke_covered"]
 
 DeclineRule = Literal["any", "quorum"]
-_KNOWN = {"name", "match", "approvals", "groups", "decline", "route", "approve"}
+_KNOWN = {"name", "match", "approvals", "groups", "decline", "route", "approve", "escalate"}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)?")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _MATCHERS = {"agent", "header", "intent", "priority", "text"}
 _AT = "#at:"
 """approve.lua keeps when each person voted under this prefix"""
@@ -71,6 +74,10 @@ class Policy:
     """a group: only its members see and answer the card on the page"""
     approve: tuple[str, ...] = ()
     """option labels that approve, for questions without a plan-review intent"""
+    escalate_after: float = 0.0
+    """seconds after a card was asked when ``escalate_to`` may answer it too"""
+    escalate_to: str = ""
+    """a group that, once the card waited ``escalate_after``, may see, answer and vote on it too"""
     agent: tuple[str, ...] = ()
     header: tuple[str, ...] = ()
     intent: tuple[str, ...] = ()
@@ -91,6 +98,19 @@ class Policy:
             and (not self.text or re.search(self.text, item.question, re.IGNORECASE) is not None)
             for item in request.questions
         )
+
+    def escalated(self, pending: PendingRequest, now: float | None = None) -> bool:
+        """Whether the card waited long enough for the escalation group to answer it too."""
+        if not self.escalate_to:
+            return False
+        now_ms = (time.time() if now is None else now) * 1000
+        return now_ms >= pending.created_ms + self.escalate_after * 1000
+
+    def escalates_in(self, pending: PendingRequest) -> float | None:
+        """Seconds until the card escalates (``None``: it never does, or already did)."""
+        if not self.escalate_to or self.escalated(pending):
+            return None
+        return max(0.0, (pending.created_ms + self.escalate_after * 1000) / 1000 - time.time())
 
     def may_cover(self, decision: Decision) -> bool:
         """Whether a remembered decision could answer a question this policy covers (priority and, for a
@@ -118,20 +138,30 @@ class Policies:
         agents = [asker.agent_id for asker in pending.askers]
         return next((p for p in self.policies if p.covers(pending.request, pending.priority, agents)), None)
 
-    def voters(self, policy: Policy) -> frozenset[str] | None:
-        """Who may vote under ``policy``; ``None``: anyone who may answer."""
+    def voters(self, policy: Policy, escalated: bool = False) -> frozenset[str] | None:
+        """Who may vote under ``policy`` (with the escalation group once ``escalated``); ``None``: anyone."""
         if not policy.groups:
             return None
-        return frozenset(person for group in policy.groups for person in self.groups.get(group, ()))
+        groups = (*policy.groups, policy.escalate_to) if escalated and policy.escalate_to else policy.groups
+        return frozenset(person for group in groups for person in self.groups.get(group, ()))
 
-    def may_vote(self, policy: Policy, person: str) -> bool:
-        voters = self.voters(policy)
+    def may_vote(self, policy: Policy, person: str, escalated: bool = False) -> bool:
+        voters = self.voters(policy, escalated)
         return voters is None or person in voters
 
+    def routed_to(self, policy: Policy, escalated: bool = False) -> tuple[str, ...]:
+        """The groups a routed card is for (the escalation group joins once ``escalated``); empty: everyone."""
+        if not policy.route:
+            return ()
+        return (policy.route, policy.escalate_to) if escalated and policy.escalate_to else (policy.route,)
+
     def may_see(self, pending: PendingRequest, person: str) -> bool:
-        """Routing: a card routed to a group is for its members only."""
+        """Routing: a card routed to a group is for its members only (and, once escalated, the escalation group's)."""
         policy = self.for_card(pending)
-        return policy is None or not policy.route or person in self.groups.get(policy.route, frozenset())
+        if policy is None:
+            return True
+        routes = self.routed_to(policy, policy.escalated(pending))
+        return not routes or any(person in self.groups.get(group, frozenset()) for group in routes)
 
     async def vote(
         self,
@@ -184,6 +214,8 @@ class Tally:
     """the vote whose answer (or dismissal) settles the card, once it is decided"""
     by: tuple[str, ...] = ()
     """everyone whose vote decided it, in the order they voted"""
+    escalated: bool = False
+    """the escalation group may answer too"""
 
     @property
     def approved_by(self) -> tuple[str, ...]:
@@ -213,22 +245,24 @@ class Tally:
             "declinedBy": list(self.declined_by),
             "mayStill": None if self.may_still is None else list(self.may_still),
             "decided": self.decided is not None,
+            "escalatesTo": policy.escalate_to or None,
+            "escalated": self.escalated,
         }
 
 
-def tally(policy: Policy, voters: frozenset[str] | None, votes: Iterable[Vote]) -> Tally:
+def tally(policy: Policy, voters: frozenset[str] | None, votes: Iterable[Vote], escalated: bool = False) -> Tally:
     """What the votes decide: ``policy.approvals`` identical approving votes, or a decline."""
     ordered = tuple(sorted(votes, key=lambda vote: (vote.at_ms, vote.person)))
     counted = [vote for vote in ordered if voters is None or vote.person in voters]
     same: dict[str, list[Vote]] = {}
     for vote in counted:
         if not vote.approving and policy.decline == "any":
-            return Tally(policy, ordered, voters, vote, (vote.person,))
+            return Tally(policy, ordered, voters, vote, (vote.person,), escalated)
         same.setdefault(vote.same_as, []).append(vote)
         if len(same[vote.same_as]) >= policy.approvals:
             group = same[vote.same_as]
-            return Tally(policy, ordered, voters, group[0], tuple(v.person for v in group))
-    return Tally(policy, ordered, voters)
+            return Tally(policy, ordered, voters, group[0], tuple(v.person for v in group), escalated)
+    return Tally(policy, ordered, voters, escalated=escalated)
 
 
 def approving(policy: Policy, request: AskUserQuestionRequest, answer: AskUserQuestionAnswer | None) -> bool:
@@ -271,9 +305,13 @@ async def vote(
             await pending.answer(answer, by=by, remember=remember)
         return None
     provider = pending._provider
-    if not policies.may_vote(policy, by):
+    escalated = policy.escalated(pending)
+    if not policies.may_vote(policy, by, escalated) or not policies.may_see(pending, by):
+        groups = policies.routed_to(policy, escalated) if policy.route else policy.groups
+        if escalated and policy.escalate_to and policy.escalate_to not in groups:
+            groups = (*groups, policy.escalate_to)
         raise UserQuestionError(
-            f"{by} is not an approver under policy {policy.name!r} (members of {', '.join(policy.groups)})",
+            f"{by} is not an approver under policy {policy.name!r} (members of {', '.join(groups)})",
             NOT_APPROVER,
         )
     if remember is not None:
@@ -307,7 +345,7 @@ async def vote(
         if reply[1] == LEASE_LOST:
             provider.fenced()
         raise UserQuestionError(reply[2], reply[1])
-    result = tally(policy, policies.voters(policy), _votes(reply[1]))
+    result = tally(policy, policies.voters(policy, escalated), _votes(reply[1]), escalated)
     await settle(pending, result)
     return result
 
@@ -322,7 +360,8 @@ async def current(policies: Policies, pending: PendingRequest) -> Tally | None:
         return None
     provider = pending._provider
     flat = await provider.commands.call("HGETALL", provider.keys.approvals(pending.request_id))
-    result = tally(policy, policies.voters(policy), _votes(flat))
+    escalated = policy.escalated(pending)
+    result = tally(policy, policies.voters(policy, escalated), _votes(flat), escalated)
     await settle(pending, result)
     return result
 
@@ -414,7 +453,10 @@ def _policy(table: dict[str, Any], number: int, path: Path, groups: Mapping[str,
     route = table.get("route", "")
     if not isinstance(route, str):
         raise PolicyError(f"{where}: route names one group")
-    for group in (*named, *([route] if route else [])):
+    after, escalate_to = _escalation(table.get("escalate"), where)
+    if escalate_to and not (named or route):
+        raise PolicyError(f"{where}: escalate widens route or groups; this policy has neither")
+    for group in (*named, *([route] if route else []), *([escalate_to] if escalate_to else [])):
         if group not in groups:
             raise PolicyError(f"{where}: no group {group!r} ([groups] in the users file)")
     voters = {person for group in named for person in groups[group]}
@@ -435,12 +477,29 @@ def _policy(table: dict[str, Any], number: int, path: Path, groups: Mapping[str,
         decline=decline,
         route=route,
         approve=_strings(table.get("approve", []), f"{where}: approve"),
+        escalate_after=after,
+        escalate_to=escalate_to,
         agent=_strings(match.get("agent", []), f"{where}: match.agent"),
         header=_strings(match.get("header", []), f"{where}: match.header"),
         intent=_strings(match.get("intent", []), f"{where}: match.intent"),
         priority=priority,
         text=text,
     )
+
+
+def _escalation(value: Any, where: str) -> tuple[float, str]:
+    """``escalate = {after = "10m", to = "leads"}``: (seconds, group); ``(0, "")`` without one."""
+    if value is None:
+        return 0.0, ""
+    if not isinstance(value, dict) or set(value) != {"after", "to"} or not isinstance(value["to"], str):
+        raise PolicyError(f'{where}: escalate is {{after = "10m", to = "group"}}')
+    after = value["after"]
+    if isinstance(after, (int, float)) and not isinstance(after, bool) and after >= 0:
+        return float(after), value["to"]
+    found = _DURATION.fullmatch(after.strip()) if isinstance(after, str) else None
+    if found is None:
+        raise PolicyError(f'{where}: escalate.after is a delay: seconds, or "500ms", "30s", "10m", "2h"')
+    return float(found[1]) * _UNIT[found[2] or "s"], value["to"]
 
 
 def _strings(value: Any, where: str) -> tuple[str, ...]:

@@ -265,3 +265,90 @@ def test_groups_come_from_the_users_file(tmp_path) -> None:
     path.write_text('[[policy]]\napprovals = 2\ngroups = ["sre"]\n')
     policies = load_policies(path, groups={"sre": frozenset({"alice", "bob"})})
     assert policies.voters(policies.policies[0]) == {"alice", "bob"}
+
+
+ESCALATING = """
+[groups]
+sre = ["alice", "bob"]
+leads = ["lee"]
+billing = ["erin"]
+
+[[policy]]
+name = "deploys"
+match = { header = ["Deploy*"] }
+approvals = 2
+groups = ["sre"]
+approve = ["yes"]
+escalate = { after = "600ms", to = "leads" }
+
+[[policy]]
+name = "billing"
+match = { text = "invoice" }
+route = "billing"
+escalate = { after = 0.6, to = "leads" }
+"""
+
+
+async def test_after_its_delay_the_escalation_group_may_vote_too(make_broker, tmp_path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(ESCALATING)
+    policies = load_policies(path)
+    broker = await make_broker()
+    async with broker.provider("web") as provider:
+        asked = asyncio.create_task(broker.ask(deploy(), timeout=20))
+        card = await next_pending(provider)
+        with pytest.raises(UserQuestionError) as refused:  # not yet: the card is the sre's for 600 ms
+            await policies.vote(card, pick("yes"), by="lee")
+        assert refused.value.code == "NOT_APPROVER"
+        first = await policies.vote(card, pick("yes"), by="alice")
+        assert first is not None and first.may_still == ("bob",) and first.view()["escalated"] is False
+        assert first.view()["escalatesTo"] == "leads"
+        await asyncio.sleep(0.7)
+        now = await policies.current(card)
+        assert now is not None and now.may_still == ("bob", "lee") and now.view()["escalated"] is True
+        done = await policies.vote(card, pick("yes"), by="lee")
+        assert done is not None and done.by == ("alice", "lee")
+        assert await asked == pick("yes")
+
+
+async def test_a_routed_card_is_seen_and_answered_by_the_escalation_group_after_its_delay(
+    make_broker, tmp_path
+) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(ESCALATING)
+    policies = load_policies(path)
+    broker = await make_broker()
+    async with broker.provider("web") as provider:
+        item = AskUserQuestionItem(id="q1", question="Pay this invoice?", options=options("yes", "no"))
+        asked = asyncio.create_task(broker.ask(AskUserQuestionRequest(questions=(item,)), timeout=20))
+        card = await next_pending(provider)
+        assert policies.may_see(card, "erin") and not policies.may_see(card, "lee")
+        with pytest.raises(UserQuestionError) as refused:
+            await policies.vote(card, pick("yes"), by="lee")
+        assert refused.value.code == "NOT_APPROVER"
+        await asyncio.sleep(0.7)
+        assert policies.may_see(card, "lee") and not policies.may_see(card, "bob")
+        await policies.vote(card, pick("yes"), by="lee")
+        assert await asked == pick("yes")
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        pytest.param('[[policy]]\nescalate = { after = "soon", to = "x" }\n', "escalate.after", id="bad-delay"),
+        pytest.param('[[policy]]\nescalate = "leads"\n', "escalate is", id="not-a-table"),
+        pytest.param(
+            '[groups]\ns = ["a"]\n[[policy]]\nroute = "s"\nescalate = { after = "1m", to = "nobody" }\n',
+            "no group",
+            id="unknown-group",
+        ),
+        pytest.param(
+            '[groups]\ns = ["a"]\n[[policy]]\nescalate = { after = "1m", to = "s" }\n', "neither", id="nothing-to-widen"
+        ),
+    ],
+)
+def test_a_malformed_escalation_is_refused(tmp_path, text, complaint) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    with pytest.raises(PolicyError, match=complaint):
+        load_policies(path)

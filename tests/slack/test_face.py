@@ -288,3 +288,32 @@ async def test_a_slack_click_is_one_persons_vote_on_a_quorum_card(
     await post(web, block_actions(posted, "qb_pick_0", user="UBOB"))
     assert (await asyncio.wait_for(asked, 10)).answers[0].selected == ("Deploy",)
     await updated(slack, "Answered by alice, bob in Slack")
+
+
+async def test_a_routed_card_says_who_may_answer_refuses_others_then_escalates(
+    start_slack_web, slack, make_broker, tmp_path
+) -> None:
+    """Routed to sre (alice); bob, mapped but not a member, is refused until the card escalates to leads."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        '[[policy]]\nname = "billing"\nmatch = { header = "Billing" }\nroute = "sre"\n'
+        'escalate = { after = "1500ms", to = "leads" }\n'
+    )
+    web = await start_slack_web('[groups]\nsre = ["alice"]\nleads = ["bob"]\n', "--policy-file", str(policy))
+    asker = await make_broker()
+    item = question("q1", "Pay", "Hold", header="Billing")
+    asked = asking(asker, AskUserQuestionRequest(questions=(item,)))
+    posted = await card(slack)
+    text = json.dumps(posted["blocks"])
+    assert "<@UALICE>" in text and "Only sre may answer: alice" in text and "escalates to leads" in text
+    await post(web, block_actions(posted, "qb_pick_0", user="UBOB"))
+    refused = await ephemeral(slack, "UBOB", "Not taken")
+    assert "routed" in refused["text"] or "not an approver" in refused["text"]
+    assert not asked.done()
+    escalated = await slack.wait_for(
+        "chat.update", where=lambda args: "sre or leads may answer" in json.dumps(args.get("blocks"))
+    )
+    assert "may answer: alice, bob" in json.dumps(escalated[-1]["blocks"])  # bob is mapped by email: no id to mention
+    await post(web, block_actions(posted, "qb_pick_0", user="UBOB"))
+    assert (await asyncio.wait_for(asked, 10)).answers[0].selected == ("Pay",)
+    await updated(slack, "Answered by bob in Slack")

@@ -218,3 +218,55 @@ async def test_a_rule_for_one_agent_never_answers_another_asking_the_identical_q
         results = await asyncio.wait_for(asyncio.gather(*asks, return_exceptions=True), 20)
     assert results[0] == answer(("q1", ("yes",), None))
     assert getattr(results[1], "code", None) == "ASK_CANCELLED"
+
+
+POLICY = """\
+[groups]
+sre = ["alice", "bob"]
+
+[[policy]]
+name = "prod deploys"
+match = { text = "deploy" }
+approvals = 2
+groups = ["sre"]
+"""
+
+
+async def test_a_question_a_policy_covers_is_left_to_humans(
+    make_broker, redis, redis_server, namespace, tmp_path, start_worker
+):
+    """A rule answering everything still never settles a covered question: its quorum is for people."""
+    rules, policy = tmp_path / "rules.toml", tmp_path / "policies.toml"
+    rules.write_text("[default]\nfirst = true\n")
+    policy.write_text(POLICY)
+    worker = await start_worker(
+        "auto",
+        "--rules",
+        str(rules),
+        "--policy-file",
+        str(policy),
+        "--name",
+        "A",
+        url=redis_server.url,
+        namespace=namespace,
+    )
+    await worker.expect(r"holding the lease")
+    asker = await make_broker()
+    covered = asyncio.ensure_future(asker.ask(_ask("deploy to prod?"), timeout=3))
+    assert await asyncio.wait_for(asker.ask(_ask("lint?")), 10) == answer(("q1", ("yes",), None))
+    await worker.expect(r"left \S+ to humans: policy 'prod deploys' needs 2 approvals")
+    with pytest.raises(Exception) as raised:
+        await asyncio.wait_for(covered, 10)
+    assert getattr(raised.value, "code", None) == "ASK_TIMED_OUT"
+    answered = [e for e in await _audit(redis, namespace) if e["event"] in ("answered", "cancelled", "vote")]
+    assert len(answered) == 1  # the uncovered one only
+
+
+async def test_auto_refuses_a_malformed_policy_file(redis_server, namespace, tmp_path):
+    rules, policy = tmp_path / "rules.toml", tmp_path / "policies.toml"
+    rules.write_text("[default]\nfirst = true\n")
+    policy.write_text('[[policy]]\nname = "x"\ngroups = ["nobody"]\n')
+    status, _, err = await run_qbroker(
+        "auto", "--rules", str(rules), "--policy-file", str(policy), url=redis_server.url, namespace=namespace
+    )
+    assert status == 2 and b"no group 'nobody'" in err

@@ -1,7 +1,8 @@
 """``qbroker auto --rules FILE``: an automatic provider for pipelines, tests and benchmarks.
 
 It holds the namespace's lease (or stands by until the holder goes) and answers each
-request by the first matching rule (see ``workers.answering.auto.rules``). When it loses the lease
+request by the first matching rule (see ``workers.answering.auto.rules``). A request a quorum
+policy covers (``--policy-file``, docs/approvals.md) is left to humans: no rule answers it. When it loses the lease
 (it paused past its TTL, say) its late answers are refused by Redis; it says so and
 stands by again, or exits with ``--exit-on-lease-loss``.
 """
@@ -9,6 +10,7 @@ stands by again, or exits with ``--exit-on-lease-loss``.
 from __future__ import annotations
 
 import argparse
+import os
 
 __all__ = ["register", "run"]
 
@@ -22,6 +24,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "naming the line at fault (exit 2).",
     )
     parser.add_argument("--rules", required=True, metavar="FILE", help="the TOML rules file (see docs/cli.md)")
+    parser.add_argument(
+        "--policy-file",
+        default=os.environ.get("QBROKER_POLICY_FILE") or None,
+        metavar="FILE",
+        help="quorum policies (docs/approvals.md; env QBROKER_POLICY_FILE): a question one covers is left "
+        "pending for people, never answered by a rule",
+    )
+    parser.add_argument(
+        "--users-file",
+        default=os.environ.get("QBROKER_WEB_USERS") or None,
+        metavar="FILE",
+        help="the web's users file, for the policies' [groups] (env QBROKER_WEB_USERS)",
+    )
     parser.add_argument("--name", metavar="NAME", help="this provider's name (default auto@HOST:PID)")
     parser.add_argument(
         "--no-standby",

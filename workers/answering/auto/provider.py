@@ -10,10 +10,12 @@ import signal
 import socket
 import sys
 
-from broker import Broker, PendingRequest, Provider, UserQuestionError
+from broker import Broker, PendingRequest, Policies, PolicyError, Provider, UserQuestionError
 from broker.errors import BAD_ANSWER, DUPLICATE_PROVIDER, LEASE_LOST, NOT_PENDING
+from broker.quorum import revoke_covered
 from workers._redis import Backoff, describe, redis_trouble
 from workers.answering.auto.rules import Decision, Rules, RulesError, load_rules
+from workers.answering.provide.provider import load_policy_args
 from workers.exits import EXIT_STATUS
 from workers.settings import Settings
 
@@ -33,6 +35,11 @@ async def serve(args: argparse.Namespace) -> int:
     except RulesError as error:
         say(f"invalid rules: {error}")
         return 2
+    try:
+        policies = load_policy_args(args)
+    except PolicyError as error:
+        say(f"invalid policies: {error}")
+        return 2
     name = args.name or f"auto@{socket.gethostname()}:{os.getpid()}"
     main_task = asyncio.current_task()
     assert main_task is not None
@@ -42,7 +49,7 @@ async def serve(args: argparse.Namespace) -> int:
     while True:
         try:
             async with settings.broker() as broker:
-                return await _serve_forever(broker, rules, name, args)
+                return await _serve_forever(broker, rules, policies, name, args)
         except asyncio.CancelledError:
             say("stopped")
             return 0
@@ -55,7 +62,7 @@ async def serve(args: argparse.Namespace) -> int:
             await asyncio.sleep(delay)
 
 
-async def _serve_forever(broker: Broker, rules: Rules, name: str, args: argparse.Namespace) -> int:
+async def _serve_forever(broker: Broker, rules: Rules, policies: Policies, name: str, args: argparse.Namespace) -> int:
     def on_standby(holder: str) -> None:
         say(f"standing by: {holder} holds the lease of {broker.namespace}")
 
@@ -68,9 +75,11 @@ async def _serve_forever(broker: Broker, rules: Rules, name: str, args: argparse
             ) as provider:
                 backoff.reset()
                 say(f"holding the lease of {broker.namespace} as {name} (epoch {provider.epoch})")
+                if policies:  # a decision remembered before must not answer a covered question either
+                    await revoke_covered(policies, broker, by=f"{name}: quorum policy")
                 # Returns (rather than raises) on lease loss: `broker.provider()` wraps what
                 # its body raises in an ExceptionGroup (its TaskGroup).
-                await _serve(provider, rules, broker.namespace, name)
+                await _serve(provider, rules, policies, broker.namespace, name)
             if provider.handover is not None:  # what it was answering is answered; the asker of the lease takes it
                 say(f"{provider.handover.by or 'someone'} asked for the lease: handed it to {provider.handover.to}")
                 continue
@@ -90,11 +99,18 @@ async def _serve_forever(broker: Broker, rules: Rules, name: str, args: argparse
         say("lost the lease: standing by again")
 
 
-async def _serve(provider: Provider, rules: Rules, namespace: str, name: str) -> None:
+async def _serve(provider: Provider, rules: Rules, policies: Policies, namespace: str, name: str) -> None:
     """Answer until the lease is lost; in-flight answers still try (and are refused) then."""
     async with asyncio.TaskGroup() as tasks:
         try:
             async for pending in provider:
+                policy = policies.for_card(pending)
+                if policy is not None:
+                    # A rule is not a person: were its answer one vote, a policy of one approval would let
+                    # it decide alone. The card waits, pending, for people (a web provider taking the lease).
+                    needs = f"{policy.approvals} approval{'s' if policy.approvals != 1 else ''}"
+                    say(f"left {pending.request_id} to humans: policy {policy.name!r} needs {needs}")
+                    continue
                 tasks.create_task(_handle(pending, rules, namespace, name))
         except UserQuestionError as error:
             if error.code != LEASE_LOST:

@@ -20,7 +20,7 @@ from workers.settings import Settings
 if TYPE_CHECKING:
     from workers.answering.provide.terminal import Decision, Terminal
 
-__all__ = ["serve"]
+__all__ = ["load_policy_args", "serve"]
 
 _Next = Literal["next", "lost", "quit", "handover"]
 
@@ -42,7 +42,7 @@ async def serve(args: argparse.Namespace) -> int:
             return 2
 
     try:
-        policies = _policies(args)
+        policies = load_policy_args(args)
     except PolicyError as error:
         print(f"qbroker provide: {error}", file=sys.stderr)
         return 2
@@ -237,7 +237,7 @@ async def _settle(provider: Provider, terminal: Terminal, pending: PendingReques
     return "next"
 
 
-def _policies(args: argparse.Namespace) -> Policies:
+def load_policy_args(args: argparse.Namespace) -> Policies:
     """``--policy-file`` with the users file's ``[groups]`` (docs/approvals.md)."""
     import tomllib
     from pathlib import Path

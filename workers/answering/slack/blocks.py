@@ -80,6 +80,9 @@ def quorum_line(quorum: dict[str, Any]) -> str:
         parts.append("declined by " + ", ".join(quorum["declinedBy"]))
     if quorum.get("mayStill") is not None:
         parts.append("may still: " + (", ".join(quorum["mayStill"]) or "nobody"))
+    if quorum.get("escalatesTo"):
+        verb = "escalated to " if quorum.get("escalated") else "escalates to "
+        parts.append(verb + quorum["escalatesTo"])
     return escape(" · ".join(parts))
 
 

@@ -114,7 +114,7 @@ class SlackFace:
         if service is None or pending is None:
             return
         blocks = card_blocks(pending, view, namespace, self.public_url)
-        mention = self._mention(service, view.get("route"))
+        mention = self._mention(service, view.get("routes") or ([view["route"]] if view.get("route") else []))
         if mention:
             blocks.insert(0, {"type": "section", "text": {"type": "mrkdwn", "text": mention}})
         call, key = service.broker.commands.call, self._key(service, request_id)
@@ -132,13 +132,16 @@ class SlackFace:
                 await self.client.chat_postMessage(channel=channel, thread_ts=ts, text=chunk, mrkdwn=True)
         self._cards[request_id] = {"channel": channel, "ts": ts, "blocks": blocks}
 
-    def _mention(self, service: WebProvider, route: str | None) -> str:
-        """A routed card mentions its group's members who have a Slack id."""
-        if not route:
+    def _mention(self, service: WebProvider, routes: list[str]) -> str:
+        """A routed card says who may answer it and mentions those with a Slack id (the escalation
+        group too, once the card escalated): a click from anyone else is refused."""
+        if not routes:
             return ""
-        members = sorted(service.policies.groups.get(route, frozenset()))
+        groups = service.policies.groups
+        members = sorted({person for group in routes for person in groups.get(group, frozenset())})
         ids = [slack for slack in map(self.config.slack_id_of, members) if slack]
-        return f"For {escape(route)}: " + " ".join(f"<@{slack}>" for slack in ids) if ids else ""
+        who = f"Only {escape(' or '.join(routes))} may answer: {escape(', '.join(members) or 'nobody')}"
+        return who + ("\n" + " ".join(f"<@{slack}>" for slack in ids) if ids else "")
 
     async def _settled(self, event: Event) -> None:
         request_id = event["id"]

@@ -85,8 +85,10 @@ class WebProvider:
         self.broker = broker
         self.policies = policies or Policies()
         """quorum and routing policies (docs/approvals.md)"""
-        self._routes: dict[str, str] = {}
-        """request id -> the group its card is routed to, while it is shown"""
+        self._routes: dict[str, list[str]] = {}
+        """request id -> the groups its card is routed to (the escalation group joins later), while it is shown"""
+        self._escalations: dict[str, asyncio.Task[None]] = {}
+        """request id -> the timer that widens who may answer its card (a policy's ``escalate``)"""
         self.name = name
         self.keys = keys
         self.public_url = public_url
@@ -199,7 +201,8 @@ class WebProvider:
 
     def _publish(self, event: Event | None) -> None:
         if event is not None and "id" in event and event["id"] in self._routes:
-            event = {**event, "route": self._routes[event["id"]]}
+            routes = self._routes[event["id"]]
+            event = {**event, "route": routes[0], "routes": routes}
         for queue in list(self._subscribers):
             try:
                 queue.put_nowait(event)
@@ -285,9 +288,14 @@ class WebProvider:
             self._settle(request_id, "answered", ", ".join(tally.by), msgspec.to_builtins(decided.answer))
 
     def may_see(self, event: Event, user: str) -> bool:
-        """Routing: an event about a card routed to a group goes to its members only."""
-        route = event.get("route") or (event.get("request") or {}).get("route")
-        return not route or user in self.policies.groups.get(route, frozenset())
+        """Routing: an event about a card routed to a group goes to its members only (and, once the card
+        escalated, to the escalation group's)."""
+        request = event.get("request") or {}
+        routes = event.get("routes") or request.get("routes")
+        if not routes:
+            route = event.get("route") or request.get("route")
+            routes = [route] if route else []
+        return not routes or any(user in self.policies.groups.get(group, frozenset()) for group in routes)
 
     @asynccontextmanager
     async def _settling(self, request_id: str, by: str) -> AsyncIterator[PendingRequest]:
@@ -303,7 +311,7 @@ class WebProvider:
             pending = self._pending.get(request_id)
             if pending is None:
                 raise await self._not_pending(request_id)
-            if not self.may_see({"route": self._routes.get(request_id)}, by):
+            if not self.may_see({"routes": self._routes.get(request_id)}, by):
                 raise UserQuestionError(f"{by} may not answer {request_id}: it is routed to a group", NOT_APPROVER)
             try:
                 yield pending
@@ -366,9 +374,13 @@ class WebProvider:
             if tally.decided is not None:
                 self._tallied(pending, tally)
                 return
-            view.update(quorum=tally.view(), remember=[], route=policy.route or None)
-            if policy.route:
-                self._routes[pending.request_id] = policy.route
+            routes = list(self.policies.routed_to(policy, tally.escalated))
+            view.update(quorum=tally.view(), remember=[], route=policy.route or None, routes=routes or None)
+            if routes:
+                self._routes[pending.request_id] = routes
+            delay = policy.escalates_in(pending)
+            if delay is not None and pending.request_id not in self._escalations:
+                self._escalations[pending.request_id] = asyncio.create_task(self._escalate(pending, delay))
         if pending.withdrawn.is_set():
             return
         away_until = await self._away_until(pending)
@@ -382,6 +394,36 @@ class WebProvider:
         self._views[pending.request_id] = view
         self._arrivals.add(pending.request_id)
         self._publish({"type": "added", "request": view})
+
+    async def _escalate(self, pending: PendingRequest, delay: float) -> None:
+        """Once the card waited its policy's delay, its escalation group may answer too: show it to them."""
+        request_id = pending.request_id
+        try:
+            await asyncio.sleep(delay)
+            policy = self.policies.for_card(pending)
+            if policy is None or request_id not in self._pending:
+                return
+            try:
+                tally = await self.policies.current(pending)
+            except (*_REDIS_DOWN, UserQuestionError) as error:
+                log.warning("cannot escalate %s: %s", request_id, error)
+                return  # shown escalated when it is delivered again
+            if tally is None or request_id not in self._pending:
+                return
+            if tally.decided is not None:
+                self._tallied(pending, tally)
+                return
+            routes = list(self.policies.routed_to(policy, escalated=True))
+            view = self._views[request_id]
+            view.update(quorum=tally.view(), routes=routes or None)
+            if routes:
+                self._routes[request_id] = routes
+            log.info("%s escalated to %s (policy %r)", request_id, policy.escalate_to, policy.name)
+            # "added": the escalation group's pages never had the card; the others' bring theirs up to date
+            self._publish({"type": "added", "request": view})
+        finally:
+            if self._escalations.get(request_id) is asyncio.current_task():
+                del self._escalations[request_id]
 
     async def _context(self, pending: PendingRequest) -> Event:
         """What the request hash and the agent record add: the asker's deadline, the agent's owner."""
@@ -429,6 +471,9 @@ class WebProvider:
             removed = {"type": "removed", "id": request_id, "reason": reason, "by": by, "settled": settled}
             self._publish({**removed, "namespace": self.broker.namespace})
         self._routes.pop(request_id, None)
+        escalation = self._escalations.pop(request_id, None)
+        if escalation is not None and escalation is not asyncio.current_task():
+            escalation.cancel()
 
     # -- the lease loop ---------------------------------------------------------------
 

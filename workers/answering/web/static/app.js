@@ -497,6 +497,7 @@
       el("span", { class: "quorum-approved", text: " · approved by " + (q.approvedBy.length ? q.approvedBy.join(", ") : "nobody yet") })];
     if (q.declinedBy.length) parts.push(el("span", { class: "quorum-declined", text: " · declined by " + q.declinedBy.join(", ") }));
     if (q.mayStill) parts.push(el("span", { class: "quorum-may", text: " · may still: " + (q.mayStill.length ? q.mayStill.join(", ") : "nobody") }));
+    if (q.escalatesTo) parts.push(el("span", { class: "quorum-escalation", text: (q.escalated ? " · escalated to " : " · escalates to ") + q.escalatesTo }));
     card.quorum.replaceChildren(...parts);
     card.quorum.title = "Policy " + q.policy + (q.decline === "any" ? ": one decline decides" : ": declines need a quorum too");
   }
