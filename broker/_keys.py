@@ -39,6 +39,7 @@ class Keys:
         "provider",
         "requests",
         "standbys",
+        "worker_alive",
     )
 
     def __init__(self, namespace: str) -> None:
@@ -71,6 +72,9 @@ class Keys:
         """a hash: remembered decision id -> its decision key (list and revoke without SCAN)"""
         self.decision_expiry = self.prefix + "decisions:expiry"
         """a zset: remembered decision id scored by its expiry (unix ms), to prune the index"""
+        self.worker_alive = self.prefix + "maint:alive"
+        """string, a maintenance worker's name, PX a few of its intervals: some worker runs housekeeping (every worker
+        refreshes it each run); while it is absent the lease holder reaps, expires and ends away asks itself"""
 
     def request(self, request_id: str) -> str:
         return f"{self.prefix}req:{request_id}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +38,7 @@ from .errors import (
     NO_TRUSTED_KEY,
     UserQuestionError,
 )
+from .housekeeping import housekeep_while_unattended
 from .provider import Provider, ProviderSettings, acquire_lease, release_lease
 from .signing import SigningKey, TrustedKeys
 from .types import AskUserQuestionAnswer, AskUserQuestionRequest, decode_outcome
@@ -106,6 +107,7 @@ class Broker:
         signing_key: SigningKey | str | None = None,
         attest_key: SigningKey | str | None = None,
         gateway_keys: TrustedKeys | Iterable[str] | str = (),
+        housekeeping_every: float | None = 3.0,
     ) -> None:
         self.keys = Keys(namespace)
         if isinstance(trusted_keys, str):
@@ -142,6 +144,9 @@ class Broker:
         self.connect_timeout = connect_timeout
         self.sweep_every = sweep_every
         self.detach_grace = detach_grace
+        self.housekeeping_every = housekeeping_every
+        """while a provider of this broker holds the lease and no maintenance worker is alive, it reaps, expires
+        and ends away asks this often (seconds); None: never (leave it to ``qbroker worker``)"""
         name = f"qb-{self.client_id}"
         self._connect_commands = connect or (lambda: redis_from_url(url, name=name))
         self._connect_blocking = connect or (lambda: redis_from_url(url, name=name, blocking=True))
@@ -586,7 +591,20 @@ class Broker:
             )
             log.info("provider %s holds the lease of %s (epoch %d)", name, self.namespace, epoch)
             try:
-                async with running(provider.keep_lease, provider.read, provider.reclaim, provider.seal_audit):
+                work: list[Callable[[], Coroutine[Any, Any, None]]] = [
+                    provider.keep_lease,
+                    provider.read,
+                    provider.reclaim,
+                    provider.seal_audit,
+                ]
+                every = self.housekeeping_every
+                if every is not None:
+
+                    async def housekeeping() -> None:
+                        await housekeep_while_unattended(self, provider, every)
+
+                    work.append(housekeeping)
+                async with running(*work):
                     yield provider
             finally:
                 try:

@@ -25,6 +25,7 @@ from .types import decode_request
 
 if TYPE_CHECKING:
     from .broker import Broker
+    from .provider import Provider
 
 __all__ = [
     "HousekeepingReport",
@@ -35,8 +36,10 @@ __all__ = [
     "digest_audit",
     "drop_stale_standbys",
     "expire_overdue",
+    "housekeep_while_unattended",
     "lease_holder",
     "mark_notified",
+    "mark_worker_alive",
     "pending_requests",
     "reap_abandoned",
     "record_run",
@@ -45,6 +48,7 @@ __all__ = [
     "runs_key",
     "trim_audit",
     "unmark_notified",
+    "worker_alive",
 ]
 
 log = logging.getLogger(__name__)
@@ -468,6 +472,60 @@ async def run_housekeeping(broker: Broker, *, audit_maxlen: int | None = None) -
     report.dead_letters = await dead_letter_count(broker)
     report.pending = len(await pending_requests(broker))
     return report
+
+
+async def mark_worker_alive(broker: Broker, worker: str, *, ttl: float) -> None:
+    """Say that maintenance worker ``worker`` runs housekeeping, for ``ttl`` seconds (refreshed each run)."""
+    await broker.commands.call("SET", broker.keys.worker_alive, worker, "PX", max(1, int(ttl * 1000)))
+
+
+async def worker_alive(broker: Broker) -> bool:
+    """Whether some maintenance worker ran within its few last intervals (:func:`mark_worker_alive`)."""
+    return bool(await broker.commands.call("EXISTS", broker.keys.worker_alive))
+
+
+async def housekeep_while_unattended(broker: Broker, provider: Provider, every: float) -> None:
+    """While ``provider`` holds the lease and no maintenance worker is alive, reap, expire and end away asks.
+
+    Without it a killed asker's question looked live on the page for ever, and no away grace ended, unless
+    someone ran ``qbroker worker`` (issue 26). The steps are the worker's own idempotent scripts, so a worker
+    starting meanwhile, or a fenced holder's last run, does nothing twice. The rest of the worker's run (the
+    audit cap, stale standbys, metrics, webhooks) stays the worker's.
+    """
+    unattended: bool | None = None
+    while not provider.lost:
+        try:
+            alone = not await worker_alive(broker)
+            if alone != unattended:
+                unattended = alone
+                if alone:
+                    log.info("no maintenance worker is alive: provider %s runs housekeeping", provider.name)
+                else:
+                    log.info("a maintenance worker is alive: provider %s leaves housekeeping to it", provider.name)
+            if alone:
+                await _housekeep(broker, provider)
+        except Exception as error:
+            log.warning("housekeeping by provider %s failed: %r (tried again in %.1fs)", provider.name, error, every)
+        await asyncio.sleep(every)
+
+
+async def _housekeep(broker: Broker, provider: Provider) -> None:
+    report = HousekeepingReport()
+    report.withdrawn, report.stale_entries = await reap_abandoned(broker, report.away)
+    report.expired = await expire_overdue(broker)
+    report.away_ended = await end_away(broker)
+    if report.withdrawn or report.expired or report.away or report.away_ended or report.stale_entries:
+        fields = report.as_fields()
+        for unrun in ("trimmed", "standbys", "dead", "pending"):
+            del fields[unrun]
+        slot = str(await redis_time_ms(broker))
+        await record_run(broker, "housekeeping", slot, worker=f"provider:{provider.name}", fields=fields)
+        log.info(
+            "housekeeping of %s by provider %s: %s",
+            broker.keys.namespace,
+            provider.name,
+            " ".join(f"{k}={v}" for k, v in fields.items()),
+        )
 
 
 def _pairs(flat: Any) -> dict[str, str]:

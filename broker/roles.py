@@ -16,7 +16,9 @@ Three roles, each its own Redis user:
   the roles (with maintenance) the lease, the epoch and the ``handover`` reservation (a page asking the
   holder for the lease).
 - **maintenance**: ``qbroker worker`` and operators' ``qbroker status`` / ``decisions``: the
-  whole namespace, and arq's queue when it shares the Redis.
+  whole namespace, and arq's queue when it shares the Redis. Its workers refresh ``maint:alive``
+  (``Keys.worker_alive``); while it is absent the lease holder (answerer) reaps, expires and ends
+  away asks itself. An asker may not write it (``maint:*``): a forged one would stop that.
 
 Every role is refused ``SCAN`` (ACLs do not filter it by key), ``FUNCTION`` (its subcommands are
 in ``@write``; ``FUNCTION FLUSH`` would drop every tenant's library), ``KEYS`` and everything

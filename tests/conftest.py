@@ -63,6 +63,8 @@ async def make_broker(redis_server: RedisServer, namespace: str) -> AsyncIterato
 
     async def make(**options: Any) -> Broker:
         options.setdefault("namespace", namespace)
+        # Tests drive housekeeping by hand; the provider's own (no worker alive) is tested in test_self_clean.py.
+        options.setdefault("housekeeping_every", None)
         for name, value in KEYS.items():
             options.setdefault(name, value)
         url = options.pop("url", redis_server.url)

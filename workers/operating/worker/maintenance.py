@@ -30,6 +30,7 @@ from broker.housekeeping import (
     digest_audit,
     lease_holder,
     mark_notified,
+    mark_worker_alive,
     pending_requests,
     record_run,
     redis_time_ms,
@@ -53,6 +54,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _Target = Literal["notify", "escalate"]
+
+ALIVE_INTERVALS = 3
+"""the worker presence marker outlives a run by this many intervals: a late cron run is no absence"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +165,8 @@ async def _claim(state: _State, job: str) -> str | None:
 async def housekeeping(ctx: dict[str, Any]) -> dict[str, str] | None:
     """Reap requests of gone askers, expire past deadlines, cap the audit, prune standbys."""
     state: _State = ctx["qb"]
+    # Every worker, claimant or not: while one is alive, the lease holder leaves housekeeping to the workers.
+    await mark_worker_alive(state.broker, state.config.worker_name, ttl=state.config.interval * ALIVE_INTERVALS)
     slot = await _claim(state, "housekeeping")
     if slot is None:
         return None
