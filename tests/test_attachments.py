@@ -1,0 +1,73 @@
+"""Attachments: a text too large for a card, kept content-addressed under its SHA-256 (real redis-server)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from broker import UserQuestionError
+from broker._keys import Keys
+from broker.attachments import MAX_ATTACHMENT_BYTES
+
+pytestmark = pytest.mark.timeout(20)
+
+
+async def test_an_attachment_is_kept_under_its_digest_for_a_request_ttl(make_broker, redis: Redis, namespace) -> None:
+    broker = await make_broker(request_ttl=120.0)
+    text = '{"path": "' + "é" * 100_000 + '"}'
+    digest = await broker.attach(text)
+    assert digest == hashlib.sha256(text.encode()).hexdigest()
+    key = Keys(namespace).attachment(digest)
+    assert key == f"qb:{{{namespace}}}:att:{digest}"
+    assert await redis.get(key) == text
+    assert 110_000 < await redis.pttl(key) <= 120_000
+    assert await broker.attachment(digest) == text
+    assert await broker.attach(text) == digest  # content-addressed: the same text, the same key
+
+
+async def test_a_gone_or_unknown_attachment_reads_as_none(make_broker) -> None:
+    broker = await make_broker()
+    assert await broker.attachment("0" * 64) is None
+
+
+async def test_bytes_that_do_not_hash_to_their_key_are_never_returned(make_broker, redis: Redis, namespace) -> None:
+    broker = await make_broker()
+    digest = await broker.attach("the text the card named")
+    await redis.set(Keys(namespace).attachment(digest), "something else an asker wrote there")
+    assert await broker.attachment(digest) is None
+
+
+async def test_bytes_that_are_not_utf8_read_as_none_and_break_nothing(make_broker, redis: Redis, namespace) -> None:
+    broker = await make_broker()
+    raw = b"\xff\xfe not a text"
+    digest = hashlib.sha256(raw).hexdigest()
+    await redis.set(Keys(namespace).attachment(digest), raw)
+    assert await broker.attachment(digest) is None
+    assert await broker.attachment(await broker.attach("still fine")) == "still fine"
+
+
+@pytest.mark.parametrize("name", ["x" * 64, "0" * 63, "A" * 64, "../req:1", ""], ids=["hex", "short", "upper", "path", "empty"])
+async def test_only_a_sha256_names_an_attachment(make_broker, name: str) -> None:
+    broker: Any = await make_broker()
+    with pytest.raises(UserQuestionError) as raised:
+        await broker.attachment(name)
+    assert raised.value.code == "BAD_REQUEST"
+
+
+async def test_an_attachment_over_the_cap_is_refused(make_broker: Callable[..., Any]) -> None:
+    broker = await make_broker()
+    with pytest.raises(UserQuestionError) as raised:
+        await broker.attach("x" * (MAX_ATTACHMENT_BYTES + 1))
+    assert raised.value.code == "BAD_REQUEST"
+    assert await broker.attach("x" * MAX_ATTACHMENT_BYTES)
+
+
+async def test_an_agent_attaches_through_its_broker(make_broker) -> None:
+    broker = await make_broker()
+    async with broker.agent("builder") as agent:
+        digest = await agent.attach("whole arguments")
+    assert await broker.attachment(digest) == "whole arguments"
