@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from broker import UserQuestionError
+from broker import AskUserQuestionItem, AskUserQuestionRequest, Attachment, Limits, UserQuestionError, check_request
 from broker._keys import Keys
 from broker.attachments import MAX_ATTACHMENT_BYTES
 
@@ -71,3 +71,15 @@ async def test_an_agent_attaches_through_its_broker(make_broker) -> None:
     async with broker.agent("builder") as agent:
         digest = await agent.attach("whole arguments")
     assert await broker.attachment(digest) == "whole arguments"
+
+
+@pytest.mark.parametrize(
+    ("sha256", "size"), [("x" * 64, 1), ("0" * 64, -1), ("0" * 64, MAX_ATTACHMENT_BYTES + 1)], ids=["hex", "neg", "big"]
+)
+def test_a_question_names_an_attachment_by_digest_and_size(sha256: str, size: int) -> None:
+    item = AskUserQuestionItem(id="q", question="?", attachment=Attachment(sha256=sha256, size=size))
+    with pytest.raises(UserQuestionError) as raised:
+        check_request(AskUserQuestionRequest(questions=(item,)), Limits())
+    assert raised.value.code == "BAD_REQUEST"
+    fine = AskUserQuestionItem(id="q", question="?", attachment=Attachment(sha256="0" * 64, size=10))
+    check_request(AskUserQuestionRequest(questions=(fine,)), Limits())
