@@ -6,10 +6,11 @@ Three roles, each its own Redis user:
   It writes only what asking needs: its requests and their hashes, the outcome keys it collects,
   keyed asks' durable keys, agent records and liveness, inboxes, the away set, its own log
   (``asklog``: what askers say they did), and attachments (``att:<sha256>``: a text too large for a
-  card, which a page shows only when its bytes hash to the digest a question named). It may read the lease and standbys (``NO_PROVIDER``)
-  and the decisions (``ask.lua``'s lookup, whose finds it verifies), and nothing else: it cannot
-  write the lease, the epoch or the decisions, nor read or write the audit (every agent's
-  questions and answers), the web's sessions and throttles, or the maintenance worker's keys.
+  card, which a page shows only when its bytes hash to the digest a question named). It may read
+  the lease and standbys (``NO_PROVIDER``) and the decisions (``ask.lua``'s lookup, whose finds it
+  verifies), and nothing else: it cannot write the lease, the epoch or the decisions, nor read or
+  write the audit (every agent's questions and answers), the web's sessions and throttles, or the
+  maintenance worker's keys.
 - **answerer**: providers (``qbroker web``, ``provide``, ``auto``): the whole namespace, and ``INFO``
   (deliver.lua reads the server's uptime: after a restart, askers get time to beat again); it alone
   (with maintenance) writes ``approvals:*``, the votes so far on a card a quorum policy

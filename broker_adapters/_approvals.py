@@ -5,8 +5,9 @@ holds at most 20 questions and 512 kB (``broker.validation.Limits``). So the cal
 into requests of at most ``MAX_CALLS`` questions and ``MAX_REQUEST_BYTES``, asked at once
 (several cards, one per batch), and an argument text over ``MAX_ARGS_BYTES`` is shown cut,
 with its size and SHA-256, and attached whole (``Broker.attach``, up to 4 MB): the question
-names it (``attachment``) and a page shows it all at a click, once its bytes match the digest. Each batch is a keyed ask when the caller gives a key: a restarted process asking
-about the same calls re-attaches to the same cards.
+names it (``attachment``) and a page shows it all at a click, once its bytes match the digest.
+Each batch is a keyed ask when the caller gives a key: a restarted process asking about the
+same calls re-attaches to the same cards.
 """
 
 from __future__ import annotations
@@ -257,6 +258,7 @@ async def _attach(
         texts = {
             hashlib.sha256(text.encode()).hexdigest(): text
             for text in (_body(c)[0] for c in calls if c.question is None)
+            if len(text) > MAX_ARGS_BYTES // 4  # a cut text has more UTF-8 bytes than that many characters
         }
         await asyncio.gather(*(asker.attach(texts[digest]) for digest in named))
         return requests

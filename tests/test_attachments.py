@@ -9,9 +9,19 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from broker import AskUserQuestionItem, AskUserQuestionRequest, Attachment, Limits, UserQuestionError, check_request
+from broker import (
+    AskUserQuestionAnswer,
+    AskUserQuestionAnswerItem,
+    AskUserQuestionItem,
+    AskUserQuestionRequest,
+    Attachment,
+    Limits,
+    UserQuestionError,
+    check_request,
+)
 from broker._keys import Keys
 from broker.attachments import MAX_ATTACHMENT_BYTES
+from broker_adapters._approvals import ToolCall, ask_approvals
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -50,7 +60,9 @@ async def test_bytes_that_are_not_utf8_read_as_none_and_break_nothing(make_broke
     assert await broker.attachment(await broker.attach("still fine")) == "still fine"
 
 
-@pytest.mark.parametrize("name", ["x" * 64, "0" * 63, "A" * 64, "../req:1", ""], ids=["hex", "short", "upper", "path", "empty"])
+@pytest.mark.parametrize(
+    "name", ["x" * 64, "0" * 63, "A" * 64, "../req:1", ""], ids=["hex", "short", "upper", "path", "empty"]
+)
 async def test_only_a_sha256_names_an_attachment(make_broker, name: str) -> None:
     broker: Any = await make_broker()
     with pytest.raises(UserQuestionError) as raised:
@@ -83,3 +95,21 @@ def test_a_question_names_an_attachment_by_digest_and_size(sha256: str, size: in
     assert raised.value.code == "BAD_REQUEST"
     fine = AskUserQuestionItem(id="q", question="?", attachment=Attachment(sha256="0" * 64, size=10))
     check_request(AskUserQuestionRequest(questions=(fine,)), Limits())
+
+
+class _PlainAsker:
+    """An asker that cannot attach (the adapters' ``Asker`` protocol only): it records what it was asked."""
+
+    def __init__(self) -> None:
+        self.seen: list[AskUserQuestionRequest] = []
+
+    async def ask(self, request: AskUserQuestionRequest, **options: Any) -> AskUserQuestionAnswer:
+        self.seen.append(request)
+        return AskUserQuestionAnswer(answers=tuple(AskUserQuestionAnswerItem(id=q.id, selected=()) for q in request.questions))
+
+
+async def test_a_card_names_no_attachment_its_asker_could_not_keep() -> None:
+    asker = _PlainAsker()
+    await ask_approvals(asker, [ToolCall("c1", "write", {"text": "z" * 70_000})])
+    assert asker.seen[0].questions[0].attachment is None
+    assert "SHA-256" in (asker.seen[0].questions[0].detail or "")
