@@ -90,6 +90,10 @@ class Keys:
         digest = hashlib.sha1(f"{agent_id or ''}\0{key}".encode()).hexdigest()
         return f"{self.prefix}key:{digest}"
 
+    def attachment(self, digest: str) -> str:
+        """A text a question names by its SHA-256 (broker/attachments.py): written by askers, read by pages."""
+        return f"{self.prefix}att:{digest}"
+
     def agent(self, agent_id: str) -> str:
         return f"{self.prefix}agent:{agent_id}"
 

@@ -90,6 +90,10 @@ class Agent:
             coalesce=coalesce,
         )
 
+    async def attach(self, text: str) -> str:
+        """``Broker.attach``: keep a text a question names by its SHA-256 (the digest returned)."""
+        return await self._broker.attach(text)
+
     async def register(self, commands: Commands, keys: Keys, ttl: float) -> list[str]:
         owner_key = keys.agent(self.owner) if self.owner else keys.agent(self.id)
         reply = await commands.script(

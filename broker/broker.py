@@ -22,6 +22,7 @@ from ._keys import TOMBSTONE_MS, Keys
 from ._redis_errors import describe, unavailable
 from ._tasks import Background, running
 from .agents import Agent
+from .attachments import read_attachment, write_attachment
 from .connection import redis_from_url
 from .decisions import (
     Decision,
@@ -503,6 +504,20 @@ class Broker:
         reply = await ask_script(self, request, agent, "", gate_only=True)
         if reply[0] != "ok":
             raise UserQuestionError(reply[2], reply[1])
+
+    # -- attachments ----------------------------------------------------------------------
+
+    async def attach(self, text: str) -> str:
+        """Keep ``text`` (at most 4 MB of UTF-8) for ``request_ttl`` under its SHA-256, returned as hex.
+
+        A question names it (``AskUserQuestionItem.attachment``) where it shows the text cut; a page
+        fetches it when the human asks to see it all.
+        """
+        return await write_attachment(self.commands, self.keys, text, self.request_ttl)
+
+    async def attachment(self, digest: str) -> str | None:
+        """The attached text named ``digest``; None when it expired or its bytes do not hash to ``digest``."""
+        return await read_attachment(self.commands, self.keys, digest)
 
     # -- remembered decisions ------------------------------------------------------------
 

@@ -4,11 +4,13 @@ Three roles, each its own Redis user:
 
 - **asker**: the agents (the library's asking side, ``qbroker ask``, ``mcp``, ``claude-hook``).
   It writes only what asking needs: its requests and their hashes, the outcome keys it collects,
-  keyed asks' durable keys, agent records and liveness, inboxes, the away set, and its own log
-  (``asklog``: what askers say they did). It may read the lease and standbys (``NO_PROVIDER``)
-  and the decisions (``ask.lua``'s lookup, whose finds it verifies), and nothing else: it cannot
-  write the lease, the epoch or the decisions, nor read or write the audit (every agent's
-  questions and answers), the web's sessions and throttles, or the maintenance worker's keys.
+  keyed asks' durable keys, agent records and liveness, inboxes, the away set, its own log
+  (``asklog``: what askers say they did), and attachments (``att:<sha256>``: a text too large for a
+  card, which a page shows only when its bytes hash to the digest a question named). It may read
+  the lease and standbys (``NO_PROVIDER``) and the decisions (``ask.lua``'s lookup, whose finds it
+  verifies), and nothing else: it cannot write the lease, the epoch or the decisions, nor read or
+  write the audit (every agent's questions and answers), the web's sessions and throttles, or the
+  maintenance worker's keys.
 - **answerer**: providers (``qbroker web``, ``provide``, ``auto``): the whole namespace, and ``INFO``
   (deliver.lua reads the server's uptime: after a restart, askers get time to beat again); it alone
   (with maintenance) writes ``approvals:*``, the votes so far on a card a quorum policy
@@ -53,6 +55,7 @@ _ASKER_WRITES: Final = (
     "inbox:*",
     "away",
     "asklog",
+    "att:*",
 )
 """the key families an asker writes (relative to the namespace's prefix): its own log, never the audit"""
 _ASKER_READS: Final = ("provider", "standbys", "decision:*", "decisions", "decisions:expiry")

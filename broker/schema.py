@@ -24,6 +24,7 @@ from .types import (
     AskUserQuestionItem,
     AskUserQuestionOption,
     AskUserQuestionRequest,
+    Attachment,
     Editable,
     Outcome,
     PlanReviewIntent,
@@ -40,6 +41,7 @@ WIRE_TYPES: tuple[type[Any], ...] = (
     AskUserQuestionIntent,
     PlanReviewIntent,
     Editable,
+    Attachment,
     AskUserQuestionAnswer,
     AskUserQuestionAnswerItem,
     ErrorPayload,
@@ -63,6 +65,11 @@ _DESCRIPTIONS = {
         "A tool call's arguments (a JSON object) the human may edit before approving. `approve` names, by "
         "label, the option an edit goes with; `schema`, where known, is the tool's JSON Schema for its "
         "arguments, which an edit must satisfy (the arguments as given are not checked against it)."
+    ),
+    "Attachment": (
+        "The whole of a text a question's `detail` shows cut (a tool call's arguments), kept by the broker "
+        "under its SHA-256 (`sha256`, 64 lowercase hex digits; `size`: its UTF-8 bytes). A UI fetches it when "
+        "the human asks, and shows it only if its bytes hash to `sha256`."
     ),
     "AskUserQuestionAnswer": "The human's answer: one item per question, in question order.",
     "AskUserQuestionAnswerItem": (

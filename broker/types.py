@@ -24,6 +24,7 @@ __all__ = [
     "AskUserQuestionItem",
     "AskUserQuestionOption",
     "AskUserQuestionRequest",
+    "Attachment",
     "Editable",
     "PRIORITIES",
     "PlanReviewIntent",
@@ -167,11 +168,24 @@ class Editable(_Wire, frozen=True, kw_only=True, rename="camel", omit_defaults=T
     schema: dict[str, Any] | None = None
 
 
+class Attachment(_Wire, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """A text a question shows cut (a tool call's whole arguments), kept by the broker under its SHA-256.
+
+    ``sha256`` names it (64 lowercase hex digits) and ``size`` is its UTF-8 length. A provider
+    fetches it (``Broker.attachment``) only when the human asks to see it all, and shows it only
+    when its bytes hash to ``sha256``: a question names the exact text, never just a key.
+    """
+
+    sha256: str
+    size: int
+
+
 class AskUserQuestionItem(_Wire, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
     """One question of a request; ``id`` is caller-chosen and echoed in the answer.
 
     ``editable``: the call's arguments, offered for editing with the approving option (a
     peer that does not know the field shows a plain approval and never sends an edit).
+    ``attachment``: the whole of a text ``detail`` shows cut, one click away on a page.
     """
 
     id: str
@@ -182,6 +196,7 @@ class AskUserQuestionItem(_Wire, frozen=True, kw_only=True, rename="camel", omit
     multi_select: bool = False
     intent: _IntentField | None = None
     editable: Editable | None = None
+    attachment: Attachment | None = None
 
     def __post_init__(self) -> None:
         if self.intent is not None and not isinstance(self.intent, AskUserQuestionIntent):

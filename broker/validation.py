@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from .attachments import MAX_ATTACHMENT_BYTES, is_digest
 from .errors import BAD_ANSWER, BAD_INTENT, BAD_REQUEST, UserQuestionError
 from .types import (
     PRIORITIES,
@@ -81,6 +82,10 @@ def check_request(request: AskUserQuestionRequest, limits: Limits) -> None:
             _within(item.id, "option description", option.description, limits.max_text_chars)
         if item.editable is not None:
             _check_editable(item.id, item.editable, labels)
+        if item.attachment is not None and not (
+            is_digest(item.attachment.sha256) and 0 <= item.attachment.size <= MAX_ATTACHMENT_BYTES
+        ):
+            raise _bad_request(f"question {item.id!r}: attachment is a SHA-256 (64 lowercase hex) and a size")
     if request.priority not in PRIORITIES:
         raise _bad_request(f"priority {request.priority!r} is none of {', '.join(PRIORITIES)}")
     if request.agent is not None and not request.agent.strip():

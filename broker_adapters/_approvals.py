@@ -4,9 +4,10 @@ A framework may stop for any number of calls with arguments of any size, while o
 holds at most 20 questions and 512 kB (``broker.validation.Limits``). So the calls are split
 into requests of at most ``MAX_CALLS`` questions and ``MAX_REQUEST_BYTES``, asked at once
 (several cards, one per batch), and an argument text over ``MAX_ARGS_BYTES`` is shown cut,
-with its size and SHA-256 so the human can check it against the run's state where the whole
-text stays. Each batch is a keyed ask when the caller gives a key: a restarted process asking
-about the same calls re-attaches to the same cards.
+with its size and SHA-256, and attached whole (``Broker.attach``, up to 4 MB): the question
+names it (``attachment``) and a page shows it all at a click, once its bytes match the digest.
+Each batch is a keyed ask when the caller gives a key: a restarted process asking about the
+same calls re-attaches to the same cards.
 """
 
 from __future__ import annotations
@@ -16,15 +17,19 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
+
+import msgspec
 
 from broker import (
     AskUserQuestionAnswer,
     AskUserQuestionItem,
     AskUserQuestionOption,
     AskUserQuestionRequest,
+    Attachment,
     Editable,
 )
+from broker.attachments import MAX_ATTACHMENT_BYTES
 from broker.types import encode
 
 __all__ = [
@@ -69,6 +74,13 @@ class Asker(Protocol):
         timeout: float | None = ...,
         key: str | None = ...,
     ) -> AskUserQuestionAnswer: ...
+
+
+@runtime_checkable
+class Attacher(Protocol):
+    """An asker that can also keep a cut text whole (``broker.Agent`` and ``Broker`` can)."""
+
+    async def attach(self, text: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -135,10 +147,23 @@ def _cut(text: str, limit: int) -> tuple[str, str | None]:
         return text, None
     head = raw[:limit].decode(errors="ignore")
     digest = hashlib.sha256(raw).hexdigest()
+    where = (
+        "attached whole (a page shows all of it)"
+        if len(raw) <= MAX_ATTACHMENT_BYTES
+        else "too large to attach; they are in the run's state"
+    )
     return head, (
         f"*Shown: the first {len(head.encode()):,} of {len(raw):,} bytes (SHA-256 `{digest}`); "
-        "the whole arguments are in the run's state, and the call runs with them whole.*"
+        f"the whole arguments are {where}, and the call runs with them whole.*"
     )
+
+
+def _attachment(text: str, limit: int) -> Attachment | None:
+    """What names ``text`` when it is shown cut and small enough to attach."""
+    raw = text.encode()
+    if len(raw) <= limit or len(raw) > MAX_ATTACHMENT_BYTES:
+        return None
+    return Attachment(sha256=hashlib.sha256(raw).hexdigest(), size=len(raw))
 
 
 def _fence(text: str, language: str) -> str:
@@ -146,6 +171,13 @@ def _fence(text: str, language: str) -> str:
     while ticks in text:  # a fence the text cannot close
         ticks += "`"
     return f"{ticks}{language}\n{text}\n{ticks}"
+
+
+def _body(call: ToolCall) -> tuple[str, str]:
+    """The text shown in the card's block (the arguments, or the call's own body) and its language."""
+    if call.body is not None:
+        return call.body, call.body_language
+    return _args_text(call.args), "json" if not isinstance(call.args, str) else ""
 
 
 def _item(call: ToolCall, header: str, limit: int) -> AskUserQuestionItem:
@@ -157,10 +189,7 @@ def _item(call: ToolCall, header: str, limit: int) -> AskUserQuestionItem:
             detail="\n\n".join((f"Asked through the agent's **{call.tool_name}** tool.", *call.notes)),
             options=call.options or None,
         )
-    if call.body is not None:
-        body, language = call.body, call.body_language
-    else:
-        body, language = _args_text(call.args), "json" if not isinstance(call.args, str) else ""
+    body, language = _body(call)
     shown, cut = _cut(body, limit)
     if call.summary is not None:
         summary = call.summary
@@ -184,6 +213,7 @@ def _item(call: ToolCall, header: str, limit: int) -> AskUserQuestionItem:
         detail="\n\n".join(parts),
         options=options,
         editable=_editable(call, options, cut is None),
+        attachment=_attachment(body, limit),
     )
 
 
@@ -215,6 +245,29 @@ def approval_requests(calls: Iterable[ToolCall], *, header: str = "Tool approval
         batches[-1].append(item)
         size += item_size
     return [AskUserQuestionRequest(questions=tuple(batch)) for batch in batches if batch]
+
+
+async def _attach(
+    asker: Asker, calls: Sequence[ToolCall], requests: list[AskUserQuestionRequest]
+) -> list[AskUserQuestionRequest]:
+    """Keep each cut text whole before its card is asked; without a way to, the cards name no attachment."""
+    named = {item.attachment.sha256 for request in requests for item in request.questions if item.attachment}
+    if not named:
+        return requests
+    if isinstance(asker, Attacher):
+        texts = {
+            hashlib.sha256(text.encode()).hexdigest(): text
+            for text in (_body(c)[0] for c in calls if c.question is None)
+            if len(text) > MAX_ARGS_BYTES // 4  # a cut text has more UTF-8 bytes than that many characters
+        }
+        await asyncio.gather(*(asker.attach(texts[digest]) for digest in named))
+        return requests
+    return [
+        msgspec.structs.replace(
+            request, questions=tuple(msgspec.structs.replace(item, attachment=None) for item in request.questions)
+        )
+        for request in requests
+    ]
 
 
 def verdicts(answer: AskUserQuestionAnswer) -> dict[str, Verdict]:
@@ -257,6 +310,7 @@ async def ask_approvals(
     requests = approval_requests(calls, header=header)
     if not requests:
         return {}
+    requests = await _attach(asker, calls, requests)
 
     async def one(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
         batch = batch_key(key, request) if key is not None else None

@@ -157,6 +157,15 @@ async def test_no_role_may_flush_functions_or_list_keys(roles_server, attack, la
             await other.aclose()
 
 
+async def test_the_asker_may_write_an_attachment(roles_server, make_broker) -> None:
+    asker = await make_broker(
+        url=url(roles_server, "asker"), namespace=NS, signing_key=None, trusted_keys=[SIGNING_KEY.public_text]
+    )
+    answering = await make_broker(url=url(roles_server, "answerer"), namespace=NS)
+    digest = await asker.attach("the whole arguments")
+    assert await answering.attachment(digest) == "the whole arguments"
+
+
 async def test_the_asker_may_still_read_the_lease_and_the_decisions(roles_server) -> None:
     asker = client(roles_server, "asker")
     try:

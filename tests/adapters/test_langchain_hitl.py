@@ -21,7 +21,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
-from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionRequest
+from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionRequest, Attachment
 from broker_adapters.langgraph import run_graph
 
 
@@ -149,7 +149,7 @@ async def test_more_calls_than_a_card_holds_are_split_not_refused(human, agent):
 
 
 @pytest.mark.timeout(30)
-async def test_a_cut_argument_says_how_much_was_shown(human, agent):
+async def test_a_cut_argument_says_how_much_was_shown_and_is_attached(human, agent, make_broker):
     ran: list[str] = []
     person = await human(
         lambda request: AskUserQuestionAnswer(
@@ -162,8 +162,13 @@ async def test_a_cut_argument_says_how_much_was_shown(human, agent):
     assert ran == [huge]  # the call ran with its whole argument
     detail = person.seen[0].questions[0].detail or ""
     whole = json.dumps({"path": huge}, indent=2).encode()
-    assert f"of {len(whole):,} bytes (SHA-256 `{hashlib.sha256(whole).hexdigest()}`)" in detail
+    digest = hashlib.sha256(whole).hexdigest()
+    assert f"of {len(whole):,} bytes (SHA-256 `{digest}`)" in detail
     assert len(detail) < 80_000
+    # the whole text one click away: named by the question, kept by the broker
+    assert person.seen[0].questions[0].attachment == Attachment(sha256=digest, size=len(whole))
+    reader = await make_broker()
+    assert (await reader.attachment(digest) or "").encode() == whole
 
 
 class Inbox(TypedDict, total=False):

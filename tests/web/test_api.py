@@ -560,3 +560,26 @@ async def test_requests_page_by_a_cursor_and_filter(client: httpx.AsyncClient, m
 
 async def _count(client: httpx.AsyncClient) -> bool:
     return len(await pending_ids(client, headers=BEARER)) == 7
+
+
+@pytest.mark.timeout(40)
+async def test_an_attachment_is_served_to_signed_in_users_only_when_its_bytes_match(
+    start_web: Callable[..., WebProcess], redis: Redis, make_broker: Callable[..., Any], namespace: str
+) -> None:
+    web = start_web()
+    asker: Broker = await make_broker()
+    text = '{"path": "' + "x" * 100_000 + '"}'
+    digest = await asker.attach(text)
+    async with httpx.AsyncClient(base_url=web.url) as anonymous:
+        assert (await anonymous.get(f"/api/attachments/{digest}")).status_code == 401
+    async with signed_in(web) as client:
+        response = await client.get(f"/api/attachments/{digest}")
+        assert response.status_code == 200, response.text
+        assert response.json() == {"sha256": digest, "size": len(text), "text": text}
+        # bytes an asker swapped in under the name: never served
+        await redis.set(Keys(namespace).attachment(digest), "rm -rf /")
+        assert (await client.get(f"/api/attachments/{digest}")).status_code == 404
+        # gone (expired), and a name that is not a digest (never another key)
+        assert (await client.get(f"/api/attachments/{'0' * 64}")).status_code == 404
+        for name in ("req:1", "A" * 64, "%2E%2E%2Freq%3A1"):
+            assert (await client.get(f"/api/attachments/{name}")).status_code in (400, 404)

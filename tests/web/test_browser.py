@@ -363,7 +363,9 @@ async def test_identical_questions_of_several_agents_are_one_card_and_one_answer
         await expect(shown.locator(".askers")).to_have_text("asked by 3 agents")  # the third joined, live
         await expect(card(page, question)).to_have_count(1)
         await shown.locator(".askers").click()
-        await expect(shown.locator(".askers-list li")).to_have_text(["builder-1", "builder-2", "builder-3"])
+        await expect(shown.locator(".askers-list li")).to_have_text(
+            ["builder-1 (claimed)", "builder-2 (claimed)", "builder-3 (claimed)"]  # no gateway vouched for them
+        )
         await expect(shown.locator("select.remember-scope option[value=agent]")).to_have_text(
             "Remember for each of these 3 agents"
         )

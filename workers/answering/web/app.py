@@ -29,6 +29,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker import AskUserQuestionAnswer, Broker, Tally, UserQuestionError
+from broker.attachments import is_digest
 from broker.errors import BROKER_UNAVAILABLE
 from workers.answering.slack.face import SlackFace
 from workers.answering.web.auth import Auth, Identity, check_same_origin
@@ -442,6 +443,18 @@ def create_app(config: WebConfig) -> Starlette:
         await service.take_over(by=identity.user)
         return JSONResponse({"ok": True, "by": identity.user, "holder": service.holder})
 
+    async def attachment(request: Request) -> Response:
+        """A text a question names by its SHA-256, read from a namespace the user may use and checked against it."""
+        identity = await auth_of(request).identify(request)
+        digest = request.path_params["sha256"]
+        if not is_digest(digest):
+            raise WebError(400, "BAD_REQUEST", "an attachment is named by its SHA-256: 64 lowercase hex digits")
+        for service in services_of(request, identity):
+            text = await service.broker.attachment(digest)
+            if text is not None:
+                return JSONResponse({"sha256": digest, "size": len(text.encode()), "text": text})
+        raise WebError(404, "NOT_FOUND", "no such attachment (it expires with its question)")
+
     async def decisions(request: Request) -> Response:
         identity = await auth_of(request).identify(request)
         return JSONResponse(await list_remembered(services_of(request, identity)))
@@ -532,6 +545,7 @@ def create_app(config: WebConfig) -> Starlette:
         Route("/api/requests/{id}/answer", answer, methods=["POST"]),
         Route("/api/requests/{id}/cancel", cancel, methods=["POST"]),
         Route("/api/takeover", take_over, methods=["POST"]),
+        Route("/api/attachments/{sha256}", attachment, methods=["GET"]),
         Route("/api/decisions", decisions, methods=["GET"]),
         Route("/api/decisions/{id}/revoke", revoke_decision, methods=["POST"]),
         Route("/api/events", events, methods=["GET"]),

@@ -89,6 +89,7 @@ def _item_view(item: AskUserQuestionItem, count: int) -> dict[str, Any]:
         "intent": _intent_kind(item),
         "planReview": plan_review(item, count),
         "editable": None if item.editable is None else msgspec.to_builtins(item.editable),
+        "attachment": None if item.attachment is None else msgspec.to_builtins(item.attachment),
     }
 
 

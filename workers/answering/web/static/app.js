@@ -785,6 +785,30 @@
     return node;
   }
 
+  // The whole of a text the detail shows cut: fetched on request; the server sends it only when its
+  // bytes hash to the digest the question named, so what shows is exactly what the question named.
+  function attachmentNode(attachment) {
+    const node = el("div", { class: "attachment" });
+    const label = "Show all " + attachment.size.toLocaleString("en") + " bytes";
+    const button = el("button", { type: "button", class: "link show-attachment", text: label });
+    const note = el("span", { class: "attachment-note", role: "status" });
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      note.textContent = "Loading…";
+      try {
+        const data = await call("GET", "/api/attachments/" + encodeURIComponent(attachment.sha256));
+        const pre = el("pre", { class: "attachment-text" }, el("code", { text: data.text }));
+        note.textContent = "";
+        button.replaceWith(pre);
+      } catch (e) {
+        button.disabled = false;
+        note.textContent = e.status === 404 ? "No longer kept (it expires with the question)." : e.message;
+      }
+    });
+    node.append(button, note);
+    return node;
+  }
+
   function labelNode(label) {
     const shown = label.replace(RECOMMENDED, "");
     const node = el("span", { class: "label", text: shown || label });
@@ -942,6 +966,7 @@
     fieldset.append(questionHeading(question, "h2"));
     const detail = detailNode(question, card);
     if (detail) fieldset.append(detail);
+    if (question.attachment) fieldset.append(attachmentNode(question.attachment));
     const choices = el("div", { class: "choices" });
     const type = question.multiSelect ? "checkbox" : "radio";
     question.options.forEach((option, index) => {
