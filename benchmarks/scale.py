@@ -16,7 +16,10 @@ Figures:
   count of the others, as ``qbroker provide`` does), ``provider.first(50)`` (a page), the full
   ``provider.pending`` list, and the provider's memory per pending question (the Python heap
   it grew by, by ``tracemalloc``, over N);
-  and ``qbroker status``'s read and text, of everything and with its default ``--limit 50``.
+  and ``qbroker status``'s read and text, of everything and with its default ``--limit 50``;
+- a failover with N pending (``--failover``): a plain provider holds the N, hands the lease over,
+  and the web provider (``WebProvider``, standing by) takes it: the seconds from taking the lease
+  until a page has been sent the first page (100 cards) and every card.
 """
 
 from __future__ import annotations
@@ -262,6 +265,50 @@ async def pending(url: str, n: int, window: float = WINDOW) -> dict[str, float]:
         await askers.stop()
 
 
+async def failover(url: str, n: int) -> dict[str, float]:
+    """Seconds from the web provider taking the lease (``n`` pending, handed over) to a page seeing
+    the first page of cards and all of them (counted in the events a page is sent)."""
+    from workers.answering.web.keys import WebKeys
+    from workers.answering.web.service import WebProvider
+
+    namespace = f"scale-failover-{n}"
+    askers = Askers(url, namespace, asks=n, agents=max(1, n // 100), same=False)
+    try:
+        await askers.start()
+        async with (
+            Broker(url, namespace, lease_ttl=60.0, **KEYS) as web,
+            Broker(url, namespace, lease_ttl=60.0, **KEYS) as old,
+        ):
+            service = WebProvider(web, name="bench-web", keys=WebKeys(namespace))
+            queue: asyncio.Queue[Any] = asyncio.Queue()  # unbounded: this page never falls behind
+            async with service.subscribe(queue):
+                async with old.provider("bench-old") as holder:
+                    askers.go()
+                    await shown(holder, n)
+                    running = asyncio.create_task(service.run())
+                    while service.status != "standby":  # noqa: ASYNC110 (polled: the status has no event of its own)
+                        await asyncio.sleep(0.01)
+                seen, first_s, started = 0, None, None
+                while seen < n:
+                    event = await asyncio.wait_for(queue.get(), 600)
+                    if event is None:
+                        raise RuntimeError("the page's stream ended")
+                    if event["type"] == "status" and event["status"] == "active" and started is None:
+                        started = time.perf_counter()
+                    if event["type"] in ("added", "addedMany"):
+                        seen += len(event["requests"]) if event["type"] == "addedMany" else 1
+                    if first_s is None and started is not None and seen >= min(n, 100):
+                        first_s = time.perf_counter() - started
+                assert started is not None and first_s is not None
+                figures = {"first_page_s": first_s, "all_s": time.perf_counter() - started}
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
+        return figures
+    finally:
+        await askers.stop()
+
+
 async def waiting_cost(url: str, n: int, askers: Askers, window: float) -> dict[str, float]:
     """Redis commands per second per waiting question, redis-server's CPU and the asking processes'
     CPU, over ``window`` seconds while ``n`` questions wait and nobody answers (the askers' sweeps,
@@ -322,6 +369,10 @@ async def measure(args: argparse.Namespace) -> int:
                 log(f"{n} askers of one question: {same[n]}")
                 unique[n] = await coalescing(server.url, n, same=False)
                 log(f"{n} askers of distinct questions: {unique[n]}")
+            failovers: dict[int, dict[str, float]] = {}
+            for n in args.failover or ():
+                failovers[n] = await failover(server.url, n)
+                log(f"failover with {n} pending: {failovers[n]}")
             waiting: dict[int, dict[str, float]] = {}
             for n in pending_levels:
                 waiting[n] = await pending(server.url, n, args.window)
@@ -329,6 +380,8 @@ async def measure(args: argparse.Namespace) -> int:
         finally:
             server.kill()
     print(report(same, unique, waiting, args.window))
+    if failovers:
+        print(failover_report(failovers))
     return 0
 
 
@@ -399,6 +452,16 @@ def report(
     return "\n".join(out)
 
 
+def failover_report(failovers: dict[int, dict[str, float]]) -> str:
+    out = ["", "A failover to the web provider (from taking the lease)", ""]
+    out.append("| pending | first page, 100 cards (s) | every card (s) |")
+    out.append("|---:|---:|---:|")
+    for n, f in failovers.items():
+        out.append(f"| {n} | {f['first_page_s']:.3f} | {f['all_s']:.2f} |")
+    out += ["", "targets at 100000: the first page within 1 s, every card within 10 s"]
+    return "\n".join(out)
+
+
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(",") if part.strip())
 
@@ -418,6 +481,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="16 000 askers and 100 000 pending (several minutes)")
     parser.add_argument("--askers", type=_ints, help="comma-separated asker counts (default 1000,4000; 0 none)")
     parser.add_argument("--pending", type=_ints, help="comma-separated pending counts (default 1000,10000; 0 none)")
+    parser.add_argument(
+        "--failover", type=_ints, help="pending counts: a failover to the web provider with each (default none)"
+    )
     parser.add_argument(
         "--window", type=float, default=WINDOW, help=f"seconds to count waiting questions' cost ({WINDOW:g}; 0 none)"
     )

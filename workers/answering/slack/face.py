@@ -94,6 +94,9 @@ class SlackFace:
                 await self._show(view)
         elif kind == "added":
             await self._show(event["request"])
+        elif kind == "addedMany":
+            for view in event["requests"]:
+                await self._show(view)
         elif kind == "updated" and "quorum" in event:
             card = self._cards.get(event["id"])
             service = self.services.get(event.get("namespace", ""))

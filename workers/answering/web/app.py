@@ -167,8 +167,11 @@ def _routed(event: Event, services: dict[str, WebProvider], user: str) -> Event 
     service = services.get(event.get("namespace") or (event.get("request") or {}).get("namespace", ""))
     if service is None or event.get("type") in ("status", "keepalive"):
         return event
-    if event.get("type") == "snapshot":
-        return {**event, "requests": [view for view in event["requests"] if service.may_see(view, user)]}
+    if event.get("type") in ("snapshot", "addedMany"):
+        views = [view for view in event["requests"] if service.may_see(view, user)]
+        if event["type"] == "addedMany" and not views:
+            return None
+        return {**event, "requests": views}
     return event if service.may_see(event, user) else None
 
 

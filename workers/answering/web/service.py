@@ -46,6 +46,10 @@ the broker's own retries (``unavailable_after``) give up"""
 _READONLY_EVERY_S = 1.0
 _READONLY_MAX = 500
 """while standing by, the holder's pending requests are read this often, this many at most, to list them read-only"""
+_BATCH = 500
+"""at most this many cards ready at once (a failover's backlog) have their context read in one pipeline
+and go to pages as one event: the first page is shown within a second of taking the lease, not after
+every card's own round trips, and a page's queue (``QUEUE_SIZE`` events) is not flooded"""
 _REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 _NOT_PENDING, _LEASE_LOST, _NOT_STANDING_BY = "NOT_PENDING", "LEASE_LOST", "NOT_STANDING_BY"
 
@@ -356,24 +360,36 @@ class WebProvider:
             self._settled.popitem(last=False)
         self._remove(request_id, state, by, settled.view())
 
-    async def _add(self, pending: PendingRequest) -> None:
+    async def _add_batch(self, batch: list[PendingRequest]) -> None:
+        """Show cards delivered together: their context in one pipeline, then one event for pages."""
+        contexts = await self._contexts(batch)
+        views = [view for pending in batch if (view := await self._add(pending, contexts)) is not None]
+        # A card withdrawn or settled while a later one of the batch was read is not shown any more.
+        views = [view for view in views if self._views.get(view["id"]) is view]
+        if len(views) == 1:
+            self._publish({"type": "added", "request": views[0]})
+        elif views:
+            self._publish({"type": "addedMany", "namespace": self.broker.namespace, "requests": views})
+
+    async def _add(self, pending: PendingRequest, contexts: dict[str, Event]) -> Event | None:
+        """The card's view, now shown here (None: not shown); the caller tells the pages."""
         try:
             view = request_view(pending)
         except Exception:  # never let one odd request stop the others being served
             log.exception("cannot show request %s", pending.request_id)
-            return
-        view.update(await self._context(pending), namespace=self.broker.namespace)
+            return None
+        view.update(contexts.get(pending.request_id, {}), namespace=self.broker.namespace)
         policy = self.policies.for_card(pending)
         if policy is not None:
             try:
                 tally = await self.policies.current(pending)  # votes given before a failover; may settle it
             except (*_REDIS_DOWN, UserQuestionError) as error:
                 log.warning("no votes so far for %s: %s", pending.request_id, error)
-                return  # delivered again once the lease (or Redis) is back
+                return None  # delivered again once the lease (or Redis) is back
             assert tally is not None
             if tally.decided is not None:
                 self._tallied(pending, tally)
-                return
+                return None
             routes = list(self.policies.routed_to(policy, tally.escalated))
             view.update(quorum=tally.view(), remember=[], route=policy.route or None, routes=routes or None)
             if routes:
@@ -382,10 +398,10 @@ class WebProvider:
             if delay is not None and pending.request_id not in self._escalations:
                 self._escalations[pending.request_id] = asyncio.create_task(self._escalate(pending, delay))
         if pending.withdrawn.is_set():
-            return
+            return None
         away_until = await self._away_until(pending)
         if pending.withdrawn.is_set():
-            return
+            return None
         # Who asks may have changed while the context was read (an asker joined or went away),
         # and the watcher found no view to update then: take it now.
         view.update(askerAway=pending.asker_away, awayUntilMs=away_until, **asking_view(pending))
@@ -393,7 +409,7 @@ class WebProvider:
         self._pending[pending.request_id] = pending
         self._views[pending.request_id] = view
         self._arrivals.add(pending.request_id)
-        self._publish({"type": "added", "request": view})
+        return view
 
     async def _escalate(self, pending: PendingRequest, delay: float) -> None:
         """Once the card waited its policy's delay, its escalation group may answer too: show it to them."""
@@ -425,16 +441,27 @@ class WebProvider:
             if self._escalations.get(request_id) is asyncio.current_task():
                 del self._escalations[request_id]
 
-    async def _context(self, pending: PendingRequest) -> Event:
-        """What the request hash and the agent record add: the asker's deadline, the agent's owner."""
+    async def _contexts(self, batch: list[PendingRequest]) -> dict[str, Event]:
+        """What the request hashes and the agent records add, by request id: the asker's deadline, the
+        agent's owner. One command per request and per agent, sent together (one pipeline)."""
         keys, call = self.broker.keys, self.broker.commands.call
+        agents = list({pending.agent_id for pending in batch if pending.agent_id})
         try:
-            deadline = await call("HGET", keys.request(pending.request_id), "deadline")
-            owner = await call("HGET", keys.agent(pending.agent_id), "owner") if pending.agent_id else None
+            replies = await asyncio.gather(
+                *(call("HGET", keys.request(pending.request_id), "deadline") for pending in batch),
+                *(call("HGET", keys.agent(agent_id), "owner") for agent_id in agents),
+            )
         except (*_REDIS_DOWN, UserQuestionError) as error:
-            log.warning("no deadline or owner for %s: %s", pending.request_id, error)
+            log.warning("no deadline or owner for %d requests: %s", len(batch), error)
             return {}
-        return {"deadlineMs": int(deadline) if deadline else None, "owner": owner or None}
+        owners = dict(zip(agents, replies[len(batch) :], strict=True))
+        return {
+            pending.request_id: {
+                "deadlineMs": int(deadline) if deadline else None,
+                "owner": owners.get(pending.agent_id or "") or None,
+            }
+            for pending, deadline in zip(batch, replies[: len(batch)], strict=True)
+        }
 
     async def _away_until(self, pending: PendingRequest) -> int | None:
         """When an away card's detach grace ends (unix ms, the last of its askers'), for its countdown."""
@@ -609,9 +636,10 @@ class WebProvider:
                     if self._lost:
                         tasks.create_task(self._resolve_lost(), name="qb-web-resolve-lost")
                     try:
-                        async for pending in provider:
-                            self._watchers[pending.request_id] = tasks.create_task(self._watch(pending))
-                            await self._add(pending)
+                        while batch := await _ready(provider, _BATCH):
+                            for pending in batch:
+                                self._watchers[pending.request_id] = tasks.create_task(self._watch(pending))
+                            await self._add_batch(batch)
                     finally:
                         for watcher in self._watchers.values():
                             watcher.cancel()
@@ -677,6 +705,24 @@ class WebProvider:
             return
         view.update(now)
         self._publish({"type": "updated", "id": pending.request_id, **now, "namespace": self.broker.namespace})
+
+
+async def _ready(provider: Provider, most: int) -> list[PendingRequest]:
+    """The next card (waited for), with up to ``most - 1`` more already waiting; empty once the provider
+    ends (a hand-over). Raises ``LEASE_LOST`` only before any card is taken (the next call raises it)."""
+    try:
+        batch = [await anext(provider)]
+    except StopAsyncIteration:
+        return []
+    while len(batch) < most:
+        try:
+            # A deadline already past: a card that is ready is taken at once (no await suspends);
+            # otherwise the wait for one is cancelled on the loop's next turn.
+            async with asyncio.timeout(0):
+                batch.append(await anext(provider))
+        except (TimeoutError, StopAsyncIteration, UserQuestionError):
+            break
+    return batch
 
 
 def _fields(flat: Any) -> dict[str, str]:

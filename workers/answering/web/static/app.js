@@ -135,6 +135,12 @@
     source.addEventListener("snapshot", (e) => onSnapshot(JSON.parse(e.data)));
     source.addEventListener("status", (e) => onStatus(JSON.parse(e.data)));
     source.addEventListener("added", (e) => { addCard(JSON.parse(e.data).request); announce(JSON.parse(e.data).request); });
+    source.addEventListener("addedMany", (e) => {
+      // several cards at once (a failover's backlog): one notification, for the first
+      const requests = JSON.parse(e.data).requests;
+      for (const request of requests) addCard(request);
+      if (requests.length) announce(requests[0]);
+    });
     source.addEventListener("removed", (e) => onRemoved(JSON.parse(e.data)));
     source.addEventListener("updated", (e) => onUpdated(JSON.parse(e.data)));
     source.addEventListener("readonly", (e) => onReadonly(JSON.parse(e.data)));
