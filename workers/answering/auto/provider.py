@@ -101,7 +101,19 @@ async def _serve_forever(broker: Broker, rules: Rules, policies: Policies, name:
 
 async def _serve(provider: Provider, rules: Rules, policies: Policies, namespace: str, name: str) -> None:
     """Answer until the lease is lost; in-flight answers still try (and are refused) then."""
+    loop = asyncio.get_running_loop()
+    # A rule's delay is a timer, not a task waiting: told to stop (SIGTERM) with 100 000 waiting, the
+    # worker cancels the timers at once and lets go of the lease, rather than cancel a task per request.
+    waiting: dict[str, asyncio.TimerHandle] = {}
     async with asyncio.TaskGroup() as tasks:
+
+        def settle(pending: PendingRequest, decision: Decision) -> None:
+            waiting.pop(pending.request_id, None)
+            if pending.withdrawn.is_set():
+                say(f"request {pending.request_id} was withdrawn by the asker")
+                return
+            tasks.create_task(_handle(pending, decision, name))
+
         try:
             async for pending in provider:
                 policy = policies.for_card(pending)
@@ -111,16 +123,27 @@ async def _serve(provider: Provider, rules: Rules, policies: Policies, namespace
                     needs = f"{policy.approvals} approval{'s' if policy.approvals != 1 else ''}"
                     say(f"left {pending.request_id} to humans: policy {policy.name!r} needs {needs}")
                     continue
-                tasks.create_task(_handle(pending, rules, namespace, name))
+                try:
+                    decision = rules.decide(namespace, pending.request, verified=pending.verified)
+                except Exception:  # one request's trouble never stops the worker
+                    log.exception("could not settle %s", pending.request_id)
+                    continue
+                if decision.delay > 0:
+                    waiting[pending.request_id] = loop.call_later(decision.delay, settle, pending, decision)
+                else:
+                    settle(pending, decision)
         except UserQuestionError as error:
             if error.code != LEASE_LOST:
                 raise
+        finally:
+            for timer in waiting.values():
+                timer.cancel()
 
 
-async def _handle(pending: PendingRequest, rules: Rules, namespace: str, name: str) -> None:
+async def _handle(pending: PendingRequest, decision: Decision, name: str) -> None:
     rid = pending.request_id
     try:
-        await _settle(pending, rules.decide(namespace, pending.request, verified=pending.verified), name)
+        await _settle(pending, decision, name)
     except Exception:  # one request's trouble (Redis down a moment, ...) never stops the worker
         log.exception("could not settle %s", rid)
 
@@ -138,14 +161,6 @@ def _which_rules(lines: tuple[int, ...]) -> str:
 
 async def _settle(pending: PendingRequest, decision: Decision, name: str) -> None:
     rid = pending.request_id
-    if decision.delay > 0:
-        try:
-            await asyncio.wait_for(pending.withdrawn.wait(), decision.delay)
-        except TimeoutError:
-            pass
-        else:
-            say(f"request {rid} was withdrawn by the asker")
-            return
     rule = _which_rules(decision.lines)
     try:
         if decision.cancel is not None:
