@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -184,3 +186,19 @@ def test_a_page_nobody_can_sign_in_to_refuses_to_start(tmp_path: Path) -> None:
     assert "NO_USERS" in done.stderr and "--allow-no-users" in done.stderr
     args = build_parser().parse_args(["web", "--allow-no-users"])
     assert args.allow_no_users is True
+
+
+def test_the_page_runs_without_the_slack_sdk(tmp_path: Path) -> None:
+    """`make demo` installs no Slack SDK (an optional extra): the page imported it anyway and died at start."""
+    slack = tmp_path / "slack.toml"
+    slack.write_text('channel = "C1"\n')
+    probe = (
+        "import sys\n"
+        "sys.modules['slack_sdk'] = None  # as if not installed: importing it raises ImportError\n"
+        "from workers.answering.web.app import create_app\n"
+        "from workers.cli import main\n"
+        f"sys.exit(main(['web', '--allow-no-users', '--slack-config', {str(slack)!r}]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "--slack-config needs the Slack SDK" in done.stderr

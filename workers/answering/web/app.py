@@ -15,7 +15,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -31,7 +31,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from broker import AskUserQuestionAnswer, Broker, Tally, UserQuestionError
 from broker.attachments import is_digest
 from broker.errors import BROKER_UNAVAILABLE
-from workers.answering.slack.face import SlackFace
 from workers.answering.web.auth import Auth, Identity, check_same_origin
 from workers.answering.web.config import WebConfig
 from workers.answering.web.errors import WebError
@@ -42,6 +41,9 @@ from workers.answering.web.remembered import list_remembered, parse_remember, re
 from workers.answering.web.service import QUEUE_SIZE, Event, WebProvider
 from workers.answering.web.sessions import SessionStore
 from workers.answering.web.throttle import Throttle
+
+if TYPE_CHECKING:
+    from workers.answering.slack.face import SlackFace
 
 __all__ = ["CONTENT_SECURITY_POLICY", "create_app"]
 
@@ -276,7 +278,11 @@ def create_app(config: WebConfig) -> Starlette:
                 SessionStore(call, keys, max_age=config.session_max_age),
                 Throttle(call, keys, config.throttle),
             )
-            app.state.slack = SlackFace(config.slack, services, public_url=config.public_url) if config.slack else None
+            app.state.slack = None
+            if config.slack:  # slack-sdk is an optional extra: imported only for a page with a Slack face
+                from workers.answering.slack.face import SlackFace
+
+                app.state.slack = SlackFace(config.slack, services, public_url=config.public_url)
             async with asyncio.TaskGroup() as tasks:
                 serving = [
                     tasks.create_task(service.run(), name=f"qb-web-provider-{namespace}")

@@ -266,6 +266,12 @@ def _slack(args: argparse.Namespace) -> SlackConfig | None:
 
     if getattr(args, "slack_config", None) is None:
         return None
+    from workers.answering.web.config import ConfigError
+
+    try:  # an optional extra: the page runs without it
+        import slack_sdk  # noqa: F401
+    except ImportError:
+        raise ConfigError("--slack-config needs the Slack SDK: pip install 'question-broker[slack]'") from None
     return load_slack_config(
         args.slack_config,
         args.users_file,
