@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,20 @@ def test_the_scale_benchmark_runs_and_prints_its_tables() -> None:
     assert len(rows) == 4 and all("-" not in row.split("|")[2] for row in rows)
     assert "commands/s per waiting question at 250" in result.stdout
     assert "one question, 80 vs 40 askers" in result.stdout and "show next" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_gateway_benchmark_runs_and_prints_its_figures() -> None:
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "benchmarks.gateway", "--clients", "5", "--asks-per-client", "3",
+            "--probes", "5", "--answer-after", "0.2",
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=55,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "15 waiting asks from 5 clients" in result.stdout
+    assert re.search(r"gateway Redis connections: \d+ at most", result.stdout)
+    assert "through the gateway: p50" in result.stdout and "direct (Broker): p50" in result.stdout
+    assert "gateway RSS" in result.stdout and "gateway CPU per ask" in result.stdout
+    assert "answered 15 of 15" in result.stdout

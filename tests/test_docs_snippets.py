@@ -333,7 +333,7 @@ def test_slack_snippets_load(snippet, tmp_path):
     is_users = "[slack]" in snippet.code
     settings.write_text('channel = "C1"\n' if is_users else snippet.code)
     users.write_text(snippet.code if is_users else "")
-    loaded = load_slack_config(settings, users, bot_token="xoxb-x", signing_secret="s")
+    loaded = load_slack_config(settings, users, bot_token="xoxb-x", signing_secret="s", app_token="xapp-x")
     assert loaded.users if is_users else loaded.channel
 
 

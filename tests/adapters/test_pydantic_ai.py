@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -25,8 +27,10 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionRequest, PlanReviewIntent
+from broker.housekeeping import reap_abandoned
 from broker_adapters import pydantic_ai as adapter
 from broker_adapters.tool import ask_user_question_function
+from tests.workers.procs import env_for
 
 
 def _agent() -> Agent[None, str | DeferredToolRequests]:
@@ -319,3 +323,44 @@ async def test_an_edit_in_the_run_reaches_the_tool(human, agent):
     handle = adapter.handler(agent, schemas=adapter.tool_schemas(subject))
     await subject.run("clean up", capabilities=[HandleDeferredToolCalls(handler=handle)])
     assert sorted(subject.ran) == ["delete b.bak", "drop tmp"]  # type: ignore[attr-defined]
+
+
+# -- restarts ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+async def test_an_approval_survives_a_killed_asking_process(make_broker, redis_server, namespace, tmp_path):
+    """A process killed while its card waits; a new one resumes from the saved message history with the
+    same key, re-attaches to that card (no second one) and runs the tool with the human's answer."""
+    saved = tmp_path / "messages.json"
+
+    async def asker_process() -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.adapters.pydantic_restart", str(saved),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=env_for(redis_server.url, namespace),
+        )  # fmt: skip
+
+    broker = await make_broker()
+    async with broker.provider("test-human") as provider:
+        seen = aiter(provider)
+        killed = await asker_process()
+        pending = await asyncio.wait_for(anext(seen), 30)
+        assert saved.exists()
+        killed.kill()  # SIGKILL: no chance to withdraw
+        await killed.wait()
+        again = await asker_process()  # resumes from the saved history and asks under the same key
+        assert again.stdout is not None
+        assert json.loads(await asyncio.wait_for(again.stdout.readline(), 30)) == {"asking": ["c1"]}
+        await asyncio.sleep(1.0)
+        await reap_abandoned(broker)
+        assert [asker.request_id for asker in pending.askers] == [pending.request_id]  # re-attached, not a second card
+        (item,) = pending.request.questions
+        answer = AskUserQuestionAnswerItem(id=item.id, selected=("Approve",), edited={"path": "build/cache"})
+        await pending.answer(AskUserQuestionAnswer(answers=(answer,)), by="alice")
+        out, err = await asyncio.wait_for(again.communicate(), 30)
+        with pytest.raises(TimeoutError):  # and no second card came
+            await asyncio.wait_for(anext(seen), 0.5)
+    assert again.returncode == 0, err.decode()
+    assert json.loads(out.decode().splitlines()[-1]) == {"output": "done: deleted build/cache"}  # the human's edit ran

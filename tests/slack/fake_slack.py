@@ -6,6 +6,11 @@ token) and recording every call. ``click`` / ``submit`` build ``block_actions`` 
 payloads from what was posted, form-encode them as ``payload=<json>`` and sign them with the app's
 signing secret (``v0=`` HMAC-SHA256 of ``v0:<timestamp>:<body>``), as Slack does before POSTing them
 to the app's request URL.
+
+For Socket Mode, ``apps.connections.open`` (called with the app-level token) answers with the URL of
+``/link``, a WebSocket that speaks Slack's envelope: ``hello`` on connecting, then each ``envelope``
+sent (``{"envelope_id", "type": "interactive", "payload", ...}``), and records the acks the app sends
+back (``{"envelope_id", "payload"?}``).
 """
 
 from __future__ import annotations
@@ -26,12 +31,14 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from tests.redis_server import free_port
 
 BOT_TOKEN = "xoxb-test-0000-fake"
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+APP_TOKEN = "xapp-1-A0001-test-fake"
 
 
 @dataclass
@@ -41,6 +48,13 @@ class FakeSlack:
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     port: int = field(default_factory=free_port)
     _ts: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    links: list[asyncio.Queue[dict[str, Any]]] = field(default_factory=list)
+    """the Socket Mode connections open now: what to send down each"""
+    connected: int = 0
+    """how many Socket Mode connections were ever opened"""
+    acks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """envelope id -> the ack the app sent for it"""
+    _envelopes: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     @property
     def api_url(self) -> str:
@@ -58,8 +72,61 @@ class FakeSlack:
                     return found
                 await asyncio.sleep(0.02)
 
+    async def envelope(self, payload: dict[str, Any], *, kind: str = "interactive") -> str:
+        """Send ``payload`` down the one open Socket Mode connection, as Slack does; its envelope id."""
+        async with asyncio.timeout(10):
+            while len(self.links) != 1:
+                await asyncio.sleep(0.02)
+        envelope_id = f"e{next(self._envelopes):04d}-fake"
+        await self.links[0].put(
+            {
+                "envelope_id": envelope_id,
+                "type": kind,
+                "payload": payload,
+                "accepts_response_payload": payload.get("type") == "view_submission",
+                "retry_attempt": 0,
+                "retry_reason": "",
+            }
+        )
+        return envelope_id
+
+    async def ack_of(self, envelope_id: str) -> dict[str, Any]:
+        async with asyncio.timeout(10):
+            while envelope_id not in self.acks:
+                await asyncio.sleep(0.02)
+        return self.acks[envelope_id]
+
+    async def _link(self, socket: WebSocket) -> None:
+        await socket.accept()
+        outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.links.append(outbox)
+        self.connected += 1
+        await socket.send_json(
+            {"type": "hello", "num_connections": len(self.links), "connection_info": {"app_id": "A0001"}}
+        )
+
+        async def sending() -> None:
+            while True:
+                await socket.send_json(await outbox.get())
+
+        sender = asyncio.create_task(sending())
+        try:
+            while True:
+                ack = json.loads(await socket.receive_text())
+                self.acks[ack["envelope_id"]] = ack
+        except WebSocketDisconnect:
+            pass
+        finally:
+            sender.cancel()
+            self.links.remove(outbox)
+
     async def _method(self, request: Request) -> JSONResponse:
         method = request.path_params["method"]
+        if method == "apps.connections.open":  # the only method called with the app-level token
+            if request.headers.get("authorization") != f"Bearer {APP_TOKEN}":
+                return JSONResponse({"ok": False, "error": "invalid_auth"})
+            self.calls.append((method, {}))
+            return JSONResponse({"ok": True, "url": f"ws://127.0.0.1:{self.port}/link"})
         if request.headers.get("authorization") != f"Bearer {BOT_TOKEN}":
             return JSONResponse({"ok": False, "error": "invalid_auth"})
         args: dict[str, Any] = dict(request.query_params)
@@ -92,7 +159,9 @@ class FakeSlack:
 
     @asynccontextmanager
     async def serving(self) -> AsyncIterator[FakeSlack]:
-        app = Starlette(routes=[Route("/api/{method}", self._method, methods=["GET", "POST"])])
+        app = Starlette(
+            routes=[Route("/api/{method}", self._method, methods=["GET", "POST"]), WebSocketRoute("/link", self._link)]
+        )
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
         task = asyncio.create_task(server.serve())
         try:

@@ -27,7 +27,15 @@ from broker import (
 )
 from tests.helpers import one_question, question
 from tests.redis_server import RedisServer
-from tests.slack.fake_slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack, block_actions, signed, view_submission
+from tests.slack.fake_slack import (
+    APP_TOKEN,
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    FakeSlack,
+    block_actions,
+    signed,
+    view_submission,
+)
 from tests.web.conftest import PASSWORDS, WebProcess, write_users_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(45)]
@@ -47,19 +55,30 @@ async def start_slack_web(
 ) -> AsyncIterator[Callable[..., Awaitable[WebProcess]]]:
     started: list[WebProcess] = []
 
-    async def start(users_extra: str = "", *extra: str) -> WebProcess:
+    async def start(users_extra: str = "", *extra: str, socket_mode: bool = False, name: str = "web-1") -> WebProcess:
         users = write_users_file(tmp_path / "users.toml")
         users.write_text(users.read_text() + users_extra + SLACK_USERS)
         config = tmp_path / "slack.toml"
         config.write_text(
-            f'channel = "CAPPROVALS"\napi_url = "{slack.api_url}"\n\n'
+            f'channel = "CAPPROVALS"\napi_url = "{slack.api_url}"\n'
+            + ("socket_mode = true\n" if socket_mode else "")
+            + "\n"
             '[[route]]\nchannel = "CURGENT"\npriority = ["urgent"]\n\n'
             '[[route]]\nchannel = "CDEPLOYS"\nagent = ["deploy-*"]\n'
         )
         monkeypatch.setenv("QBROKER_SLACK_BOT_TOKEN", BOT_TOKEN)
-        monkeypatch.setenv("QBROKER_SLACK_SIGNING_SECRET", SIGNING_SECRET)
+        if socket_mode:  # the app-level token instead of the signing secret: no request URL to sign for
+            monkeypatch.setenv("QBROKER_SLACK_APP_TOKEN", APP_TOKEN)
+            monkeypatch.delenv("QBROKER_SLACK_SIGNING_SECRET", raising=False)
+        else:
+            monkeypatch.setenv("QBROKER_SLACK_SIGNING_SECRET", SIGNING_SECRET)
         process = WebProcess(
-            redis_server.url, namespace, users, tmp_path / "web.log", extra=["--slack-config", str(config), *extra]
+            redis_server.url,
+            namespace,
+            users,
+            tmp_path / f"{name}.log",
+            name=name,
+            extra=["--slack-config", str(config), *extra],
         )
         started.append(process)
         return await asyncio.to_thread(process.start)
@@ -317,3 +336,50 @@ async def test_a_routed_card_says_who_may_answer_refuses_others_then_escalates(
     await post(web, block_actions(posted, "qb_pick_0", user="UBOB"))
     assert (await asyncio.wait_for(asked, 10)).answers[0].selected == ("Pay",)
     await updated(slack, "Answered by bob in Slack")
+
+
+async def test_socket_mode_takes_each_envelope_acks_it_and_answers(start_slack_web, slack, make_broker) -> None:
+    """No request URL: the clicks come down the Socket Mode connection as envelopes, each acked by its id."""
+    web = await start_slack_web(socket_mode=True)
+    asker = await make_broker()
+    asked = asking(asker, one_question("yes", "no"))
+    posted = await card(slack)
+    await slack.wait_for("apps.connections.open")
+    opening = await slack.envelope(block_actions(posted, "qb_other", user="UALICE"))
+    assert (await slack.ack_of(opening)) == {"envelope_id": opening}
+    (opened,) = await slack.wait_for("views.open")
+    refused = await slack.envelope(view_submission(opened["view"], user="UMALLORY", texts={"qbt_0": "mine"}))
+    ack = await slack.ack_of(refused)  # a modal's errors ride on the ack, as on the HTTP response
+    assert ack["payload"]["response_action"] == "errors" and "not mapped" in json.dumps(ack["payload"])
+    clicked = await slack.envelope(block_actions(posted, "qb_pick_1", user="UALICE", ts="1700000000.000001"))
+    assert (await slack.ack_of(clicked))["envelope_id"] == clicked
+    assert (await asyncio.wait_for(asked, 10)).answers[0].selected == ("no",)
+    await updated(slack, "Answered by alice in Slack")
+    # No signing secret was given: the request URL takes nothing, not even a request "signed" with none.
+    again = asking(asker, one_question("up", "down"))
+    second = await card(slack, 1)
+    forged = await post(web, block_actions(second, "qb_pick_0", user="UALICE"), secret="")
+    assert forged.status_code == 401
+    await asyncio.sleep(0.3)
+    assert not again.done()
+    again.cancel()
+
+
+async def test_only_the_lease_holder_holds_the_socket_mode_connection(start_slack_web, slack, make_broker) -> None:
+    """Slack hands each envelope to one of the app's connections: a standby's would only say "not taken"."""
+    first = await start_slack_web(socket_mode=True, name="web-1")
+    await start_slack_web(socket_mode=True, name="web-2")
+    async with asyncio.timeout(10):
+        while slack.connected < 1:
+            await asyncio.sleep(0.05)
+    await asyncio.sleep(1.5)
+    assert slack.connected == 1 and len(slack.links) == 1
+    await asyncio.to_thread(first.stop)
+    async with asyncio.timeout(15):  # the lease (2 s) passes to web-2, which connects
+        while not (slack.connected == 2 and len(slack.links) == 1):
+            await asyncio.sleep(0.05)
+    asker = await make_broker()
+    asked = asking(asker, one_question("yes", "no"))
+    posted = await card(slack)
+    await slack.envelope(block_actions(posted, "qb_pick_0", user="UALICE"))
+    assert (await asyncio.wait_for(asked, 10)).answers[0].selected == ("yes",)

@@ -16,9 +16,13 @@ The users file (``--users-file``) maps broker users to Slack users, by member id
     alice = "U012ALICE"
     bob = "bob@example.com"          # matched through users.info (scope users:read.email)
 
-The bot token and the signing secret come from the environment (``QBROKER_SLACK_BOT_TOKEN``,
-``QBROKER_SLACK_SIGNING_SECRET``), never from a file that might be committed, and never appear
-in a ``repr``.
+``socket_mode = true`` takes the clicks over a Socket Mode connection (no public URL) instead of
+the request URL.
+
+The bot token, the signing secret and the app-level token come from the environment
+(``QBROKER_SLACK_BOT_TOKEN``, ``QBROKER_SLACK_SIGNING_SECRET``, ``QBROKER_SLACK_APP_TOKEN``), never
+from a file that might be committed, and never appear in a ``repr``. Socket Mode needs the app-level
+token and no signing secret; without one, the request URL takes nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import Any
 __all__ = ["ChannelRule", "SlackConfig", "SlackConfigError", "load_slack_config"]
 
 _RULE_KEYS = frozenset({"channel", "namespace", "priority", "agent"})
-_TOP_KEYS = frozenset({"channel", "route", "api_url"})
+_TOP_KEYS = frozenset({"channel", "route", "api_url", "socket_mode"})
 
 
 class SlackConfigError(ValueError):
@@ -65,6 +69,10 @@ class SlackConfig:
     """the Web API's base URL (a test's fake server, or a proxy)"""
     users: Mapping[str, str] = field(default_factory=dict)
     """Slack member id or email (lower case) -> broker user"""
+    socket_mode: bool = False
+    """take the clicks over a Socket Mode connection (authenticated by ``app_token``), not only the request URL"""
+    app_token: str = field(default="", repr=False)
+    """the app-level token (``xapp-``, scope ``connections:write``) that opens the Socket Mode connection"""
 
     def channel_for(self, namespace: str, priority: str, agent: str | None) -> str:
         rule = next((r for r in self.routes if r.matches(namespace, priority, agent)), None)
@@ -91,11 +99,9 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
     raise SlackConfigError(f"{where}: a string or a list of strings")
 
 
-def load_slack_config(path: Path, users_file: Path | None, *, bot_token: str, signing_secret: str) -> SlackConfig:
-    if not bot_token or not signing_secret:
-        raise SlackConfigError(
-            "--slack-config needs QBROKER_SLACK_BOT_TOKEN and QBROKER_SLACK_SIGNING_SECRET in the environment"
-        )
+def load_slack_config(
+    path: Path, users_file: Path | None, *, bot_token: str, signing_secret: str, app_token: str = ""
+) -> SlackConfig:
     try:
         data = tomllib.loads(path.read_text())
         users_data = tomllib.loads(users_file.read_text()) if users_file is not None else {}
@@ -104,6 +110,18 @@ def load_slack_config(path: Path, users_file: Path | None, *, bot_token: str, si
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise SlackConfigError(f"{path}: unknown keys {sorted(unknown)} (known: {sorted(_TOP_KEYS)})")
+    socket_mode = data.get("socket_mode", False)
+    if not isinstance(socket_mode, bool):
+        raise SlackConfigError(f"{path}: socket_mode is true or false")
+    if socket_mode and (not bot_token or not app_token):
+        raise SlackConfigError(
+            "socket_mode needs QBROKER_SLACK_BOT_TOKEN and QBROKER_SLACK_APP_TOKEN (the app-level token) "
+            "in the environment"
+        )
+    if not socket_mode and (not bot_token or not signing_secret):
+        raise SlackConfigError(
+            "--slack-config needs QBROKER_SLACK_BOT_TOKEN and QBROKER_SLACK_SIGNING_SECRET in the environment"
+        )
     channel = data.get("channel")
     if not isinstance(channel, str) or not channel:
         raise SlackConfigError(f"{path}: channel (the default channel) is required")
@@ -141,4 +159,6 @@ def load_slack_config(path: Path, users_file: Path | None, *, bot_token: str, si
         routes=tuple(routes),
         api_url=api_url if api_url.endswith("/") else api_url + "/",
         users=users,
+        socket_mode=socket_mode,
+        app_token=app_token if socket_mode else "",
     )

@@ -12,6 +12,13 @@ refuses replays (``verify.py``) before reading anything, maps the Slack user to 
 (refusing, with an ephemeral message, whoever is not mapped), and answers through the same
 ``WebProvider.answer`` / ``cancel`` as the page: one settlement at a time per card, a quorum
 policy counting a click as that person's vote, a late click told who was first.
+
+``SlackFace.socket_mode()`` (``socket_mode = true``) takes the same payloads over a Socket Mode
+connection instead: each ``interactive`` envelope goes to ``handle()`` and is acked with its
+envelope id (and a modal's errors, as the HTTP response would carry them). Envelopes are not
+signed: the connection itself is authenticated by the app-level token. Only while this server
+holds a lease does it connect: Slack hands each envelope to one of the app's open connections, so
+a standby's connection would only take clicks away from the holder.
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ from urllib.parse import parse_qs
 import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, PendingRequest, Tally, UserQuestionError
@@ -48,6 +59,8 @@ _WITHDRAWN = {
     "aborted": ":leftwards_arrow_with_hook: *Withdrawn*: the asker gave up",
     "expired": ":hourglass: *Expired*: nobody answered in time",
 }
+_HOLDING_EVERY_S = 0.5
+"""how often Socket Mode checks whether this server still holds a lease (connects or lets go)"""
 Response = tuple[int, dict[str, Any] | None]
 
 
@@ -61,7 +74,11 @@ class SlackFace:
         self.client = AsyncWebClient(token=config.bot_token, base_url=config.api_url, timeout=10)
         self.client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
         primary = next(iter(self.services.values())).broker
-        self.verifier = SlackVerifier(config.signing_secret, primary.commands.call, primary.keys)
+        # Without a signing secret (Socket Mode only) the request URL takes nothing: an empty secret
+        # would let anyone sign.
+        self.verifier = (
+            SlackVerifier(config.signing_secret, primary.commands.call, primary.keys) if config.signing_secret else None
+        )
         self._cards: dict[str, dict[str, Any]] = {}
         """request id -> {channel, ts, blocks}: the messages of the cards shown"""
         self._via_slack: dict[str, str] = {}
@@ -199,12 +216,21 @@ class SlackFace:
     async def interact(self, body: bytes, headers: Mapping[str, str]) -> Response:
         """One interactive request: ``(HTTP status, JSON body or None)`` to answer Slack with."""
         try:
+            if self.verifier is None:
+                raise SlackRefused("no signing secret: this server takes Slack's clicks over Socket Mode only")
             await self.verifier.check(body, headers)
         except SlackRefused as refused:
             log.warning("refused a Slack request: %s", refused.reason)
             return 401, {"error": refused.reason}
         try:
             payload = json.loads(parse_qs(body.decode())["payload"][0])
+        except (KeyError, IndexError, ValueError, TypeError):
+            return 400, {"error": "not an interactive payload"}
+        return await self.handle(payload)
+
+    async def handle(self, payload: Any) -> Response:
+        """An interactive payload already known to be Slack's (signed, or from the Socket Mode connection)."""
+        try:
             kind, slack_user = payload["type"], payload["user"]["id"]
         except (KeyError, IndexError, ValueError, TypeError):
             return 400, {"error": "not an interactive payload"}
@@ -213,6 +239,47 @@ class SlackFace:
         if kind == "view_submission":
             return await self._submission(payload, slack_user)
         return 200, None
+
+    # -- Socket Mode ----------------------------------------------------------------
+
+    def _holding(self) -> bool:
+        return any(service.status == "active" for service in self.services.values())
+
+    async def socket_mode(self) -> None:
+        """Hold a Socket Mode connection while this server holds a lease, until cancelled."""
+        while True:
+            await self._until(holding=True)
+            # Its own Web API client: apps.connections.open is called with the app-level token.
+            web_client = AsyncWebClient(base_url=self.config.api_url, timeout=10)
+            client = SocketModeClient(app_token=self.config.app_token, web_client=web_client)
+            client.socket_mode_request_listeners.append(self._envelope)
+            try:
+                await client.connect()  # type: ignore[no-untyped-call]  # retries by itself until Slack answers
+                log.info("Slack Socket Mode connected")
+                await self._until(holding=False)
+                log.info("Slack Socket Mode let go: this server no longer holds a lease")
+            finally:
+                await asyncio.shield(client.close())  # type: ignore[no-untyped-call]
+                await client.aiohttp_client_session.close()
+
+    async def _until(self, *, holding: bool) -> None:
+        # Polled: each provider's lease loop sets its status, with no event of its own for this face.
+        while True:
+            if self._holding() == holding:
+                return
+            await asyncio.sleep(_HOLDING_EVERY_S)
+
+    async def _envelope(self, client: AsyncBaseSocketModeClient, request: SocketModeRequest) -> None:
+        """One envelope: an interactive one answered like a request to the request URL; every one acked."""
+        reply = None
+        if request.type == "interactive":
+            try:
+                _, reply = await self.handle(request.payload)
+            finally:
+                # Acked after handling, as the HTTP route answers: a modal's errors ride on the ack.
+                await client.send_socket_mode_response(SocketModeResponse(request.envelope_id, reply))
+        else:
+            await client.send_socket_mode_response(SocketModeResponse(request.envelope_id))
 
     async def _user(self, slack_user: str) -> str | None:
         user = self.config.user_of(slack_user)

@@ -293,6 +293,8 @@ def create_app(config: WebConfig) -> Starlette:
                 ]
                 if app.state.slack is not None:
                     serving.append(tasks.create_task(app.state.slack.run(), name="qb-web-slack"))
+                    if config.slack and config.slack.socket_mode:
+                        serving.append(tasks.create_task(app.state.slack.socket_mode(), name="qb-web-slack-socket"))
                 try:
                     yield
                 finally:

@@ -66,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=env.get("QBROKER_SLACK_CONFIG") or None,
         help="TOML file of Slack channels: post each card to Slack and take answers there too, users mapped by "
         "the users file's [slack]; secrets in QBROKER_SLACK_BOT_TOKEN and QBROKER_SLACK_SIGNING_SECRET "
+        "(or QBROKER_SLACK_APP_TOKEN with socket_mode = true) "
         "(docs/slack.md; env QBROKER_SLACK_CONFIG)",
     )
     parser.add_argument(
@@ -277,6 +278,7 @@ def _slack(args: argparse.Namespace) -> SlackConfig | None:
         args.users_file,
         bot_token=os.environ.get("QBROKER_SLACK_BOT_TOKEN", ""),
         signing_secret=os.environ.get("QBROKER_SLACK_SIGNING_SECRET", ""),
+        app_token=os.environ.get("QBROKER_SLACK_APP_TOKEN", ""),
     )
 
 

@@ -143,6 +143,7 @@ async def run(args: argparse.Namespace) -> int:
                 "QBROKER_TRUSTED_KEYS_FILE)",
                 NO_TRUSTED_KEY,
             )
+        _raise_open_files()
         attest_key = _attest_key(args)
         if attest_key is None:
             _say(f"no gateway key (--attest-key-file or {_ENV_ATTEST}_FILE): answerers see these agent ids as claimed")
@@ -172,6 +173,20 @@ async def run(args: argparse.Namespace) -> int:
         _say(f"cannot listen: {error}")
         return 1
     return 0
+
+
+def _raise_open_files() -> None:
+    """Lift the soft limit on open files to the hard one: each waiting agent holds a socket here."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as error:  # e.g. an unlimited hard limit some systems refuse
+            _say(f"open files stay limited to {soft}: {error}")
+        else:
+            _say(f"open files limit raised from {soft} to {hard}")
 
 
 def _attest_key(args: argparse.Namespace) -> str | None:

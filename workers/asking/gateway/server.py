@@ -169,14 +169,20 @@ class _Hold:
     ready: asyncio.Future[Agent]
     release: asyncio.Event
     users: int = 0
+    linger: asyncio.TimerHandle | None = None
 
 
 class _Agents:
-    """The live agent records the gateway holds: one per agent id while it has asks running."""
+    """The live agent records the gateway holds: one per agent id while it has asks running.
 
-    def __init__(self, broker: Broker, tasks: asyncio.TaskGroup) -> None:
+    A record outlives its last ask by ``linger`` seconds: an agent asking one question at a time
+    would otherwise pay a registration (a round trip) on every ask.
+    """
+
+    def __init__(self, broker: Broker, tasks: asyncio.TaskGroup, linger: float) -> None:
         self._broker = broker
         self._tasks = tasks
+        self._linger = linger
         self._held: dict[str, _Hold] = {}
 
     @contextlib.asynccontextmanager
@@ -187,15 +193,22 @@ class _Agents:
             hold = _Hold(asyncio.get_running_loop().create_future(), asyncio.Event())
             self._held[agent_id] = hold
             self._tasks.create_task(self._hold(agent_id, hold), name=f"qb-gateway-agent-{agent_id}")
+        if hold.linger is not None:
+            hold.linger.cancel()
+            hold.linger = None
         hold.users += 1
         try:
             yield await asyncio.shield(hold.ready)
         finally:
             hold.users -= 1
             if hold.users == 0:
-                hold.release.set()
-                if self._held.get(agent_id) is hold:
-                    del self._held[agent_id]
+                hold.linger = asyncio.get_running_loop().call_later(self._linger, self._let_go, agent_id, hold)
+
+    def _let_go(self, agent_id: str, hold: _Hold) -> None:
+        hold.linger = None
+        hold.release.set()
+        if self._held.get(agent_id) is hold:
+            del self._held[agent_id]
 
     async def _hold(self, agent_id: str, hold: _Hold) -> None:
         try:
@@ -213,6 +226,8 @@ class _Agents:
 
     def release_all(self) -> None:
         for hold in self._held.values():
+            if hold.linger is not None:
+                hold.linger.cancel()
             hold.release.set()
 
 
@@ -226,6 +241,7 @@ class Gateway:
         keep_for: float = 600.0,
         abandon_after: float = 60.0,
         max_asks: int = 100,
+        agent_linger: float = 10.0,
     ) -> None:
         self.broker = broker
         self.keep_for = keep_for
@@ -233,7 +249,11 @@ class Gateway:
         self.abandon_after = abandon_after
         self.max_asks = max_asks
         """asks one agent may have pending at once"""
+        self.agent_linger = agent_linger
+        """how long an agent's record stays registered after its last ask ended"""
         self._asks: dict[str, GatewayAsk] = {}
+        self._by_agent: dict[str, dict[str, GatewayAsk]] = {}
+        """the same asks by agent: finding an agent's own costs its asks, not every agent's"""
         self._stack = contextlib.AsyncExitStack()
         self._tasks: asyncio.TaskGroup | None = None
         self._agents: _Agents | None = None
@@ -241,7 +261,7 @@ class Gateway:
 
     async def __aenter__(self) -> Gateway:
         self._tasks = await self._stack.enter_async_context(asyncio.TaskGroup())
-        self._agents = _Agents(self.broker, self._tasks)
+        self._agents = _Agents(self.broker, self._tasks, self.agent_linger)
         self._stack.callback(self._stop)
         self._sweeper = self._tasks.create_task(self._sweep(), name="qb-gateway-sweep")
         return self
@@ -294,7 +314,7 @@ class Gateway:
             raise UserQuestionError("detachGrace applies to a keyed ask only: give key too", BAD_REQUEST)
         digest = hashlib.sha256(encode(request)).hexdigest()
         now = asyncio.get_running_loop().time()
-        mine = [ask for ask in self._asks.values() if ask.agent_id == agent_id]
+        mine = self._by_agent.get(agent_id, {}).values()
         if key is not None:
             for ask in mine:
                 if ask.key != key or (ask.done.is_set() and ask.answer is None):
@@ -314,6 +334,7 @@ class Gateway:
             seen=now,
         )
         self._asks[ask.id] = ask
+        self._by_agent.setdefault(agent_id, {})[ask.id] = ask
         ask.task = self._tasks.create_task(
             self._run(ask, request, options["timeout"], options["detachGrace"], remember, coalesce),
             name="qb-gateway-ask",
@@ -327,7 +348,7 @@ class Gateway:
         return ask
 
     def asks_of(self, agent_id: str) -> list[GatewayAsk]:
-        return sorted((ask for ask in self._asks.values() if ask.agent_id == agent_id), key=lambda ask: ask.created)
+        return sorted(self._by_agent.get(agent_id, {}).values(), key=lambda ask: ask.created)
 
     async def wait(self, ask: GatewayAsk, seconds: float) -> None:
         """Wait up to ``seconds`` for the ask's outcome (never cancels it)."""
@@ -386,6 +407,13 @@ class Gateway:
             ask.done.set()
             log.info("ask %s of agent %s: %s", ask.id, ask.agent_id, ask.error.code if ask.error else "answered")
 
+    def _forget(self, ask: GatewayAsk) -> None:
+        del self._asks[ask.id]
+        mine = self._by_agent[ask.agent_id]
+        del mine[ask.id]
+        if not mine:
+            del self._by_agent[ask.agent_id]
+
     async def _sweep(self) -> None:
         """Let go of asks nobody waits on, and forget finished ones past ``keep_for``."""
         loop = asyncio.get_running_loop()
@@ -395,12 +423,12 @@ class Gateway:
             for ask in list(self._asks.values()):
                 if ask.done.is_set():
                     if now - ask.ended > self.keep_for:
-                        del self._asks[ask.id]
+                        self._forget(ask)
                 elif ask.watchers == 0 and now - ask.seen > self.abandon_after:
                     log.info("ask %s of agent %s: nobody waits on it; letting it go", ask.id, ask.agent_id)
                     if ask.key is not None and ask.task is not None:
                         ask.task.cancel()  # detached: pending in Redis for its grace, for the key to pick up
-                        del self._asks[ask.id]
+                        self._forget(ask)
                     else:
                         ask.abort.set()
 
