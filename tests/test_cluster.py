@@ -66,6 +66,9 @@ async def make_broker(redis_cluster: RedisClusterFixture, namespace: str) -> Asy
 
     async def make(**options: Any) -> Broker:
         options.setdefault("namespace", namespace)
+        # As in conftest: the tests run housekeeping by hand, so a provider must not run it too (it would,
+        # with no maintenance worker alive) and race them, e.g. reaping a poison entry before it is dead-lettered.
+        options.setdefault("housekeeping_every", None)
         broker = Broker(redis_cluster.url, **options, **KEYS)
         await broker.__aenter__()
         opened.append(broker)

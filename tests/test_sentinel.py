@@ -46,6 +46,7 @@ async def make_broker(sentinel_group: SentinelGroup, namespace: str) -> AsyncIte
             # A killed master can hold a retried command (a withdrawal at teardown, say) for the
             # whole unavailable_after: keep that well inside the test's own timeout.
             options.setdefault("unavailable_after", 10.0)
+            options.setdefault("housekeeping_every", None)  # as in conftest: tests drive housekeeping themselves
             broker = Broker(sentinel_group.url, namespace, **options, **KEYS)
             return await stack.enter_async_context(broker)
 
