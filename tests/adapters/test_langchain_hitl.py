@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import sys
 from typing import Any, TypedDict
 
 import pytest
@@ -25,7 +24,7 @@ from langgraph.types import interrupt
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionRequest, Attachment
 from broker.housekeeping import reap_abandoned
 from broker_adapters.langgraph import run_graph
-from tests.workers.procs import env_for
+from tests.workers.procs import start_module
 
 
 class FakeChat(GenericFakeChatModel):
@@ -249,11 +248,9 @@ async def test_an_approval_survives_a_killed_asking_process(make_broker, redis_s
     disk, re-attaches to that card (no second one) and runs the tool with the human's edit."""
 
     async def asker_process() -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.adapters.langgraph_restart", str(tmp_path),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=env_for(redis_server.url, namespace),
-        )  # fmt: skip
+        return await start_module(
+            "tests.adapters.langgraph_restart", str(tmp_path), url=redis_server.url, namespace=namespace
+        )
 
     broker = await make_broker()
     async with broker.provider("test-human") as provider:

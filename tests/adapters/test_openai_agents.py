@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQues
 from broker.housekeeping import reap_abandoned
 from broker_adapters import openai_agents as adapter
 from tests.adapters.scripted_model import ScriptedModel, call, text
-from tests.workers.procs import env_for
+from tests.workers.procs import start_module
 
 OFFLINE = RunConfig(tracing_disabled=True)
 
@@ -144,11 +143,9 @@ async def test_an_approval_survives_a_killed_asking_process(make_broker, redis_s
     saved = tmp_path / "run-state.json"
 
     async def asker_process() -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.adapters.openai_restart", str(saved),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=env_for(redis_server.url, namespace),
-        )  # fmt: skip
+        return await start_module(
+            "tests.adapters.openai_restart", str(saved), url=redis_server.url, namespace=namespace
+        )
 
     broker = await make_broker()
     async with broker.provider("test-human") as provider:

@@ -25,6 +25,15 @@ def env_for(url: str, namespace: str, **extra: str) -> dict[str, str]:
     return env
 
 
+async def start_module(module: str, *args: str, url: str, namespace: str) -> asyncio.subprocess.Process:
+    """``python -m module args`` as an asking process of the tests' Redis and namespace, its output piped."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", module, *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=env_for(url, namespace),
+    )  # fmt: skip
+
+
 async def run_qbroker(
     *args: str, url: str, namespace: str, stdin: bytes | None = None, limit: float = 20.0
 ) -> tuple[int, bytes, bytes]:
