@@ -17,6 +17,9 @@ Figures:
   ``provider.pending`` list, and the provider's memory per pending question (the Python heap
   it grew by, by ``tracemalloc``, over N);
   and ``qbroker status``'s read and text, of everything and with its default ``--limit 50``;
+- what the waiting questions cost (Redis commands a second per question, redis-server's and the askers'
+  CPU), while a maintenance worker is alive (its presence marker set; the worker itself does not run here)
+  and with none, when the provider runs housekeeping itself every ``housekeeping_every`` (3 s);
 - a failover with N pending (``--failover``): a plain provider holds the N, hands the lease over,
   and the web provider (``WebProvider``, standing by) takes it: the seconds from taking the lease
   until a page has been sent the first page (100 cards) and every card.
@@ -233,36 +236,51 @@ async def pending(url: str, n: int, window: float = WINDOW) -> dict[str, float]:
     askers = Askers(url, namespace, asks=n, agents=max(1, n // 100), same=False)
     try:
         await askers.start()
-        async with Broker(url, namespace, lease_ttl=60.0, **KEYS) as broker, broker.provider("bench") as provider:
-            await asyncio.sleep(0.2)
-            gc.collect()
-            tracemalloc.start()  # slows the delivery, which is not timed here; stopped before the timings
-            askers.go()
-            await shown(provider, n)
-            gc.collect()
-            figures = {"memory_per_pending_b": tracemalloc.get_traced_memory()[0] / n}
-            tracemalloc.stop()
-            if window:
-                await asyncio.sleep(min(SWEEP_EVERY, window))  # every ask is old enough for the askers' sweeps
-                figures.update(await waiting_cost(url, n, askers, window))
-            first = getattr(provider, "first", None)
-            count = getattr(type(provider), "pending_count", None)
-            figures["pending_ms"] = await per_call(lambda: provider.pending, most=10) * 1000
-            if first is not None:
-                figures["first_1_us"] = await per_call(lambda: first(1)) * 1e6
-                figures["first_50_us"] = await per_call(lambda: first(50)) * 1e6
-
-            async def show_next() -> None:  # what `qbroker provide` does per question shown
-                await anext(provider)
-                _ = provider.pending_count if count is not None else len(provider.pending)
-
-            figures["show_next_us"] = await per_call(show_next, most=200 if count is not None else 20) * 1e6
-            figures["status_all_s"], figures["status_all_kb"] = await status_cost(broker, None)
-            if "limit" in inspect.signature(namespace_status).parameters:
-                figures["status_s"], figures["status_kb"] = await status_cost(broker, 50)
-        return figures
+        async with Broker(url, namespace, lease_ttl=60.0, **KEYS) as broker:
+            # As if a maintenance worker were alive: the provider's own housekeeping is measured on its own below.
+            await broker.commands.call("SET", broker.keys.worker_alive, "bench", "PX", 3_600_000)
+            async with broker.provider("bench") as provider:
+                return await _pending_figures(url, n, window, askers, broker, provider)
     finally:
         await askers.stop()
+
+
+async def _pending_figures(
+    url: str, n: int, window: float, askers: Askers, broker: Broker, provider: Provider
+) -> dict[str, float]:
+    """What showing, paging, the status and waiting cost with ``n`` pending (``pending``)."""
+    await asyncio.sleep(0.2)
+    gc.collect()
+    tracemalloc.start()  # slows the delivery, which is not timed here; stopped before the timings
+    askers.go()
+    await shown(provider, n)
+    gc.collect()
+    figures = {"memory_per_pending_b": tracemalloc.get_traced_memory()[0] / n}
+    tracemalloc.stop()
+    if window:
+        await asyncio.sleep(min(SWEEP_EVERY, window))  # every ask is old enough for the askers' sweeps
+        figures.update(await waiting_cost(url, n, askers, window))
+        await broker.commands.call("DEL", broker.keys.worker_alive)  # no worker: the provider housekeeps
+        await asyncio.sleep(broker.housekeeping_every or 0)  # it has seen the marker gone
+        alone = await waiting_cost(url, n, askers, window)
+        figures.update({f"{name}_no_worker": value for name, value in alone.items()})
+        await broker.commands.call("SET", broker.keys.worker_alive, "bench", "PX", 3_600_000)  # the rest unhindered
+    first = getattr(provider, "first", None)
+    count = getattr(type(provider), "pending_count", None)
+    figures["pending_ms"] = await per_call(lambda: provider.pending, most=10) * 1000
+    if first is not None:
+        figures["first_1_us"] = await per_call(lambda: first(1)) * 1e6
+        figures["first_50_us"] = await per_call(lambda: first(50)) * 1e6
+
+    async def show_next() -> None:  # what `qbroker provide` does per question shown
+        await anext(provider)
+        _ = provider.pending_count if count is not None else len(provider.pending)
+
+    figures["show_next_us"] = await per_call(show_next, most=200 if count is not None else 20) * 1e6
+    figures["status_all_s"], figures["status_all_kb"] = await status_cost(broker, None)
+    if "limit" in inspect.signature(namespace_status).parameters:
+        figures["status_s"], figures["status_kb"] = await status_cost(broker, 50)
+    return figures
 
 
 async def failover(url: str, n: int) -> dict[str, float]:
@@ -434,20 +452,21 @@ def report(
         title = f"Waiting questions, nobody answering (over {window:g} s; askers sweep every {SWEEP_EVERY:g} s)"
         out += ["", title, ""]
         out.append(
-            "| waiting | Redis commands/s per waiting question | redis-server CPU (% of a core) |"
+            "| waiting | maintenance worker | Redis commands/s per waiting question | redis-server CPU (% of a core) |"
             f" the {PROCESSES} asking processes' CPU (% of a core) |"
         )
-        out.append("|---:|---:|---:|---:|")
+        out.append("|---:|---|---:|---:|---:|")
         for n, f in waiting.items():
-            out.append(
-                f"| {n} | {f['commands_per_s_per_waiting']:.4f} | {f['redis_cpu_pct']:.1f} |"
-                f" {f['askers_cpu_pct']:.1f} |"
-            )
+            for worker, suffix in (("alive", ""), ("none: the provider housekeeps", "_no_worker")):
+                out.append(
+                    f"| {n} | {worker} | {f['commands_per_s_per_waiting' + suffix]:.4f} |"
+                    f" {f['redis_cpu_pct' + suffix]:.1f} | {f['askers_cpu_pct' + suffix]:.1f} |"
+                )
         out.append("")
         high = max(waiting)
         out.append(
-            f"commands/s per waiting question at {high}: {waiting[high]['commands_per_s_per_waiting']:.4f}"
-            " (target at most 0.02)"
+            f"commands/s per waiting question at {high}: {waiting[high]['commands_per_s_per_waiting']:.4f},"
+            f" with no worker {waiting[high]['commands_per_s_per_waiting_no_worker']:.4f} (target at most 0.02)"
         )
     return "\n".join(out)
 

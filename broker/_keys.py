@@ -37,6 +37,7 @@ class Keys:
         "namespace",
         "prefix",
         "provider",
+        "reap_cursor",
         "requests",
         "standbys",
         "worker_alive",
@@ -75,6 +76,9 @@ class Keys:
         self.worker_alive = self.prefix + "maint:alive"
         """string, a maintenance worker's name, PX a few of its intervals: some worker runs housekeeping (every worker
         refreshes it each run); while it is absent the lease holder reaps, expires and ends away asks itself"""
+        self.reap_cursor = self.prefix + "maint:reap-cursor"
+        """string, the requests stream entry id a paced housekeeping pass has reached (housekeeping.housekeep_slice),
+        PX a few passes; absent: the next round starts a pass (written by the lease holder and the workers)"""
 
     def request(self, request_id: str) -> str:
         return f"{self.prefix}req:{request_id}"

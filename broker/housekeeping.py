@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ __all__ = [
     "digest_audit",
     "drop_stale_standbys",
     "expire_overdue",
+    "housekeep_slice",
     "housekeep_while_unattended",
     "lease_holder",
     "mark_notified",
@@ -46,6 +48,7 @@ __all__ = [
     "redis_time_ms",
     "run_housekeeping",
     "runs_key",
+    "slice_size",
     "trim_audit",
     "unmark_notified",
     "worker_alive",
@@ -59,6 +62,8 @@ _EXPIRE = Script("expire")
 _PRUNE = Script("standbys_prune")
 _CURSOR = Script("audit_cursor")
 _AWAY_END = Script("away_end")
+_JUDGED = ("state", "client", "agent", "agent_fp", "away", "deadline")
+"""the request hash's fields a paced round reads to tell whether reap.lua or expire.lua has anything to do"""
 
 # Audit events that end a request, and the outcome each one counts as.
 _TERMINAL = {
@@ -144,11 +149,21 @@ async def reap_abandoned(broker: Broker, away: list[str] | None = None) -> tuple
     process stopped heart-beating its liveness key. A waiting process gets ``CALLER_NOT_LIVE``;
     a provider that showed the request is told to take it down; the audit stream says why.
     A keyed request is kept instead, its asker marked away (its id goes into ``away``).
+    Every unsettled request is judged by its script: a whole pass, for a run now and then
+    (:func:`housekeep_slice` spreads the same work over rounds).
     """
+    report = HousekeepingReport()
+    async for asks in _ask_entries(broker):
+        await _reap(broker, asks, report)
+    if away is not None:
+        away += report.away
+    return report.withdrawn, report.stale_entries
+
+
+async def _reap(broker: Broker, asks: list[tuple[str, dict[str, str]]], report: HousekeepingReport) -> None:
+    """Judge each of ``asks`` by ``reap.lua``; what it did goes into ``report``."""
     keys = broker.keys
     settings = broker._provider_settings
-    withdrawn: list[str] = []
-    stale = 0
 
     async def reap(entry_id: str, fields: dict[str, str]) -> Any:
         rid, client, agent = fields["rid"], fields["client"], fields.get("agent", "")
@@ -183,23 +198,21 @@ async def reap_abandoned(broker: Broker, away: list[str] | None = None) -> tuple
             client = reply[1]
         return reply
 
-    async for asks in _ask_entries(broker):
-        calls = [reap(entry_id, fields) for entry_id, fields in asks]
-        for (_, fields), reply in zip(asks, await asyncio.gather(*calls), strict=True):
-            if reply[0] == "withdrawn":
-                withdrawn.append(fields["rid"])
-                log.info(
-                    "withdrew request %s of agent %s in %s: %s",
-                    fields["rid"],
-                    fields.get("agent") or "-",
-                    keys.namespace,
-                    reply[1],
-                )
-            elif reply[0] == "stale":
-                stale += 1
-            elif reply[0] == "away" and away is not None:
-                away.append(fields["rid"])
-    return withdrawn, stale
+    calls = [reap(entry_id, fields) for entry_id, fields in asks]
+    for (_, fields), reply in zip(asks, await asyncio.gather(*calls), strict=True):
+        if reply[0] == "withdrawn":
+            report.withdrawn.append(fields["rid"])
+            log.info(
+                "withdrew request %s of agent %s in %s: %s",
+                fields["rid"],
+                fields.get("agent") or "-",
+                keys.namespace,
+                reply[1],
+            )
+        elif reply[0] == "stale":
+            report.stale_entries += 1
+        elif reply[0] == "away":
+            report.away.append(fields["rid"])
 
 
 async def end_away(broker: Broker) -> list[str]:
@@ -234,9 +247,16 @@ async def end_away(broker: Broker) -> list[str]:
 
 async def expire_overdue(broker: Broker) -> list[str]:
     """Settle requests past their deadline with ``ASK_TIMED_OUT``; returns their ids."""
+    report = HousekeepingReport()
+    async for asks in _ask_entries(broker):
+        await _expire(broker, [fields for _, fields in asks], report)
+    return report.expired
+
+
+async def _expire(broker: Broker, asks: list[dict[str, str]], report: HousekeepingReport) -> None:
+    """Judge each of ``asks`` (stream entry fields) by ``expire.lua``; the ids it expired go into ``report``."""
     keys = broker.keys
     settings = broker._provider_settings
-    expired: list[str] = []
 
     async def expire(fields: dict[str, str]) -> Any:
         rid = fields["rid"]
@@ -248,22 +268,98 @@ async def expire_overdue(broker: Broker) -> list[str]:
             reply = await broker.commands.script(_EXPIRE, [*request_keys, durable], args)
         return reply
 
-    async for asks in _ask_entries(broker):
-        calls = [expire(fields) for _, fields in asks]
-        for (_, fields), reply in zip(asks, await asyncio.gather(*calls), strict=True):
-            if reply[0] == "expired":
-                if len(reply) > 1 and reply[1]:  # a keyed ask re-attached from another process: tell that one
-                    inbox = keys.inbox(reply[1])
-                    await broker.commands.call("RPUSH", inbox, fields["rid"])
-                    await broker.commands.call("PEXPIRE", inbox, int(settings.result_ttl * 1000))
-                expired.append(fields["rid"])
-                log.info(
-                    "expired request %s of agent %s in %s: its deadline passed",
-                    fields["rid"],
-                    fields.get("agent") or "-",
-                    keys.namespace,
-                )
-    return expired
+    calls = [expire(fields) for fields in asks]
+    for fields, reply in zip(asks, await asyncio.gather(*calls), strict=True):
+        if reply[0] == "expired":
+            if len(reply) > 1 and reply[1]:  # a keyed ask re-attached from another process: tell that one
+                inbox = keys.inbox(reply[1])
+                await broker.commands.call("RPUSH", inbox, fields["rid"])
+                await broker.commands.call("PEXPIRE", inbox, int(settings.result_ttl * 1000))
+            report.expired.append(fields["rid"])
+            log.info(
+                "expired request %s of agent %s in %s: its deadline passed",
+                fields["rid"],
+                fields.get("agent") or "-",
+                keys.namespace,
+            )
+
+
+PASS_SECONDS = 120.0
+"""a paced pass (:func:`housekeep_slice`) looks at every unsettled request within about this many seconds"""
+SLICE_FLOOR = _PAGE
+"""the fewest stream entries a paced round takes: up to this many unsettled requests, every round is a whole pass"""
+
+
+def slice_size(length: int, every: float) -> int:
+    """Stream entries per round for rounds ``every`` seconds apart over ``length`` entries: a pass in PASS_SECONDS."""
+    return max(SLICE_FLOOR, math.ceil(length * every / PASS_SECONDS))
+
+
+async def housekeep_slice(broker: Broker, every: float, report: HousekeepingReport) -> bool:
+    """One round of a paced pass over the unsettled requests, for rounds ``every`` seconds apart; True: a pass ended.
+
+    Reaping and expiring every request each round cost O(pending) commands a round (33 000 a second at
+    100 000 waiting, rounds 3 s apart). A round takes instead the next :func:`slice_size` entries of the
+    requests stream after a cursor kept in Redis (``Keys.reap_cursor``: the lease holder and the maintenance
+    workers go on with one pass), so every request is looked at within max(``every``, PASS_SECONDS), plus the
+    rounds' own time. A request costs one HMGET a pass; one liveness read per asking process and agent in the
+    slice tells whose asker looks gone, and only those (and the away, settled, missing and overdue) go to
+    ``reap.lua`` and ``expire.lua``, which judge again, atomically: the read decides what to ask, never what is done.
+    """
+    keys = broker.keys
+    cursor, length = await asyncio.gather(
+        broker.commands.call("GET", keys.reap_cursor), broker.commands.call("XLEN", keys.requests)
+    )
+    size = slice_size(int(length), every)
+    page = await broker.commands.call("XRANGE", keys.requests, f"({cursor}" if cursor else "-", "+", "COUNT", size)
+    if len(page) < size:
+        await broker.commands.call("DEL", keys.reap_cursor)
+    else:
+        keep = int(3 * max(PASS_SECONDS, every) * 1000)  # outlives a round's gap; gone with an abandoned namespace
+        await broker.commands.call("SET", keys.reap_cursor, page[-1][0], "PX", keep)
+    asks = []
+    for entry_id, flat in page:
+        fields = _pairs(flat)
+        if fields.get("kind") == "ask" and fields.get("rid") and fields.get("client"):
+            asks.append((entry_id, fields))
+    if asks:
+        await _judge(broker, asks, report)
+    return len(page) < size
+
+
+async def _judge(broker: Broker, asks: list[tuple[str, dict[str, str]]], report: HousekeepingReport) -> None:
+    """Reap and expire those of ``asks`` that may need it, by the same reading of the asker's liveness as reap.lua."""
+    keys = broker.keys
+    now_ms, *rows = await asyncio.gather(
+        redis_time_ms(broker),
+        *(broker.commands.call("HMGET", keys.request(f["rid"]), *_JUDGED) for _, f in asks),
+    )
+    pending = [row for row in rows if row[0] == "pending"]
+    clients = sorted({row[1] for row in pending if row[1]})
+    agents = sorted({(row[2], row[3] or "") for row in pending if row[2]})
+    replies = await asyncio.gather(
+        *(broker.commands.call("EXISTS", keys.client(client)) for client in clients),
+        *(broker.commands.call("HGET", keys.agent(agent), f"p:{fp}") for agent, fp in agents),
+    )
+    live_clients = {client for client, exists in zip(clients, replies[: len(clients)], strict=True) if exists}
+    live_agents = {
+        agent for agent, beat in zip(agents, replies[len(clients) :], strict=True) if float(beat or 0) >= now_ms
+    }
+    to_reap: list[tuple[str, dict[str, str]]] = []
+    to_expire: list[dict[str, str]] = []
+    for (entry_id, fields), (state, client, agent, fp, away, deadline) in zip(asks, rows, strict=True):
+        if state != "pending":
+            to_reap.append((entry_id, fields))  # stale: reap.lua removes the entry (and tells a missing one's asker)
+            continue
+        gone = client not in live_clients or (agent and (agent, fp or "") not in live_agents)
+        if gone or away:
+            to_reap.append((entry_id, fields))
+        if deadline and int(deadline) <= now_ms:
+            to_expire.append(fields)
+    if to_reap:
+        await _reap(broker, to_reap, report)
+    if to_expire:
+        await _expire(broker, to_expire, report)
 
 
 async def trim_audit(broker: Broker, maxlen: int | None = None) -> int:
@@ -461,16 +557,30 @@ async def _digest_stream(broker: Broker, stream: str, cursor_key: str, batch: in
     return ended
 
 
-async def run_housekeeping(broker: Broker, *, audit_maxlen: int | None = None) -> HousekeepingReport:
-    """Every housekeeping step once, in order; returns what was done."""
+async def run_housekeeping(
+    broker: Broker, *, audit_maxlen: int | None = None, every: float | None = None
+) -> HousekeepingReport:
+    """Every housekeeping step once, in order; returns what was done.
+
+    ``every`` None: reap and expire over every unsettled request, and count them (``report.pending``), each
+    costing a few commands. Else the run is one of a series ``every`` seconds apart, as a maintenance worker's:
+    it reaps and expires one round of a paced pass (:func:`housekeep_slice`), and ``report.pending`` is the
+    length of the requests stream (the unsettled requests, and the notices no provider has read yet), in O(1).
+    """
     report = HousekeepingReport()
-    report.withdrawn, report.stale_entries = await reap_abandoned(broker, report.away)
-    report.expired = await expire_overdue(broker)
+    if every is None:
+        report.withdrawn, report.stale_entries = await reap_abandoned(broker, report.away)
+        report.expired = await expire_overdue(broker)
+    else:
+        await housekeep_slice(broker, every, report)
     report.away_ended = await end_away(broker)
     report.audit_trimmed = await trim_audit(broker, audit_maxlen)
     report.standbys_dropped = await drop_stale_standbys(broker)
     report.dead_letters = await dead_letter_count(broker)
-    report.pending = len(await pending_requests(broker))
+    if every is None:
+        report.pending = len(await pending_requests(broker))
+    else:
+        report.pending = int(await broker.commands.call("XLEN", broker.keys.requests))
     return report
 
 
@@ -503,16 +613,15 @@ async def housekeep_while_unattended(broker: Broker, provider: Provider, every: 
                 else:
                     log.info("a maintenance worker is alive: provider %s leaves housekeeping to it", provider.name)
             if alone:
-                await _housekeep(broker, provider)
+                await _housekeep(broker, provider, every)
         except Exception as error:
             log.warning("housekeeping by provider %s failed: %r (tried again in %.1fs)", provider.name, error, every)
         await asyncio.sleep(every)
 
 
-async def _housekeep(broker: Broker, provider: Provider) -> None:
+async def _housekeep(broker: Broker, provider: Provider, every: float) -> None:
     report = HousekeepingReport()
-    report.withdrawn, report.stale_entries = await reap_abandoned(broker, report.away)
-    report.expired = await expire_overdue(broker)
+    await housekeep_slice(broker, every, report)
     report.away_ended = await end_away(broker)
     if report.withdrawn or report.expired or report.away or report.away_ended or report.stale_entries:
         fields = report.as_fields()

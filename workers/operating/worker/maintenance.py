@@ -171,7 +171,7 @@ async def housekeeping(ctx: dict[str, Any]) -> dict[str, str] | None:
     if slot is None:
         return None
     ns = state.config.namespace
-    report = await run_housekeeping(state.broker, audit_maxlen=state.config.audit_maxlen)
+    report = await run_housekeeping(state.broker, audit_maxlen=state.config.audit_maxlen, every=state.config.interval)
     fields = report.as_fields()
     HOUSEKEEPING.labels(ns, "runs").inc()
     HOUSEKEEPING.labels(ns, "withdrawn").inc(len(report.withdrawn))
