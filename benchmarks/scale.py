@@ -92,9 +92,12 @@ async def asker(args: argparse.Namespace) -> None:
     """Register ``--agents`` agents, wait for ``go`` on stdin, then ask ``--asks`` questions
     spread over them (all the same question with ``--same``); print how many got an answer."""
     emit = _emitter()
-    # Long TTLs: a starved asking process must not look stopped (its asks would be withdrawn).
+    # Long TTLs: a starved asking process must not look stopped (its asks would be withdrawn); nor may its asks
+    # fail BROKER_UNAVAILABLE when its replies come late (100 000 asks on 2 busy shared cores).
     async with (
-        Broker(args.url, args.namespace, agent_ttl=3600.0, client_ttl=3600.0, **KEYS) as broker,
+        Broker(
+            args.url, args.namespace, agent_ttl=3600.0, client_ttl=3600.0, unavailable_after=600.0, **KEYS
+        ) as broker,
         contextlib.AsyncExitStack() as stack,
     ):
         agents = []
