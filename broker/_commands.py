@@ -69,7 +69,16 @@ def _one_line(library: str) -> str:
     return " ".join(code)
 
 
-_LIBRARIES = ("_audit", "_ask_gate", "_ask_attach", "_ask_decisions", "_ask_enqueue")
+_LIBRARIES = (
+    "_audit",
+    "_away",
+    "_restart",
+    "_agent_beat",
+    "_ask_gate",
+    "_ask_attach",
+    "_ask_decisions",
+    "_ask_enqueue",
+)
 """the helper files (``scripts/_*.lua``), in the order they are put in front of a script"""
 
 

@@ -30,11 +30,5 @@ local ttl = tonumber(ARGV[2])
 if not r[2] then
   redis.call('HSET', KEYS[1], 'owner', ARGV[5], 'since', t[1])
 end
-redis.call('HSET', KEYS[1], 'p:' .. ARGV[1], now + ttl)
-local left = redis.call('PTTL', KEYS[1])
-if left < ttl then
-  left = ttl
-  redis.call('PEXPIRE', KEYS[1], ttl)
-end
-redis.call('ZADD', KEYS[2], now + left, ARGV[3])
+agent_beat(KEYS[1], KEYS[2], ARGV[1], ARGV[3], now, ttl)
 return 1

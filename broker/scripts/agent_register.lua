@@ -33,12 +33,6 @@ else
     end
   end
 end
-redis.call('HSET', KEYS[1], 'p:' .. ARGV[1], now + ttl)
-local left = redis.call('PTTL', KEYS[1])
-if left < ttl then
-  left = ttl
-  redis.call('PEXPIRE', KEYS[1], ttl)
-end
-redis.call('ZADD', KEYS[3], now + left, ARGV[5])
+agent_beat(KEYS[1], KEYS[3], ARGV[1], ARGV[5], now, ttl)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 return {'ok', tostring(now)}

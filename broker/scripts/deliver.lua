@@ -52,20 +52,6 @@ local function agent_live(key, fp)
   end
   return lapses[key .. ' ' .. field] >= now
 end
--- Without a maintenance worker nothing ends an away asker's grace: the away zset lapses the result TTL after the
--- last grace it holds ends.
-local function away_lapses(at)
-  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
-  if last[2] then redis.call('PEXPIRE', KEYS[4], math.max(1, tonumber(last[2]) - at) + tonumber(ARGV[4])) end
-end
-local up = nil
-local function asked_before_a_restart(created)
-  if up == nil then
-    local info = redis.pcall('INFO', 'server')
-    up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or false
-  end
-  return up and up * 1000 < tonumber(ARGV[6]) and tonumber(created or now) < now - (up + 1) * 1000
-end
 local function process_alive(key)
   if alive[key] == nil then alive[key] = redis.call('EXISTS', key) == 1 end
   return alive[key]
@@ -94,7 +80,7 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
     elseif not process_alive(KEYS[k + 2]) then
       why = 'the asking process stopped'
     end
-    if why and asked_before_a_restart(r[4]) then
+    if why and asked_before_a_restart(r[4], now, ARGV[6]) then
       why = nil
     end
     local away, reason = '0', why
@@ -102,8 +88,7 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
       away, why = '1', nil
       if not r[8] then
         redis.call('HSET', KEYS[k], 'away', now)
-        redis.call('ZADD', KEYS[4], now + tonumber(r[7]), rid)
-        away_lapses(now)
+        away_add(KEYS[4], rid, now, now + tonumber(r[7]), ARGV[4])
         audit_append(KEYS[3], ARGV[5], 'event', 'away', 'rid', rid, 'reason', reason)
       end
     end

@@ -25,9 +25,7 @@ end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('HSET', KEYS[1], 'away', now)
-redis.call('ZADD', KEYS[3], now + tonumber(r[5] or '0'), ARGV[1])
-local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-redis.call('PEXPIRE', KEYS[3], math.max(1, tonumber(last[2]) - now) + tonumber(ARGV[4] or '0'))
+away_add(KEYS[3], ARGV[1], now, now + tonumber(r[5] or '0'), ARGV[4] or '0')
 if r[4] then
   redis.call('XADD', KEYS[2], '*', 'kind', 'away', 'rid', ARGV[1])
 end

@@ -54,12 +54,8 @@ elseif client == '' then
 elseif redis.call('EXISTS', KEYS[4]) == 0 then
   why = 'the asking process stopped'
 end
-if why then
-  local info = redis.pcall('INFO', 'server')
-  local up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-  if up and up * 1000 < tonumber(ARGV[6] or '0') and tonumber(r[10] or now) < now - (up + 1) * 1000 then
-    return {'live'}
-  end
+if why and asked_before_a_restart(r[10], now, ARGV[6]) then
+  return {'live'}
 end
 if r[6] then
   if not why and r[8] then
@@ -71,10 +67,7 @@ if r[6] then
     audit_append(KEYS[7], ARGV[5], 'event', 'back', 'rid', ARGV[1], 'by', 'housekeeping')
   elseif why and not r[8] then
     redis.call('HSET', KEYS[1], 'away', now)
-    redis.call('ZADD', KEYS[8], now + tonumber(r[7]), ARGV[1])
-    -- without a maintenance worker the set lapses the result TTL after the last grace it holds ends
-    local last = redis.call('ZRANGE', KEYS[8], -1, -1, 'WITHSCORES')
-    redis.call('PEXPIRE', KEYS[8], math.max(1, tonumber(last[2]) - now) + tonumber(ARGV[4]))
+    away_add(KEYS[8], ARGV[1], now, now + tonumber(r[7]), ARGV[4])
     if r[3] then
       redis.call('XADD', KEYS[2], '*', 'kind', 'away', 'rid', ARGV[1])
     end
