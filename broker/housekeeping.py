@@ -130,16 +130,22 @@ async def _ask_entries(broker: Broker) -> AsyncIterator[list[tuple[str, dict[str
         page = await broker.commands.call("XRANGE", broker.keys.requests, start, "+", "COUNT", _PAGE)
         if not page:
             return
-        asks = []
-        for entry_id, flat in page:
-            fields = _pairs(flat)
-            if fields.get("kind") == "ask" and fields.get("rid") and fields.get("client"):
-                asks.append((entry_id, fields))
+        asks = _asks_of(page)
         if asks:
             yield asks
         if len(page) < _PAGE:
             return
         start = "(" + page[-1][0]
+
+
+def _asks_of(page: Any) -> list[tuple[str, dict[str, str]]]:
+    """The ``ask`` entries of an XRANGE reply: (entry id, fields)."""
+    asks = []
+    for entry_id, flat in page:
+        fields = _pairs(flat)
+        if fields.get("kind") == "ask" and fields.get("rid") and fields.get("client"):
+            asks.append((entry_id, fields))
+    return asks
 
 
 async def reap_abandoned(broker: Broker, away: list[str] | None = None) -> tuple[list[str], int]:
@@ -202,13 +208,7 @@ async def _reap(broker: Broker, asks: list[tuple[str, dict[str, str]]], report: 
     for (_, fields), reply in zip(asks, await asyncio.gather(*calls), strict=True):
         if reply[0] == "withdrawn":
             report.withdrawn.append(fields["rid"])
-            log.info(
-                "withdrew request %s of agent %s in %s: %s",
-                fields["rid"],
-                fields.get("agent") or "-",
-                keys.namespace,
-                reply[1],
-            )
+            _log_end(broker, "withdrew", fields, reply[1])
         elif reply[0] == "stale":
             report.stale_entries += 1
         elif reply[0] == "away":
@@ -276,12 +276,12 @@ async def _expire(broker: Broker, asks: list[dict[str, str]], report: Housekeepi
                 await broker.commands.call("RPUSH", inbox, fields["rid"])
                 await broker.commands.call("PEXPIRE", inbox, int(settings.result_ttl * 1000))
             report.expired.append(fields["rid"])
-            log.info(
-                "expired request %s of agent %s in %s: its deadline passed",
-                fields["rid"],
-                fields.get("agent") or "-",
-                keys.namespace,
-            )
+            _log_end(broker, "expired", fields, "its deadline passed")
+
+
+def _log_end(broker: Broker, done: str, fields: dict[str, str], why: str) -> None:
+    agent = fields.get("agent") or "-"
+    log.info("%s request %s of agent %s in %s: %s", done, fields["rid"], agent, broker.keys.namespace, why)
 
 
 PASS_SECONDS = 120.0
@@ -317,11 +317,7 @@ async def housekeep_slice(broker: Broker, every: float, report: HousekeepingRepo
     else:
         keep = int(3 * max(PASS_SECONDS, every) * 1000)  # outlives a round's gap; gone with an abandoned namespace
         await broker.commands.call("SET", keys.reap_cursor, page[-1][0], "PX", keep)
-    asks = []
-    for entry_id, flat in page:
-        fields = _pairs(flat)
-        if fields.get("kind") == "ask" and fields.get("rid") and fields.get("client"):
-            asks.append((entry_id, fields))
+    asks = _asks_of(page)
     if asks:
         await _judge(broker, asks, report)
     return len(page) < size
