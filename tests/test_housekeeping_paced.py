@@ -21,6 +21,7 @@ from broker.housekeeping import (
     SLICE_FLOOR,
     HousekeepingReport,
     housekeep_slice,
+    run_housekeeping,
     slice_size,
 )
 from tests.helpers import question
@@ -171,6 +172,23 @@ async def test_with_many_pending_and_no_worker_the_provider_withdraws_a_dead_ask
             ):
                 await asyncio.sleep(0.05)
         assert not any(task.done() for task in tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_a_workers_run_reaps_one_paced_round_and_counts_the_stream(make_broker, redis):
+    """A maintenance worker's run (``run_housekeeping`` with its interval) is one round, not a whole pass, and
+    its pending count is the stream's length (one XLEN), not a read of every request."""
+    asking, answering = await make_broker(**QUIET), await make_broker(lease_ttl=3600.0)
+    async with answering.provider("ui") as provider:
+        tasks = [asyncio.create_task(asking.ask(step(i))) for i in range(N)]
+        await _shown(provider, N)
+        before = await _calls(redis)
+        report = await run_housekeeping(answering, every=10.0)
+        spent = _spent(before, await _calls(redis))
+        assert spent.get("hmget", 0) == SLICE_FLOOR, spent
+        assert report.pending == N
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
