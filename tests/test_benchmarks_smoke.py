@@ -122,8 +122,9 @@ def test_the_scale_benchmark_runs_and_prints_its_tables() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     rows = [line for line in lines if line.startswith(("| 40 |", "| 80 |", "| 250 |"))]
-    assert len(rows) == 4 and all("-" not in row.split("|")[2] for row in rows)
-    assert "commands/s per waiting question at 250" in result.stdout
+    # 40 and 80 askers; 250 pending, and 250 waiting with a worker alive and with none
+    assert len(rows) == 5 and all("-" not in row.split("|")[2] for row in rows)
+    assert "commands/s per waiting question at 250" in result.stdout and "with no worker" in result.stdout
     assert "one question, 80 vs 40 askers" in result.stdout and "show next" in result.stdout
 
 
