@@ -55,15 +55,10 @@ def plan_review(item: AskUserQuestionItem, count: int) -> dict[str, Any] | None:
     request allows becomes unreachable.
     """
     intent = item.intent
+    if count != 1 or not isinstance(intent, PlanReviewIntent):  # the usual card: no labels to gather
+        return None
     labels = item.labels
-    if (
-        count != 1
-        or not isinstance(intent, PlanReviewIntent)
-        or item.detail is None
-        or item.multi_select
-        or len(labels) > 2
-        or intent.approve not in labels
-    ):
+    if item.detail is None or item.multi_select or len(labels) > 2 or intent.approve not in labels:
         return None
     refuse = next((label for label in labels if label != intent.approve), None)
     return {"approve": intent.approve, "refuse": refuse}
