@@ -332,6 +332,10 @@ def render_before_after(before: dict[str, Any], checks: list[dict[str, Any]]) ->
     return [*lines, ""]
 
 
+HAND_WRITTEN = "<!-- figures of other benchmarks, written by hand: kept when this file is written again -->"
+"""a full run rewrites docs/benchmarks.md down to this line; what follows it is kept"""
+
+
 def write_doc(
     results: dict[str, Any], checks: list[dict[str, Any]], path: Path, before: dict[str, Any] | None = None
 ) -> Path:
@@ -504,5 +508,6 @@ def write_doc(
         "[benchmarks-profile.md](benchmarks-profile.md) (written by hand).",
         "",
     ]
-    path.write_text("\n".join(lines))
+    kept = path.read_text().partition(HAND_WRITTEN)[1:] if path.exists() else ("", "")
+    path.write_text("\n".join(lines) + "".join(kept))
     return path

@@ -285,12 +285,13 @@ async def pending(url: str, n: int, window: float = WINDOW) -> dict[str, float]:
         await askers.stop()
 
 
-async def failover(url: str, n: int, profile: str | None = None) -> dict[str, float]:
+async def failover(url: str, n: int, profile: str | None = None, housekeeping: bool = True) -> dict[str, float]:
     """Seconds from the web provider taking the lease (``n`` pending, handed over) to a page seeing
     the first page of cards and all of them (counted in the events a page is sent); then a second web
     provider takes them over from the first under ``tracemalloc``: the heap it grew by, per card
     (the provider core and the web service's own state per card, as a ``qbroker web`` holds them).
-    ``profile``: a file for the cProfile statistics of the first take-over."""
+    ``profile``: a file for the cProfile statistics of the first take-over. ``housekeeping`` False: the web
+    provider runs no housekeeping of its own (as when a maintenance worker is alive)."""
     from workers.answering.web.keys import WebKeys
     from workers.answering.web.service import WebProvider
 
@@ -299,7 +300,9 @@ async def failover(url: str, n: int, profile: str | None = None) -> dict[str, fl
     try:
         await askers.start()
         async with (
-            Broker(url, namespace, lease_ttl=60.0, **KEYS) as web,
+            Broker(
+                url, namespace, lease_ttl=60.0, **({} if housekeeping else {"housekeeping_every": None}), **KEYS
+            ) as web,
             Broker(url, namespace, lease_ttl=60.0, **KEYS) as old,
         ):
             service = WebProvider(web, name="bench-web", keys=WebKeys(namespace))
@@ -437,7 +440,7 @@ async def measure(args: argparse.Namespace) -> int:
                 log(f"{n} askers of distinct questions: {unique[n]}")
             failovers: dict[int, dict[str, float]] = {}
             for n in args.failover or ():
-                failovers[n] = await failover(server.url, n, args.profile)
+                failovers[n] = await failover(server.url, n, args.profile, not args.no_self_housekeeping)
                 log(f"failover with {n} pending: {failovers[n]}")
             waiting: dict[int, dict[str, float]] = {}
             for n in pending_levels:
@@ -557,6 +560,11 @@ def main(argv: list[str] | None = None) -> int:
         "--failover", type=_ints, help="pending counts: a failover to the web provider with each (default none)"
     )
     parser.add_argument("--profile", help="write the cProfile statistics of the (last) failover's take-over here")
+    parser.add_argument(
+        "--no-self-housekeeping",
+        action="store_true",
+        help="the failover's web provider runs no housekeeping of its own (as with a maintenance worker alive)",
+    )
     parser.add_argument(
         "--window", type=float, default=WINDOW, help=f"seconds to count waiting questions' cost ({WINDOW:g}; 0 none)"
     )

@@ -56,7 +56,7 @@ def plan_review(item: AskUserQuestionItem, count: int) -> dict[str, Any] | None:
     request allows becomes unreachable.
     """
     intent = item.intent
-    if count != 1 or not isinstance(intent, PlanReviewIntent):  # the usual card: no labels to gather
+    if intent is None or count != 1 or not isinstance(intent, PlanReviewIntent):  # the usual card: nothing to read
         return None
     labels = item.labels
     if item.detail is None or item.multi_select or len(labels) > 2 or intent.approve not in labels:
