@@ -153,7 +153,11 @@
       if (event.requests.length) announce(event.requests[0]);
     });
     // A card beyond the window: only counted ("N more waiting"), fetched when the page gets there.
-    source.addEventListener("waiting", (e) => { setTotal(JSON.parse(e.data)); renderEmpty(); });
+    source.addEventListener("waiting", (e) => {
+      setTotal(JSON.parse(e.data));
+      renderEmpty();
+      announce(null);
+    });
     source.addEventListener("removed", (e) => onRemoved(JSON.parse(e.data)));
     source.addEventListener("updated", (e) => onUpdated(JSON.parse(e.data)));
     source.addEventListener("readonly", (e) => onReadonly(JSON.parse(e.data)));
@@ -495,7 +499,8 @@
       if (!hide) shown += 1;
     }
     const active = FILTERS.some((name) => wanted[name]);
-    $("filter-count").textContent = active ? shown + " of " + state.cards.size + " shown" : "";
+    const waiting = waitingCount();
+    $("filter-count").textContent = active ? shown + " of " + state.cards.size + " shown" + (waiting ? " (of those loaded here; " + waiting + " more not loaded)" : "") : "";
     $("filter-clear").hidden = !active;
   }
 
@@ -545,11 +550,14 @@
     setTimeout(() => note.remove(), 8000);
   }
 
+  // A card beyond the window (null) is not here to quote: the notification says how many wait.
   function announce(request) {
     if (!state.notify || !document.hidden) return;
-    const first = request.questions[0];
+    const first = request ? request.questions[0] : null;
     try {
-      const note = new Notification("Question from " + (request.agent || "an agent"), { body: first ? first.question : "", tag: request.id });
+      const note = request
+        ? new Notification("Question from " + (request.agent || "an agent"), { body: first ? first.question : "", tag: request.id })
+        : new Notification("A question arrived", { body: waitingCount() + " more waiting", tag: "qb-waiting" });
       note.onclick = () => { window.focus(); note.close(); };
     } catch (e) { /* some browsers only notify from a service worker */ }
     chime();
