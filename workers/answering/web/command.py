@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from workers.answering.options import add_policy_arguments
 from workers.settings import Settings
 from workers.settings import add_arguments as add_shared_arguments
 
@@ -47,18 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=env.get("QBROKER_WEB_HOST", "127.0.0.1"), help="address to listen on")
     parser.add_argument("--port", type=int, default=int(env.get("QBROKER_WEB_PORT", "8080")), help="port")
     parser.add_argument("--name", default=f"web@{socket.gethostname()}", help="provider name shown to others")
-    parser.add_argument(
-        "--users-file",
-        type=Path,
-        default=env.get("QBROKER_WEB_USERS") or None,
-        help="TOML file with [users] (password hashes) and [tokens] (env QBROKER_WEB_USERS)",
-    )
-    parser.add_argument(
-        "--policy-file",
-        type=Path,
-        default=env.get("QBROKER_POLICY_FILE") or None,
-        help="TOML file of quorum and routing policies, groups in the users file's [groups] "
-        "(docs/approvals.md; env QBROKER_POLICY_FILE)",
+    add_policy_arguments(
+        parser,
+        policy_help="TOML file of quorum and routing policies, groups in the users file's [groups]",
+        users_help="TOML file with [users] (password hashes) and [tokens]",
     )
     parser.add_argument(
         "--slack-config",
@@ -102,6 +95,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also provide for this namespace, on the same page (repeatable; env QBROKER_WEB_NAMESPACES, "
         "comma-separated); -n names the primary one, which keeps the sessions. [namespaces] in the users "
         "file says who may answer where",
+    )
+    parser.add_argument(
+        "--page-window",
+        type=int,
+        default=100,
+        metavar="N",
+        help="a page is sent the first N cards of each namespace and keeps N on screen; the rest are "
+        'counted ("N more waiting") and fetched a page at a time (default 100)',
     )
     parser.add_argument(
         "--session-hours", type=float, default=12.0, help="a sign-in lasts this long (sessions live in Redis)"
@@ -156,6 +157,8 @@ async def run(args: argparse.Namespace) -> int:
         policies = load_policies(args.policy_file, groups=_groups(args.users_file))
         proxies = parse_networks(args.trusted_proxy)
         slack = _slack(args)
+        if not 1 <= args.page_window <= 1000:
+            raise ConfigError(f"--page-window {args.page_window} is not 1 to 1000")
         if args.public_url and not safe_url(args.public_url):
             raise ConfigError(f"--public-url {args.public_url!r} is not an absolute http(s) URL")
         also_serve = tuple(namespace.strip() for namespace in args.serve)
@@ -201,6 +204,7 @@ async def run(args: argparse.Namespace) -> int:
         gateway_keys=settings.gateway_keys,
         policies=policies,
         slack=slack,
+        page_window=args.page_window,
     )
     return await _serve(config, log_json=_log_json(args))
 
