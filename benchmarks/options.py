@@ -19,6 +19,7 @@ SYSTEMS = (
     "broker-decided",
     "broker-no-coalesce",
     "broker-priorities",
+    "broker-unsigned",
 )
 DEFAULT_SYSTEMS = ("broker", "floor", "arq")
 

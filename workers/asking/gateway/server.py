@@ -254,6 +254,8 @@ class Gateway:
         self._asks: dict[str, GatewayAsk] = {}
         self._by_agent: dict[str, dict[str, GatewayAsk]] = {}
         """the same asks by agent: finding an agent's own costs its asks, not every agent's"""
+        self._pending: dict[str, int] = {}
+        """each agent's asks not yet ended (counting them ask by ask cost an agent's whole history)"""
         self._stack = contextlib.AsyncExitStack()
         self._tasks: asyncio.TaskGroup | None = None
         self._agents: _Agents | None = None
@@ -323,7 +325,7 @@ class Gateway:
                     raise UserQuestionError(f"key {key!r} names another question of this agent", BAD_REQUEST)
                 ask.seen = now
                 return ask
-        if sum(1 for ask in mine if not ask.done.is_set()) >= self.max_asks:
+        if self._pending.get(agent_id, 0) >= self.max_asks:
             raise UserQuestionError(f"this agent has {self.max_asks} asks pending already", BAD_REQUEST)
         ask = GatewayAsk(
             id=secrets.token_urlsafe(16),
@@ -335,6 +337,7 @@ class Gateway:
         )
         self._asks[ask.id] = ask
         self._by_agent.setdefault(agent_id, {})[ask.id] = ask
+        self._pending[agent_id] = self._pending.get(agent_id, 0) + 1
         ask.task = self._tasks.create_task(
             self._run(ask, request, options["timeout"], options["detachGrace"], remember, coalesce),
             name="qb-gateway-ask",
@@ -405,6 +408,11 @@ class Gateway:
         finally:
             ask.ended = asyncio.get_running_loop().time()
             ask.done.set()
+            left = self._pending[ask.agent_id] - 1
+            if left:
+                self._pending[ask.agent_id] = left
+            else:
+                del self._pending[ask.agent_id]
             log.info("ask %s of agent %s: %s", ask.id, ask.agent_id, ask.error.code if ask.error else "answered")
 
     def _forget(self, ask: GatewayAsk) -> None:
@@ -546,7 +554,11 @@ def listen_unix(path: str, mode: int) -> socket.socket:
 
 def _listen_tcp(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family)
+    listener = socket.create_server((host, port), family=family)
+    # Named TCP: asyncio turns Nagle off (TCP_NODELAY) only on accepted sockets whose protocol says so,
+    # and create_server leaves it 0; with Nagle on, a reply on a kept-alive connection waited 40 ms
+    # for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, fileno=listener.detach())
     sock.setblocking(False)
     return sock
 
