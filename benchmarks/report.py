@@ -424,6 +424,10 @@ def write_doc(
         "`pending.answer(...)` before taking the next request, so answers never share a round trip.",
         "- **broker, keyed asks** (when measured): the same asks with `key=` (a key of its own each), so every "
         "ask reads its durable key and the ask script records it (issue 14).",
+        "- **broker, unsigned (counterfactual)**: the same asks with signatures off, which the broker itself "
+        "cannot do (docs/security.md): the benchmark's own two processes patch the provider's sealing out "
+        "(the outcome JSON travels bare) and the asker's check of it (issue 27: what signing costs, measured "
+        "in the same run; its targets are judged on the median of the per-round ratios).",
         "- **raw floor**: the least a stream-based design must do, with the same tools as the broker "
         "(redis-py with hiredis parsing and hiredis command packing, built by the broker's own client builder): "
         "the XADDs of concurrent asks pipelined over one connection (what an auto-pipelining client does); "

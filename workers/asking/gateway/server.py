@@ -444,8 +444,15 @@ class Gateway:
 # -- HTTP -------------------------------------------------------------------------------
 
 
+class _JSON(JSONResponse):
+    """Encoded by msgspec: the same compact JSON as Starlette's, for a fraction of ``json.dumps``'s time."""
+
+    def render(self, content: Any) -> bytes:
+        return msgspec.json.encode(content)
+
+
 def _error(error: UserQuestionError) -> JSONResponse:
-    return JSONResponse({"error": error.to_dict()}, status_code=HTTP_STATUS.get(error.code, 500))
+    return _JSON({"error": error.to_dict()}, status_code=HTTP_STATUS.get(error.code, 500))
 
 
 def _agent(request: Request, tokens: Tokens) -> str:
@@ -481,27 +488,27 @@ def build_app(gateway: Gateway, tokens: Tokens) -> Starlette:
             raise UserQuestionError("wait must be a number of seconds", BAD_REQUEST)
         ask = await gateway.ask(agent_id, body)
         await gateway.wait(ask, float(wait or 0))
-        return JSONResponse(ask.view(), status_code=ask.status)
+        return _JSON(ask.view(), status_code=ask.status)
 
     async def listing(request: Request) -> Response:
         agent_id = _agent(request, tokens)
-        return JSONResponse({"asks": [ask.view() for ask in gateway.asks_of(agent_id)]})
+        return _JSON({"asks": [ask.view() for ask in gateway.asks_of(agent_id)]})
 
     async def show(request: Request) -> Response:
         agent_id = _agent(request, tokens)
         seconds = _seconds(request.query_params.get("wait"))
         ask = gateway.find(agent_id, request.path_params["ask_id"])
         await gateway.wait(ask, seconds)
-        return JSONResponse(ask.view(), status_code=ask.status)
+        return _JSON(ask.view(), status_code=ask.status)
 
     async def withdraw(request: Request) -> Response:
         agent_id = _agent(request, tokens)
         ask = gateway.find(agent_id, request.path_params["ask_id"])
         await gateway.withdraw(ask)
-        return JSONResponse(ask.view(), status_code=ask.status)
+        return _JSON(ask.view(), status_code=ask.status)
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"ok": True})
+        return _JSON({"ok": True})
 
     async def coded(request: Request, error: Exception) -> Response:
         assert isinstance(error, UserQuestionError)
@@ -606,7 +613,9 @@ async def serve(
 
     async with Gateway(broker, keep_for=settings.keep_for, abandon_after=settings.abandon_after) as gateway:
         app = build_app(gateway, tokens)
-        config = uvicorn.Config(app, log_config=None, lifespan="off", timeout_graceful_shutdown=3, server_header=False)
+        config = uvicorn.Config(
+            app, http="httptools", log_config=None, lifespan="off", timeout_graceful_shutdown=3, server_header=False
+        )
         http = _Uvicorn(config)
         with _listeners(settings) as sockets:
             for sock in sockets:
