@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 _Client = Redis | RedisCluster
 _CLEANUP_BATCH = 500
 """requests cleaned up in one settled_cleanup.lua call at most"""
+_CLOSE_GRACE = 5.0
+"""seconds closing waits for Redis to take the asks' ends and the queued commands (docs/reliability.md 7)"""
 
 
 @dataclass(frozen=True)
@@ -235,16 +237,17 @@ class Broker:
             return
         self._closing = True
         self._flush_settled()  # queued now, so that the drain below waits for it
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _CLOSE_GRACE  # one for every step: with Redis gone each would wait it out
         try:
-            asks = list(self._asks.values())
-            if asks:
-                await asyncio.wait_for(
-                    asyncio.gather(*(ask.end_on_close() for ask in asks), return_exceptions=True), timeout=5.0
-                )
-            # Withdrawals in flight and queued clean-ups (an answered request's keys) finish first.
-            await self._cleanups.wait(timeout=5.0)
-            if self._commands is not None:
-                await asyncio.wait_for(self._commands.drain(), timeout=5.0)
+            async with asyncio.timeout_at(deadline):
+                asks = list(self._asks.values())
+                if asks:
+                    await asyncio.gather(*(ask.end_on_close() for ask in asks), return_exceptions=True)
+                # Withdrawals in flight and queued clean-ups (an answered request's keys) finish first.
+                await self._cleanups.wait(timeout=deadline - loop.time())
+                if self._commands is not None:
+                    await self._commands.drain()
         except TimeoutError:
             log.warning("closing with Redis commands unsent; their keys expire by TTL")
         finally:

@@ -316,3 +316,22 @@ async def test_a_provider_seals_while_the_audit_moves_and_not_while_idle(make_br
         report = await check(broker)
         assert report.status == "intact" and report.unsealed == 0
     assert await checkpoints() == 1  # the clean stop had nothing new to seal either
+
+
+def test_no_script_appends_to_the_audit_but_through_the_chain():
+    """Every script whose contract names an audit stream key appends to it by audit_append only: a raw XADD
+    there is an unchained entry, which `verify` reports as slipped in (approve.lua's votes once were)."""
+    import re
+    from pathlib import Path
+
+    import broker
+
+    scripts = Path(broker.__file__).parent / "scripts"
+    raw = []
+    for path in sorted(scripts.glob("*.lua")):
+        text = path.read_text()
+        header = "\n".join(line for line in text.splitlines() if line.startswith("--"))
+        for index in re.findall(r"KEYS\[(\d+)\] audit stream", header):
+            if re.search(rf"redis\.call\('XADD', KEYS\[{index}\]", text):
+                raw.append(path.name)
+    assert raw == []

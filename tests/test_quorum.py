@@ -352,3 +352,24 @@ def test_a_malformed_escalation_is_refused(tmp_path, text, complaint) -> None:
     path.write_text(text)
     with pytest.raises(PolicyError, match=complaint):
         load_policies(path)
+
+
+async def test_votes_are_chained_into_the_audit_and_it_verifies(make_broker, policies, redis) -> None:
+    """docs/approvals.md: each vote is in the audit; docs/security.md: every audit entry is chained, so a vote
+    must be too, or `qbroker audit verify` reports the quorum's own entries as slipped in."""
+    from broker.audit import verify
+    from broker.signing import TrustedKeys
+    from tests.helpers import SIGNING_KEY
+
+    broker = await make_broker()
+    async with broker.provider("web") as provider:
+        asked = asyncio.create_task(broker.ask(deploy(), timeout=20))
+        card = await next_pending(provider)
+        await policies.vote(card, pick("yes"), by="alice")
+        await policies.vote(card, pick("yes"), by="bob")
+        assert await asked == pick("yes")
+    trail = await audit(broker)
+    assert [e["event"] for e in trail if e["event"] == "vote"] == ["vote", "vote"]
+    assert all(e.get("chain") for e in trail), trail
+    report = await verify(broker.commands, broker.keys, TrustedKeys([SIGNING_KEY.public_text]))
+    assert report.status == "intact", report.findings

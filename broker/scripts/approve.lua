@@ -22,8 +22,8 @@ local before = redis.call('HGET', KEYS[3], ARGV[3])
 if before ~= ARGV[4] then
   local now = redis.call('TIME')
   redis.call('HSET', KEYS[3], ARGV[3], ARGV[4], '#at:' .. ARGV[3], now[1] * 1000 + math.floor(now[2] / 1000))
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'event', 'vote', 'rid', ARGV[2], 'by', ARGV[3],
-    'verdict', ARGV[8], 'policy', ARGV[7], 'provider', ARGV[9], 'epoch', ARGV[10])
+  audit_append(KEYS[4], ARGV[6], 'event', 'vote', 'rid', ARGV[2], 'by', ARGV[3], 'verdict', ARGV[8],
+    'policy', ARGV[7], 'provider', ARGV[9], 'epoch', ARGV[10])
 end
 local ttl = redis.call('PTTL', KEYS[2])
 if ttl < tonumber(ARGV[5]) then ttl = tonumber(ARGV[5]) end

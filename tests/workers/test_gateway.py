@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from broker import Broker, PendingRequest
+from broker import Broker, PendingRequest, UserQuestionError
 from tests.helpers import pick
 from tests.redis_server import RedisServer
 from tests.workers.procs import Worker, run_qbroker
@@ -462,3 +462,109 @@ async def test_the_gateway_attests_its_asks_so_the_provider_shows_them_verified(
         assert pending.request.agent == "ci-bot" and pending.verified
     finally:
         assert await worker.stop() == 0
+
+
+@pytest.mark.timeout(60)
+async def test_an_ask_through_the_gateway_is_answered_across_a_redis_restart(
+    redis_factory: Callable[..., RedisServer],
+    namespace: str,
+    tokens: Callable[[str], str],
+    make_broker: Callable[..., Awaitable[Broker]],
+) -> None:
+    """Redis stops and comes back (its AOF on) while an agent's long poll waits in the gateway: the ask
+    is neither lost nor failed; the answer given after the restart reaches the agent, once."""
+    from tests.test_ask import next_pending
+
+    server = redis_factory("--appendonly", "yes", "--appendfsync", "everysec")
+    token = tokens("ci-bot")
+    worker, base = await start_gateway(server, namespace, tokens.path)  # type: ignore[attr-defined]
+    broker = await make_broker(url=server.url)
+    try:
+        async with broker.provider("ui", standby=True) as provider, client(base, token) as http:
+            waiting = asyncio.create_task(http.post("/v1/asks", json={"request": YES_NO, "wait": 45}))
+            await next_pending(provider)
+            await asyncio.sleep(1.5)  # appendfsync everysec: what is a second old is on disk
+            await asyncio.to_thread(server.process.terminate)  # type: ignore[union-attr]
+            await asyncio.to_thread(server.process.wait)  # type: ignore[union-attr]
+            server.start()
+            async with asyncio.timeout(20):  # the provider reconnects and claims its backlog again
+                while not provider.pending:
+                    await asyncio.sleep(0.05)
+            [pending] = provider.pending
+            await pending.answer(pick("no"), by="tester")
+            reply = await asyncio.wait_for(waiting, 30)
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["answer"]["answers"][0]["selected"] == ["no"]
+            assert provider.pending == []  # answered once, nothing asked again
+    finally:
+        assert await worker.stop() == 0
+
+
+@pytest.mark.timeout(90)
+async def test_the_gateway_ends_its_waiting_asks_with_a_code_when_redis_is_gone_and_serves_once_it_is_back(
+    redis_factory: Callable[..., RedisServer],
+    namespace: str,
+    tokens: Callable[[str], str],
+    make_broker: Callable[..., Awaitable[Broker]],
+) -> None:
+    """Invariant 10 through the gateway: with Redis gone for good (past the broker's 30 s), a waiting ask
+    ends BROKER_UNAVAILABLE instead of holding the agent's poll forever; the gateway itself stays up and
+    asks again once a Redis is back on its address."""
+    from tests.test_ask import next_pending
+
+    server = redis_factory()
+    token = tokens("ci-bot")
+    worker, base = await start_gateway(server, namespace, tokens.path)  # type: ignore[attr-defined]
+    standing = await make_broker(url=server.url, unavailable_after=1.0)
+    try:
+        async with client(base, token) as http:
+            http.timeout = httpx.Timeout(60)
+            try:
+                async with standing.provider("ui", standby=True) as provider:
+                    started = (await http.post("/v1/asks", json={"request": YES_NO})).json()
+                    await next_pending(provider)
+                    server.kill()
+            except* UserQuestionError:
+                pass  # leaving the provider block cannot release a lease on a dead server
+            reply = await http.get(f"/v1/asks/{started['id']}", params={"wait": 50})
+            assert reply.json()["error"]["code"] == "BROKER_UNAVAILABLE", reply.text
+            server.start()  # empty: the agent's question is gone with the old server, and it was told so
+            broker = await make_broker(url=server.url)
+            async with answering(broker) as seen:
+                again = await http.post("/v1/asks", json={"request": YES_NO, "wait": 30})
+                assert again.status_code == 200, again.text
+                assert again.json()["answer"]["answers"][0]["selected"] == ["yes"]
+                assert seen.qsize() == 1
+    finally:
+        status = await worker.stop()
+        assert status == 0, "\n".join(worker.lines[-40:])
+
+
+@pytest.mark.timeout(60)
+async def test_sigterm_with_redis_down_ends_the_gateway_on_its_own(
+    redis_factory: Callable[..., RedisServer],
+    namespace: str,
+    tokens: Callable[[str], str],
+    make_broker: Callable[..., Awaitable[Broker]],
+) -> None:
+    """docs/cli.md: stopped while Redis is unreachable, the gateway waits at most a few seconds for the asks'
+    withdrawals and its agents' removals (they expire by TTL), then exits 0: before the 10 s a supervisor
+    (docker stop, systemd) gives before SIGKILL. It once waited 30 s per withdrawal, then 5 s per close step."""
+    from tests.test_ask import next_pending
+
+    server = redis_factory()
+    token = tokens("ci-bot")
+    worker, base = await start_gateway(server, namespace, tokens.path)  # type: ignore[attr-defined]
+    standing = await make_broker(url=server.url, unavailable_after=1.0)
+    try:
+        async with client(base, token) as http:
+            try:
+                async with standing.provider("ui", standby=True) as provider:
+                    assert (await http.post("/v1/asks", json={"request": YES_NO})).json()["state"] == "pending"
+                    await next_pending(provider)
+                    server.kill()
+            except* UserQuestionError:
+                pass  # leaving the provider block cannot release a lease on a dead server
+    finally:
+        status = await worker.stop()  # SIGTERM, and SIGKILL (status -9) 10 s later
+    assert status == 0, "\n".join(worker.lines[-20:])

@@ -10,7 +10,8 @@ stands by again, or exits with ``--exit-on-lease-loss``.
 from __future__ import annotations
 
 import argparse
-import os
+
+from workers.answering.options import add_policy_arguments
 
 __all__ = ["register", "run"]
 
@@ -24,18 +25,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "naming the line at fault (exit 2).",
     )
     parser.add_argument("--rules", required=True, metavar="FILE", help="the TOML rules file (see docs/cli.md)")
-    parser.add_argument(
-        "--policy-file",
-        default=os.environ.get("QBROKER_POLICY_FILE") or None,
-        metavar="FILE",
-        help="quorum policies (docs/approvals.md; env QBROKER_POLICY_FILE): a question one covers is left "
-        "pending for people, never answered by a rule",
-    )
-    parser.add_argument(
-        "--users-file",
-        default=os.environ.get("QBROKER_WEB_USERS") or None,
-        metavar="FILE",
-        help="the web's users file, for the policies' [groups] (env QBROKER_WEB_USERS)",
+    add_policy_arguments(
+        parser,
+        policy_help="quorum policies: a question one covers is left pending for people, never answered by a rule",
+        users_help="the web's users file, for the policies' [groups]",
     )
     parser.add_argument("--name", metavar="NAME", help="this provider's name (default auto@HOST:PID)")
     parser.add_argument(

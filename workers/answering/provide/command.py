@@ -8,7 +8,8 @@ the screen with a notice; losing the lease stops presenting at once and says so.
 from __future__ import annotations
 
 import argparse
-import os
+
+from workers.answering.options import add_policy_arguments
 
 __all__ = ["register", "run"]
 
@@ -35,18 +36,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="after an answer, offer to remember it (for the agent or the namespace) for this long "
         "(default 3600; 0: do not offer)",
     )
-    parser.add_argument(
-        "--policy-file",
-        default=os.environ.get("QBROKER_POLICY_FILE") or None,
-        metavar="FILE",
-        help="quorum policies (docs/approvals.md; env QBROKER_POLICY_FILE): a covered question takes one "
-        "vote from here, the person named by --as",
-    )
-    parser.add_argument(
-        "--users-file",
-        default=os.environ.get("QBROKER_WEB_USERS") or None,
-        metavar="FILE",
-        help="the web's users file, for its [groups] (env QBROKER_WEB_USERS)",
+    add_policy_arguments(
+        parser,
+        policy_help="quorum policies: a covered question takes one vote from here, the person named by --as",
+        users_help="the web's users file, for its [groups]",
     )
     parser.add_argument(
         "--as", dest="person", metavar="PERSON", help="who answers here, as the groups name people (default: USER)"

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from workers.answering.options import add_policy_arguments
 from workers.settings import Settings
 from workers.settings import add_arguments as add_shared_arguments
 
@@ -47,18 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=env.get("QBROKER_WEB_HOST", "127.0.0.1"), help="address to listen on")
     parser.add_argument("--port", type=int, default=int(env.get("QBROKER_WEB_PORT", "8080")), help="port")
     parser.add_argument("--name", default=f"web@{socket.gethostname()}", help="provider name shown to others")
-    parser.add_argument(
-        "--users-file",
-        type=Path,
-        default=env.get("QBROKER_WEB_USERS") or None,
-        help="TOML file with [users] (password hashes) and [tokens] (env QBROKER_WEB_USERS)",
-    )
-    parser.add_argument(
-        "--policy-file",
-        type=Path,
-        default=env.get("QBROKER_POLICY_FILE") or None,
-        help="TOML file of quorum and routing policies, groups in the users file's [groups] "
-        "(docs/approvals.md; env QBROKER_POLICY_FILE)",
+    add_policy_arguments(
+        parser,
+        policy_help="TOML file of quorum and routing policies, groups in the users file's [groups]",
+        users_help="TOML file with [users] (password hashes) and [tokens]",
     )
     parser.add_argument(
         "--slack-config",

@@ -184,6 +184,7 @@ class _Agents:
         self._tasks = tasks
         self._linger = linger
         self._held: dict[str, _Hold] = {}
+        self._holding: set[asyncio.Task[None]] = set()
 
     @contextlib.asynccontextmanager
     async def use(self, agent_id: str) -> AsyncIterator[Agent]:
@@ -192,7 +193,9 @@ class _Agents:
             # Registered anew: a direct asker taking the id over makes the old record not live.
             hold = _Hold(asyncio.get_running_loop().create_future(), asyncio.Event())
             self._held[agent_id] = hold
-            self._tasks.create_task(self._hold(agent_id, hold), name=f"qb-gateway-agent-{agent_id}")
+            task = self._tasks.create_task(self._hold(agent_id, hold), name=f"qb-gateway-agent-{agent_id}")
+            self._holding.add(task)
+            task.add_done_callback(self._holding.discard)
         if hold.linger is not None:
             hold.linger.cancel()
             hold.linger = None
@@ -230,6 +233,11 @@ class _Agents:
                 hold.linger.cancel()
             hold.release.set()
 
+    def abandon_all(self) -> None:
+        """Stop removing records (Redis does not answer): each expires with its TTL."""
+        for task in self._holding:
+            task.cancel()
+
 
 class Gateway:
     """The asks of authenticated agents, run through one broker; an async context manager."""
@@ -242,8 +250,11 @@ class Gateway:
         abandon_after: float = 60.0,
         max_asks: int = 100,
         agent_linger: float = 10.0,
+        stop_grace: float = 2.0,
     ) -> None:
         self.broker = broker
+        self.stop_grace = stop_grace
+        """stopping, how long the asks' withdrawals and the agents' removals may wait for Redis"""
         self.keep_for = keep_for
         """how long a finished ask's outcome stays readable"""
         self.abandon_after = abandon_after
@@ -279,6 +290,20 @@ class Gateway:
         self._agents.release_all()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        asyncio.get_running_loop().call_later(self.stop_grace, self._abandon)
+
+    def _abandon(self) -> None:
+        """Stopping, and Redis has not taken the asks' ends within ``stop_grace``: stop waiting for it.
+
+        Cancelled again, an ask leaves its withdrawal to the broker, whose close gives it a last few
+        seconds; past those an unkeyed question is reaped once this process's liveness lapses, a keyed one
+        waits out its grace. So a SIGTERM ends the gateway in seconds even with Redis gone.
+        """
+        assert self._agents is not None
+        for ask in self._asks.values():
+            if ask.task is not None and not ask.task.done():
+                ask.task.cancel()
+        self._agents.abandon_all()
 
     # -- operations ---------------------------------------------------------------------
 
