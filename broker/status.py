@@ -53,6 +53,8 @@ class PendingInfo(msgspec.Struct, frozen=True, kw_only=True):
     """the request's priority: urgent, normal or low"""
     verified: bool = False
     """a gateway the reader pins attested its agent id for this request; else the id is only claimed"""
+    entry: str = ""
+    """its entry in the request stream: the cursor to list the pending requests after it (``after=``)"""
 
 
 class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,17 +91,20 @@ class NamespaceStatus(msgspec.Struct, frozen=True, kw_only=True):
     """every live agent; ``agents`` lists the first ``limit`` of them by id"""
     rejected_answers: int = 0
     """answers askers refused among the askers' log's last 1000 events (unsigned or badly signed)"""
+    next_after: str | None = None
+    """when more pending requests follow the listed ones: the cursor for the next page (``after=``)"""
 
 
 _REJECTED_WINDOW = 1000
 """askers' log events searched for refused answers"""
 
 
-async def namespace_status(broker: Broker, *, limit: int | None = None) -> NamespaceStatus:
+async def namespace_status(broker: Broker, *, limit: int | None = None, after: str = "") -> NamespaceStatus:
     """Read the namespace's state; writes nothing. Pending requests are read from the stream.
 
     ``limit``: list only the oldest ``limit`` pending requests and the first ``limit`` agents
-    (the counts still cover all); None lists everything.
+    (the counts still cover all); None lists everything. ``after``: list the pending requests
+    after this cursor (a listed request's ``entry``, or the last page's ``next_after``).
     """
     call = broker.commands.call
     keys: Keys = broker.keys
@@ -121,7 +126,7 @@ async def namespace_status(broker: Broker, *, limit: int | None = None) -> Names
         epoch_text, token, holder = str(lease).split(":", 2)
         epoch = int(epoch_text)
         holder_member = f"{token}:{holder}"  # the holder registers beside the standbys
-    pending, counts = await _pending(call, keys, now_ms, limit, broker.gateway_keys)
+    pending, counts, next_after = await _pending(call, keys, now_ms, limit, after, broker.gateway_keys)
     agents, agent_count = await _agents(call, keys, now_ms, limit)
     return NamespaceStatus(
         namespace=keys.namespace,
@@ -139,6 +144,7 @@ async def namespace_status(broker: Broker, *, limit: int | None = None) -> Names
         away_count=int(away),
         agent_count=agent_count,
         rejected_answers=sum(1 for _, fields in recent if _event(fields) == "rejected"),
+        next_after=next_after,
     )
 
 
@@ -153,9 +159,10 @@ class _Counts:
 
 
 async def _pending(
-    call: Any, keys: Keys, now_ms: int, limit: int | None, gateways: TrustedKeys
-) -> tuple[tuple[PendingInfo, ...], _Counts]:
-    """The oldest ``limit`` pending requests in full, and every pending request counted.
+    call: Any, keys: Keys, now_ms: int, limit: int | None, after: str, gateways: TrustedKeys
+) -> tuple[tuple[PendingInfo, ...], _Counts, str | None]:
+    """The oldest ``limit`` pending requests after the cursor in full, every pending request counted,
+    and the cursor after the last listed when more follow.
 
     Past the listed ones, a request is counted from its stream entry alone (every script that
     ends a request deletes its entry, and the entry carries a copy of the request, for its
@@ -164,13 +171,20 @@ async def _pending(
     found: list[PendingInfo] = []
     counts = _Counts()
     start = "-"
+    more = False
     while True:
         entries = await call("XRANGE", keys.requests, start, "+", "COUNT", _PAGE)
-        asks = [fields for fields in (_pairs(flat) for _id, flat in entries) if fields.get("kind") == "ask"]
-        asks = [fields for fields in asks if fields.get("rid")]
-        listing = len(asks) if limit is None else max(0, min(len(asks), limit - len(found)))
-        listed, counted = [fields["rid"] for fields in asks[:listing]], asks[listing:]
-        entries_of = {fields["rid"]: fields for fields in asks[:listing]}
+        asks = [
+            {**fields, "": entry_id}
+            for entry_id, fields in ((entry_id, _pairs(flat)) for entry_id, flat in entries)
+            if fields.get("kind") == "ask" and fields.get("rid")
+        ]
+        before = sum(1 for fields in asks if after and _ordered(fields[""]) <= _ordered(after))
+        listing = len(asks) - before if limit is None else max(0, min(len(asks) - before, limit - len(found)))
+        listed_asks = asks[before : before + listing]
+        listed, counted = [fields["rid"] for fields in listed_asks], asks[:before] + asks[before + listing :]
+        more = more or len(asks) > before + listing
+        entries_of = {fields["rid"]: fields for fields in listed_asks}
         records = await asyncio.gather(
             *(
                 call(
@@ -213,13 +227,23 @@ async def _pending(
                     grace_left_s=max(0, float(grace_ends) - now_ms) / 1000 if away and grace_ends else None,
                     priority=priority,
                     verified=_attested(gateways, keys, request_id, entries_of[request_id], request, agent, client),
+                    entry=entries_of[request_id][""],
                 )
             )
         for fields in counted:
             counts.add(_priority(fields["request"] if "request" in fields else next(bodies)))
         if len(entries) < _PAGE:
-            return tuple(found), counts
+            return tuple(found), counts, found[-1].entry if more and found else None
         start = "(" + entries[-1][0]
+
+
+def _ordered(entry_id: str) -> tuple[int, int]:
+    """A stream entry id as a number pair: ids compare by time, then sequence (not as text)."""
+    milliseconds, _, sequence = entry_id.partition("-")
+    try:
+        return int(milliseconds), int(sequence or 0)
+    except ValueError:
+        return (0, 0)
 
 
 def _priority(request: str | None) -> str:

@@ -335,3 +335,42 @@ def test_no_script_appends_to_the_audit_but_through_the_chain():
             if re.search(rf"redis\.call\('XADD', KEYS\[{index}\]", text):
                 raw.append(path.name)
     assert raw == []
+
+
+async def test_a_failover_that_loses_the_last_entries_leaves_a_chain_that_verifies(make_broker, redis_factory):
+    """Redis fails over to a replica that missed the last writes (promoted while the old master went on):
+    each entry and the head move in the same script, so the replica holds a shorter chain, not a broken
+    one; `verify` finds it intact, and answers on the new master chain on from its head."""
+    master, replica = redis_factory(), redis_factory()
+    follower = Redis(port=replica.port, decode_responses=True)
+    leader = Redis(port=master.port, decode_responses=True)
+    try:
+        await follower.execute_command("REPLICAOF", "127.0.0.1", master.port)
+        on_master = await make_broker(url=master.url)
+        async with on_master.provider("p1") as provider:
+            for label in ("yes", "no"):
+                task = asyncio.create_task(on_master.ask(one_question("yes", "no")))
+                await (await _next(provider)).answer(pick(label), by="alice")
+                await asyncio.wait_for(task, 5)
+            assert await leader.wait(1, 5000) == 1  # the replica has these
+            await follower.execute_command("REPLICAOF", "NO", "ONE")  # promoted; the old master goes on alone
+            task = asyncio.create_task(on_master.ask(one_question("yes", "no")))
+            await (await _next(provider)).answer(pick("yes"), by="lost")
+            await asyncio.wait_for(task, 5)
+        keys = on_master.keys
+        lost = [f for _, f in await entries(leader, keys.audit) if f.get("by") == "lost"]
+        assert lost, "the old master has the entry the replica missed: the fault fired"
+        kept = await entries(follower, keys.audit)
+        assert all(f.get("by") != "lost" for _, f in kept) and kept
+        on_replica = await make_broker(url=replica.url)
+        report = await check(on_replica)
+        assert report.status == "intact", report.findings
+        async with on_replica.provider("p2") as provider:
+            task = asyncio.create_task(on_replica.ask(one_question("yes", "no")))
+            await (await _next(provider)).answer(pick("no"), by="bob")
+            await asyncio.wait_for(task, 5)
+        report = await check(on_replica)
+        assert report.status == "intact" and report.entries > len(kept), report.findings
+    finally:
+        await follower.aclose()
+        await leader.aclose()

@@ -126,3 +126,31 @@ async def test_a_settle_retried_after_the_asker_cleaned_up_is_recognised_as_done
     assert set(await redis.hgetall(key)) == {"state", "client", "settle_call", "by"}  # still the slim tombstone
     assert not await redis.exists(asking.keys.outcome(pending.request_id))  # nothing re-created for nobody
     assert 50_000 < await redis.pttl(key) <= TOMBSTONE_MS
+
+
+async def test_a_vote_whose_reply_was_lost_counts_once(proxy, make_broker, redis, asks, tmp_path):
+    """approve.lua's reply lost with its connection: the broker sends the vote again, which finds it
+    recorded; one vote, one audit entry, and the quorum still needs the second person."""
+    from broker import load_policies
+    from tests.test_quorum import POLICY, deploy
+
+    path = tmp_path / "policy.toml"
+    path.write_text(POLICY)
+    policies = load_policies(path)
+    asking = await make_broker()
+    answering = await make_broker(url=proxy.url, lease_ttl=30.0)
+    async with answering.provider("web") as provider:
+        task = asyncio.create_task(asking.ask(deploy(), timeout=40))
+        asks.append(task)
+        card = await next_pending(provider)
+        await redis.script_load(SCRIPTS["approve"].source)  # the reply dropped is the script's, not a NOSCRIPT
+        lost = proxy.drop_next_reply(b"EVALSHA", SCRIPTS["approve"].sha)
+        first = await asyncio.wait_for(policies.vote(card, pick("yes"), by="alice"), 15)
+        assert lost.is_set(), "the vote's reply was never dropped"
+        assert first is not None and first.decided is None and first.approved_by == ("alice",)
+        assert not task.done()
+        done = await asyncio.wait_for(policies.vote(card, pick("yes"), by="bob"), 15)
+        assert done is not None and done.by == ("alice", "bob")
+        assert await asyncio.wait_for(task, 10) == pick("yes")
+    votes = [f for _, f in await redis.xrange(asking.keys.audit) if f.get("event") == "vote"]
+    assert [v["by"] for v in votes] == ["alice", "bob"]

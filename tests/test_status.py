@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import pytest
 from msgspec.structs import replace
 
 from broker import namespace_status
@@ -82,6 +83,37 @@ async def test_a_limit_lists_the_oldest_pending_and_agents_and_counts_them_all(m
     assert [a.agent_id for a in limited.agents] == ["a", "b"]
     assert [p.request_id for p in everything.pending] == order and everything.pending_count == 5
     assert [a.agent_id for a in everything.agents] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("stream_page", [1000, 2], ids=["one-read", "across-reads"])
+async def test_pages_after_a_cursor_list_every_pending_request_once_in_order(
+    make_broker, redis, monkeypatch, stream_page
+):
+    """`qbroker status --limit N --after ENTRY`: page by page, each request once, oldest first, the counts
+    always of all; the last page has no next cursor. ``stream_page`` small: a cursor falls mid-read."""
+    import broker.status
+
+    monkeypatch.setattr(broker.status, "_PAGE", stream_page)
+    asking = await make_broker()
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(asking.provider("desk"))
+        asked = []
+        for _ in range(5):
+            asked.append(asyncio.create_task(asking.ask(one_question("yes", "no"), coalesce=False)))
+            stack.callback(asked[-1].cancel)
+        while len(await _pending_ids(redis, asking)) < len(asked):
+            await asyncio.sleep(0.01)
+        order = await _pending_ids(redis, asking)
+        pages, after = [], ""
+        while True:
+            page = await namespace_status(asking, limit=2, after=after)
+            assert page.pending_count == 5
+            pages.append([p.request_id for p in page.pending])
+            if page.next_after is None:
+                break
+            assert page.next_after == page.pending[-1].entry
+            after = page.next_after
+    assert pages == [order[0:2], order[2:4], order[4:5]]
 
 
 async def _pending_ids(redis, broker) -> list[str]:

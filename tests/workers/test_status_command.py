@@ -59,5 +59,15 @@ async def test_status_puts_the_summary_first_and_lists_only_the_oldest_limit(
         assert status == 0, err
         data = json.loads(out)
         assert (len(data["pending"]), data["pending_count"], data["pending_by_priority"]) == (1, 3, {"normal": 3})
+        assert data["next_after"] == data["pending"][0]["entry"]
+
+        status, out, err = await run_qbroker(
+            "status", "--limit", "2", "--after", data["next_after"], url=redis_server.url, namespace=namespace
+        )
+        assert status == 0, err
+        assert [rid in out.decode() for rid in ids] == [False, True, True]  # the page after the first
+        assert "next page:" not in out.decode()
+        status, _, err = await run_qbroker("status", "--after", "oldest", url=redis_server.url, namespace=namespace)
+        assert status == 2 and b"stream entry id" in err
         for task in tasks:
             task.cancel()

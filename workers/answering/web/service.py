@@ -122,15 +122,31 @@ class WebProvider:
 
     # -- what pages see ---------------------------------------------------------------
 
-    def snapshot(self) -> Event:
-        return {
+    def snapshot(self, *, user: str | None = None, window: int | None = None) -> Event:
+        """What a page starts from; with ``window``, only the first ``window`` cards ``user`` may see,
+        with how many they may see in all (``total``) and the cursor after the last one sent (``after``)."""
+        event: Event = {
             "type": "snapshot",
             "namespace": self.broker.namespace,
             "status": self.status_event(),
-            "requests": list(self._views.values()),
             "readonly": self._readonly,
             "nowMs": int(time.time() * 1000),
         }
+        if window is None:
+            return {**event, "requests": list(self._views.values())}
+        views, _ = self.page(0, window, lambda view: user is None or self.may_see(view, user))
+        after = self._arrivals.seq_of(views[-1]["id"]) if views else 0
+        total = len(self._views) if user is None else self.visible_count(user)
+        return {**event, "requests": views, "total": total, "after": after, "window": window}
+
+    def visible_count(self, user: str) -> int:
+        """How many cards are pending here that ``user`` may see: O(cards routed to a group)."""
+        hidden = sum(1 for routes in self._routes.values() if not self.may_see({"routes": routes}, user))
+        return len(self._views) - hidden
+
+    def seq_of(self, request_id: str) -> int | None:
+        """Where a pending card stands in the order shown (a cursor for ``page``)."""
+        return self._arrivals.seq_of(request_id)
 
     def status_event(self) -> Event:
         return {
@@ -184,15 +200,20 @@ class WebProvider:
 
     @asynccontextmanager
     async def subscribe(
-        self, queue: asyncio.Queue[Event | None] | None = None
+        self,
+        queue: asyncio.Queue[Event | None] | None = None,
+        *,
+        user: str | None = None,
+        window: int | None = None,
     ) -> AsyncIterator[asyncio.Queue[Event | None]]:
         """A queue of change events, starting with a snapshot; ``None`` means: stop.
 
         Pass a queue to share it between the providers of several namespaces (every event
-        names its namespace).
+        names its namespace). With ``window``, the snapshot holds the first ``window`` cards
+        ``user`` may see, not all of them (see ``snapshot``).
         """
         queue = queue if queue is not None else asyncio.Queue(QUEUE_SIZE)
-        queue.put_nowait(self.snapshot())
+        queue.put_nowait(self.snapshot(user=user, window=window))
         self._subscribers.add(queue)
         try:
             yield queue

@@ -1,4 +1,4 @@
-"""``qbroker status [--json] [--limit N]``: the lease holder, standbys, pending requests, live agents."""
+"""``qbroker status [--json] [--limit N] [--after ENTRY]``: the lease holder, pending requests, live agents."""
 
 from __future__ import annotations
 
@@ -23,7 +23,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="list the oldest N pending requests and the first N agents (counts cover all); 0 lists all; default 50",
     )
+    parser.add_argument(
+        "--after",
+        type=_entry,
+        default=None,
+        metavar="ENTRY",
+        help="list the pending requests after this one's stream entry (a listed ENTRY, or the `next page` "
+        "a listing ends with: page through them all)",
+    )
     parser.set_defaults(func=run)
+
+
+def _entry(text: str) -> str:
+    milliseconds, _, sequence = text.partition("-")
+    if not (milliseconds.isdigit() and sequence.isdigit()):
+        raise argparse.ArgumentTypeError("must be a stream entry id, as <milliseconds>-<sequence>")
+    return text
 
 
 def _count(text: str) -> int:

@@ -72,6 +72,8 @@ def format_status(status: NamespaceStatus) -> str:
             for p in sorted(status.pending, key=lambda p: -p.age_s)
         ]  # fmt: skip
         out += _table(("REQUEST", "AGENT", "IDENTITY", "PRIORITY", "WAITING", "QUESTIONS", "DELIVERED", "ASKER"), rows)
+    if status.next_after:
+        out.append(f"next page: --after {status.next_after}")
     out += ["", f"live agents: {status.agent_count}{_shown(len(status.agents), status.agent_count, 'first')}"]
     if status.agents:
         agent_rows = [
@@ -98,7 +100,7 @@ async def show(args: argparse.Namespace) -> int:
     settings: Settings = args.settings
     try:
         async with settings.broker() as broker:
-            status = await namespace_status(broker, limit=args.limit or None)
+            status = await namespace_status(broker, limit=args.limit or None, after=args.after or "")
     except UserQuestionError as error:
         print(msgspec.json.encode(error.to_payload()).decode(), file=sys.stderr)
         return EXIT_STATUS.get(error.code, 1)
