@@ -88,6 +88,16 @@ def test_the_coalescing_and_priorities_systems_run() -> None:
     assert "broker, 3 agents x 3 priorities asks/s" in result.stdout
 
 
+@pytest.mark.slow
+def test_signed_asks_are_set_beside_the_unsigned_counterfactual() -> None:
+    result = run_quick("broker,broker-unsigned,floor", asks=10)
+    assert result.returncode == 0, result.stderr[-3000:]
+    header = next(line for line in result.stdout.splitlines() if line.startswith("| concurrency"))
+    assert "broker, unsigned (counterfactual) asks/s" in header and "raw floor asks/s" in header
+    [check] = [line for line in result.stdout.splitlines() if "p50 latency at c=1 <= 1.2x unsigned" in line]
+    assert "raw floor" in check and "per round: median" in check
+
+
 def test_the_feature_cost_figures_are_printed() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.feature_cost", "--asks", "300"],
