@@ -19,8 +19,9 @@ SYSTEMS = (
     "broker-decided",
     "broker-no-coalesce",
     "broker-priorities",
+    "broker-unsigned",
 )
-DEFAULT_SYSTEMS = ("broker", "floor", "arq")
+DEFAULT_SYSTEMS = ("broker", "broker-unsigned", "floor", "arq")
 
 
 def _ints(text: str) -> list[int]:
@@ -58,8 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--systems",
         type=_names,
         default=list(DEFAULT_SYSTEMS),
-        help="which of broker,floor,arq,broker-serial,broker-keyed,broker-no-remember,broker-decided,"
-        "broker-no-coalesce,broker-priorities (default broker,floor,arq; broker-serial awaits each answer; "
+        help="which of broker,broker-unsigned,floor,arq,broker-serial,broker-keyed,broker-no-remember,broker-decided,"
+        "broker-no-coalesce,broker-priorities (default broker,broker-unsigned,floor,arq; broker-unsigned: the same "
+        "asks with signing and its check patched out of the benchmark's processes, to measure what signing costs; "
+        "broker-serial awaits each answer; "
         "broker-keyed asks every question with a key of its own; broker asks look remembered decisions up and miss, "
         "broker-no-remember asks with remember=False, broker-decided asks are all answered by a remembered decision; "
         "broker-no-coalesce asks with coalesce=False (no request fingerprint at the provider); broker-priorities "

@@ -35,7 +35,7 @@ from broker import (
     Remember,
 )
 from broker.connection import redis_from_url
-from broker.types import PRIORITIES, encode
+from broker.types import PRIORITIES, decode_outcome, encode
 
 REQUEST = AskUserQuestionRequest(
     questions=(
@@ -109,6 +109,26 @@ async def run_levels(args: argparse.Namespace, call: Callable[[], Awaitable[Any]
 
 
 # -- question-broker ---------------------------------------------------------------------
+
+
+def without_signatures() -> None:
+    """The counterfactual ``broker-unsigned`` measures: answers travel as bare outcome JSON, unsigned.
+
+    The broker has no unsigned mode (docs/security.md); only this benchmark's own processes patch
+    the provider's sealing and the asker's check out, so that one run can say what signing costs.
+    """
+    import broker._ask
+    import broker.provider
+
+    def bare(_key: Any, _namespace: str, _epoch: int, _at: int, seals: list[Any]) -> list[str]:
+        return [seal.body for seal in seals]
+
+    def accept(ask: Any, outcome: str, request_id: str | None = None) -> bool:
+        ask._checked = (outcome, decode_outcome(outcome))
+        return True
+
+    broker.provider.seal_outcomes = bare  # type: ignore[assignment]
+    broker._ask._Ask.accepts = accept  # type: ignore[method-assign]
 
 
 async def broker_provider(args: argparse.Namespace) -> None:
@@ -374,6 +394,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-remember", action="store_true", help="broker-asker: ask with remember=False")
     parser.add_argument("--no-coalesce", action="store_true", help="broker-asker: ask with coalesce=False")
     parser.add_argument(
+        "--unsigned", action="store_true", help="broker roles: answers neither signed nor verified (a counterfactual)"
+    )
+    parser.add_argument(
         "--priorities", action="store_true", help="broker-asker: three agents in turn, cycling urgent, normal, low"
     )
     parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[1])
@@ -388,6 +411,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def _main(args: argparse.Namespace) -> None:
+    if args.unsigned:
+        without_signatures()
     task = asyncio.ensure_future(ROLES[args.role](args))
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     with contextlib.suppress(asyncio.CancelledError):

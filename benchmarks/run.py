@@ -37,6 +37,7 @@ PAIRS = {
     "broker-decided": ("broker-provider", "broker-asker"),
     "broker-no-coalesce": ("broker-provider", "broker-asker"),
     "broker-priorities": ("broker-provider", "broker-asker"),
+    "broker-unsigned": ("broker-provider", "broker-asker"),
     "floor": ("floor-server", "floor-asker"),
     "arq": ("arq-worker", "arq-asker"),
 }
@@ -45,8 +46,15 @@ ASKER_FLAGS = {
     "broker-no-remember": ("--no-remember",),
     "broker-no-coalesce": ("--no-coalesce",),
     "broker-priorities": ("--priorities",),
+    "broker-unsigned": ("--unsigned",),
 }
 """what a broker variant's asking process is started with"""
+SERVER_FLAGS = {
+    "broker-serial": ("--serial",),
+    "broker-decided": ("--remember",),  # its first answer decides every later ask
+    "broker-unsigned": ("--unsigned",),
+}
+"""what a broker variant's providing process is started with"""
 
 
 def log(message: str) -> None:
@@ -146,9 +154,7 @@ class Bench:
         await self.redis.config_resetstat()
         namespace = f"bench-{system}-{round_number}"
         common = ["--poll-delay", str(args.arq_poll_delay), "--max-jobs", str(args.arq_max_jobs)]
-        serial = ["--serial"] if system == "broker-serial" else []
-        serial += ["--remember"] if system == "broker-decided" else []  # its first answer decides every later ask
-        server = await self.start(server_role, namespace, *common, *serial)
+        server = await self.start(server_role, namespace, *common, *SERVER_FLAGS.get(system, ()))
         await server.expect("holding")
         levels = ",".join(str(c) for c in args.concurrency)
         asker = await self.start(

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import gc
 import inspect
 import json
@@ -62,13 +63,13 @@ ROOT = Path(__file__).resolve().parent.parent
 ASKERS, ASKERS_FULL = (1000, 4000), (1000, 4000, 8000, 16000)
 PENDING, PENDING_FULL = (1000, 10000), (1000, 10000, 100000)
 PROCESSES = 4
+WAVE = 2000
+"""asks an asking process sends before it waits for them to be enqueued"""
 SWEEP_EVERY = 5.0
 """the askers' ``sweep_every`` (the default)"""
 WINDOW = 3 * SWEEP_EVERY
 """seconds over which the cost of waiting questions is counted (``--window``)"""
 """asking processes per measurement"""
-ASK_CHUNK, CHUNK_PAUSE = 1000, 0.5
-"""an asking process asks this many at a time, this many seconds apart"""
 OPTIONS = (AskUserQuestionOption(label="yes"), AskUserQuestionOption(label="no"))
 PRIORITIES = ("normal",) * 8 + ("urgent", "low")
 
@@ -92,11 +93,11 @@ async def asker(args: argparse.Namespace) -> None:
     """Register ``--agents`` agents, wait for ``go`` on stdin, then ask ``--asks`` questions
     spread over them (all the same question with ``--same``); print how many got an answer."""
     emit = _emitter()
-    # Long TTLs: a starved asking process must not look stopped (its asks would be withdrawn); nor may its asks
-    # fail BROKER_UNAVAILABLE when its replies come late (100 000 asks on 2 busy shared cores).
+    # Long TTLs: a starved asking process must not look stopped (its asks would be withdrawn), nor give Redis up
+    # for unreachable when its own event loop is too busy to read a reply in time (every ask would fail).
     async with (
         Broker(
-            args.url, args.namespace, agent_ttl=3600.0, client_ttl=3600.0, unavailable_after=600.0, **KEYS
+            args.url, args.namespace, agent_ttl=3600.0, client_ttl=3600.0, unavailable_after=3600.0, **KEYS
         ) as broker,
         contextlib.AsyncExitStack() as stack,
     ):
@@ -106,20 +107,30 @@ async def asker(args: argparse.Namespace) -> None:
             agents += await asyncio.gather(*(stack.enter_async_context(broker.agent(name)) for name in names))
         emit("ready")
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-        asks = []
-        for n in range(args.asks):
-            request = (
-                question("Deploy 2.4.0 to production?")
-                if args.same
-                else question(f"{args.prefix}: step {n}, go on?", PRIORITIES[n % len(PRIORITIES)])
-            )
-            asks.append(asyncio.create_task(agents[n % len(agents)].ask(request, timeout=3600)))
-            if (n + 1) % ASK_CHUNK == 0:
-                # 25 000 asks sent at once by each of 4 processes outlasted the 10 s reply deadline of their
-                # pipeline on 2 busy shared cores, and the asks failed BROKER_UNAVAILABLE
-                await asyncio.sleep(CHUNK_PAUSE)
+        asks: list[asyncio.Task[Any]] = []
+        for start in range(0, args.asks, WAVE):
+            for n in range(start, min(args.asks, start + WAVE)):
+                request = (
+                    question("Deploy 2.4.0 to production?")
+                    if args.same
+                    else question(f"{args.prefix}: step {n}, go on?", PRIORITIES[n % len(PRIORITIES)])
+                )
+                asks.append(asyncio.create_task(agents[n % len(agents)].ask(request, timeout=3600)))
+            await _enqueued(broker, len(asks))
+        emit("asked")
         results = await asyncio.gather(*asks, return_exceptions=True)
         emit("answered", count=sum(1 for result in results if result == YES))
+
+
+async def _enqueued(broker: Broker, n: int) -> None:
+    """Until ``n`` asks of this process wait in Redis (ask.lua enqueued them; reads private state, polled).
+
+    Asks go in waves of ``WAVE``: one pipeline of 25 000 ask.lua calls outlasts the command reply timeout
+    on these cores, and is sent again, and again."""
+    inbox = broker._inbox
+    assert inbox is not None
+    while len(inbox._asked_at) < n:  # noqa: ASYNC110 (the asks the ask script accepted)
+        await asyncio.sleep(0.02)
 
 
 def _emitter() -> Callable[..., None]:
@@ -292,9 +303,13 @@ async def _pending_figures(
     return figures
 
 
-async def failover(url: str, n: int) -> dict[str, float]:
+async def failover(url: str, n: int, profile: str | None = None, housekeeping: bool = True) -> dict[str, float]:
     """Seconds from the web provider taking the lease (``n`` pending, handed over) to a page seeing
-    the first page of cards and all of them (counted in the events a page is sent)."""
+    the first page of cards and all of them (counted in the events a page is sent); then a second web
+    provider takes them over from the first under ``tracemalloc``: the heap it grew by, per card
+    (the provider core and the web service's own state per card, as a ``qbroker web`` holds them).
+    ``profile``: a file for the cProfile statistics of the first take-over. ``housekeeping`` False: the web
+    provider runs no housekeeping of its own (as when a maintenance worker is alive)."""
     from workers.answering.web.keys import WebKeys
     from workers.answering.web.service import WebProvider
 
@@ -303,7 +318,9 @@ async def failover(url: str, n: int) -> dict[str, float]:
     try:
         await askers.start()
         async with (
-            Broker(url, namespace, lease_ttl=60.0, **KEYS) as web,
+            Broker(
+                url, namespace, lease_ttl=60.0, **({} if housekeeping else {"housekeeping_every": None}), **KEYS
+            ) as web,
             Broker(url, namespace, lease_ttl=60.0, **KEYS) as old,
         ):
             service = WebProvider(web, name="bench-web", keys=WebKeys(namespace))
@@ -312,28 +329,71 @@ async def failover(url: str, n: int) -> dict[str, float]:
                 async with old.provider("bench-old") as holder:
                     askers.go()
                     await shown(holder, n)
+                    log(f"{n} pending; the web provider takes them over")
                     running = asyncio.create_task(service.run())
                     while service.status != "standby":  # noqa: ASYNC110 (polled: the status has no event of its own)
                         await asyncio.sleep(0.01)
-                seen, first_s, started = 0, None, None
-                while seen < n:
-                    event = await asyncio.wait_for(queue.get(), 600)
-                    if event is None:
-                        raise RuntimeError("the page's stream ended")
-                    if event["type"] == "status" and event["status"] == "active" and started is None:
-                        started = time.perf_counter()
-                    if event["type"] in ("added", "addedMany"):
-                        seen += len(event["requests"]) if event["type"] == "addedMany" else 1
-                    if first_s is None and started is not None and seen >= min(n, 100):
-                        first_s = time.perf_counter() - started
-                assert started is not None and first_s is not None
-                figures = {"first_page_s": first_s, "all_s": time.perf_counter() - started}
-                running.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await running
+                    profiler = cProfile.Profile(time.process_time) if profile else None
+                    cpu = time.process_time()
+                    if profiler is not None:
+                        profiler.enable()
+                figures = await _taken_over(queue, n)
+                figures["cpu_s"] = time.process_time() - cpu
+                if profiler is not None:
+                    profiler.disable()
+                    profiler.dump_stats(profile)
+            await _stopped(running)
+            gc.collect()
+            rss, _ = _rss_kb(), tracemalloc.start()
+            second = WebProvider(web, name="bench-web-2", keys=WebKeys(namespace))
+            async with second.subscribe(asyncio.Queue()) as queue:
+                running = asyncio.create_task(second.run())
+                await _taken_over(queue, n)
+            gc.collect()
+            figures["web_memory_per_pending_b"] = tracemalloc.get_traced_memory()[0] / n
+            if profile:
+                _write_top(f"{profile}.memory.txt", tracemalloc.take_snapshot(), n)
+            tracemalloc.stop()
+            figures["web_rss_per_pending_b"] = (_rss_kb() - rss) * 1024 / n
+            await _stopped(running)
         return figures
     finally:
         await askers.stop()
+
+
+async def _taken_over(queue: asyncio.Queue[Any], n: int) -> dict[str, float]:
+    """Seconds from a page's web provider going active to the page having the first 100 cards, and all ``n``."""
+    seen, first_s, started = 0, None, None
+    while seen < n:
+        event = await asyncio.wait_for(queue.get(), 600)
+        if event is None:
+            raise RuntimeError("the page's stream ended")
+        if event["type"] == "status" and event["status"] == "active" and started is None:
+            started = time.perf_counter()
+        if event["type"] in ("added", "addedMany"):
+            seen += len(event["requests"]) if event["type"] == "addedMany" else 1
+        if first_s is None and started is not None and seen >= min(n, 100):
+            first_s = time.perf_counter() - started
+    assert started is not None and first_s is not None
+    return {"first_page_s": first_s, "all_s": time.perf_counter() - started}
+
+
+async def _stopped(running: asyncio.Task[None]) -> None:
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+
+
+def _write_top(path: str, snapshot: tracemalloc.Snapshot, n: int) -> None:
+    top = snapshot.statistics("lineno")[:40]
+    Path(path).write_text("\n".join(f"{stat.size / n:8.0f} B/card  {stat}" for stat in top))
+
+
+def _rss_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
 
 
 async def waiting_cost(url: str, n: int, askers: Askers, window: float) -> dict[str, float]:
@@ -398,7 +458,7 @@ async def measure(args: argparse.Namespace) -> int:
                 log(f"{n} askers of distinct questions: {unique[n]}")
             failovers: dict[int, dict[str, float]] = {}
             for n in args.failover or ():
-                failovers[n] = await failover(server.url, n)
+                failovers[n] = await failover(server.url, n, args.profile, not args.no_self_housekeeping)
                 log(f"failover with {n} pending: {failovers[n]}")
             waiting: dict[int, dict[str, float]] = {}
             for n in pending_levels:
@@ -482,11 +542,17 @@ def report(
 
 def failover_report(failovers: dict[int, dict[str, float]]) -> str:
     out = ["", "A failover to the web provider (from taking the lease)", ""]
-    out.append("| pending | first page, 100 cards (s) | every card (s) |")
-    out.append("|---:|---:|---:|")
+    out.append(
+        "| pending | first page, 100 cards (s) | every card (s) | the take-over's CPU (s) |"
+        " web provider's heap per card (B) | RSS per card (B) |"
+    )
+    out.append("|---:|---:|---:|---:|---:|---:|")
     for n, f in failovers.items():
-        out.append(f"| {n} | {f['first_page_s']:.3f} | {f['all_s']:.2f} |")
-    out += ["", "targets at 100000: the first page within 1 s, every card within 10 s"]
+        out.append(
+            f"| {n} | {f['first_page_s']:.3f} | {f['all_s']:.2f} | {f['cpu_s']:.2f} |"
+            f" {f['web_memory_per_pending_b']:.0f} | {f['web_rss_per_pending_b']:.0f} |"
+        )
+    out += ["", "targets at 100000: the first page within 1 s, every card within 10 s, at most 3 KB per pending card"]
     return "\n".join(out)
 
 
@@ -511,6 +577,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pending", type=_ints, help="comma-separated pending counts (default 1000,10000; 0 none)")
     parser.add_argument(
         "--failover", type=_ints, help="pending counts: a failover to the web provider with each (default none)"
+    )
+    parser.add_argument("--profile", help="write the cProfile statistics of the (last) failover's take-over here")
+    parser.add_argument(
+        "--no-self-housekeeping",
+        action="store_true",
+        help="the failover's web provider runs no housekeeping of its own (as with a maintenance worker alive)",
     )
     parser.add_argument(
         "--window", type=float, default=WINDOW, help=f"seconds to count waiting questions' cost ({WINDOW:g}; 0 none)"

@@ -128,8 +128,7 @@ class Inbox:
         while True:
             try:
                 if catch_up:
-                    async with asyncio.timeout(BLOCK_S + REPLY_MARGIN_S):
-                        await self._catch_up()
+                    await self._catch_up()
                     catch_up = False
                 async with asyncio.timeout(BLOCK_S + REPLY_MARGIN_S):
                     popped = await self._blocking.execute_command(
@@ -222,10 +221,15 @@ class Inbox:
         self.fail_all(UserQuestionError(why, BROKER_UNAVAILABLE))
 
     async def _catch_up(self) -> None:
+        """Re-read every awaited outcome; each read has the reply deadline of one blocking read (with
+        25 000 waiting, one deadline for them all was missed on a busy machine, again and again, until
+        every ask failed as if Redis were down)."""
         ids = list(self._waiting)
         for start in range(0, len(ids), _DRAIN):
-            await self._resolve(ids[start : start + _DRAIN])
-        await self.beat()
+            async with asyncio.timeout(BLOCK_S + REPLY_MARGIN_S):
+                await self._resolve(ids[start : start + _DRAIN])
+        async with asyncio.timeout(BLOCK_S + REPLY_MARGIN_S):
+            await self.beat()
 
     async def _take(self, notices: list[str]) -> None:
         """Resolve from the notices: ``<request id> <outcome JSON>``, or a bare id to look up.

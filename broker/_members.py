@@ -45,7 +45,8 @@ class Members(Generic[M]):
     def __init__(self, first: M) -> None:
         self._by_id: dict[str, M] = {}
         self._levels = [0] * len(PRIORITIES)
-        self._askers: Counter[tuple[str | None, str]] = Counter()
+        self._askers: Counter[tuple[str | None, str]] | None = None
+        """members by asker, counted from a card's second member on (a web page holds 100 000 cards of one)"""
         self.away = 0
         """how many members' askers stopped"""
         self.opted_out = 0
@@ -72,19 +73,28 @@ class Members(Generic[M]):
     @property
     def level(self) -> int:
         """The most urgent member's level (0 is urgent)."""
-        return next((level for level, count in enumerate(self._levels) if count), LEVELS["normal"])
+        for level, count in enumerate(self._levels):  # a loop: a card's level is read a few times per delivery
+            if count:
+                return level
+        return LEVELS["normal"]
 
     def get(self, request_id: str) -> M | None:
         return self._by_id.get(request_id)
 
     def has_asker(self, member: Member) -> bool:
         """Whether the asker of ``member`` (its agent in its asking process) is on the card already."""
-        return self._askers[(member.request.agent, member.client_id)] > 0
+        asker = (member.request.agent, member.client_id)
+        if self._askers is None:
+            return any((mine.request.agent, mine.client_id) == asker for mine in self._by_id.values())
+        return self._askers[asker] > 0
 
     def add(self, member: M) -> None:
+        if self._askers is None and self._by_id:
+            self._askers = Counter((mine.request.agent, mine.client_id) for mine in self._by_id.values())
         self._by_id[member.request_id] = member
         self._levels[_level(member)] += 1
-        self._askers[(member.request.agent, member.client_id)] += 1
+        if self._askers is not None:
+            self._askers[(member.request.agent, member.client_id)] += 1
         self.away += member.away
         self.opted_out += member.opted_out
 
@@ -114,10 +124,12 @@ class Members(Generic[M]):
         if counted:
             self._uncount_asker(member)
         member.client_id = client_id
-        if counted:
+        if counted and self._askers is not None:
             self._askers[(member.request.agent, client_id)] += 1
 
     def _uncount_asker(self, member: M) -> None:
+        if self._askers is None:
+            return
         asker = (member.request.agent, member.client_id)
         self._askers[asker] -= 1
         if self._askers[asker] <= 0:

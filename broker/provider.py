@@ -112,7 +112,7 @@ class Asker(NamedTuple):
     """its agent id was attested by a pinned gateway for this very request; else only claimed"""
 
 
-@dataclass(eq=False, kw_only=True)
+@dataclass(eq=False, kw_only=True, slots=True)
 class _Member:
     """One asker's request inside a card."""
 
@@ -141,6 +141,23 @@ class PendingRequest:
     leaves the card. ``request_id`` and ``request`` are the first asker's, kept while the card lives.
     """
 
+    __slots__ = (  # a web page's server holds 100 000 of these: no __dict__ each
+        "_changed",
+        "_fingerprint",
+        "_handed_out",
+        "_members",
+        "_provider",
+        "_settling",
+        "_shown_askers",
+        "_withdrawn",
+        "agent_id",
+        "created_ms",
+        "deadline_ms",
+        "entry_id",
+        "request",
+        "request_id",
+    )
+
     def __init__(
         self,
         provider: Provider,
@@ -155,6 +172,7 @@ class PendingRequest:
         asker_away: bool = False,
         opted_out: bool = False,
         attestation: str = "",
+        deadline_ms: int | None = None,
     ) -> None:
         self._provider = provider
         self.entry_id = entry_id
@@ -163,6 +181,9 @@ class PendingRequest:
         self.agent_id = request.agent
         self.created_ms = created_ms
         """when the request was asked, unix milliseconds by the Redis clock"""
+        self.deadline_ms = deadline_ms
+        """when its first asker stops waiting (its timeout), unix milliseconds by the Redis clock, as delivered;
+        None: it waits for as long as the request lives"""
         self._members = Members(
             _Member(
                 request_id=request_id,
@@ -204,7 +225,8 @@ class PendingRequest:
         return self._changed
 
     @property
-    def _gone(self) -> bool:
+    def is_withdrawn(self) -> bool:
+        """Whether ``withdrawn`` is set; reading it makes no Event (one was 760 B of every card a web page showed)."""
         return self._withdrawn is not None and self._withdrawn.is_set()
 
     @property
@@ -269,7 +291,7 @@ class PendingRequest:
 
     def _join(self, member: _Member) -> None:
         self._members.add(member)
-        self.changed.set()
+        self._set_changed()
 
     def _leave(self, request_id: str) -> bool:
         """Drop one asker; True when it was the last (kept: settling the card is then NOT_PENDING)."""
@@ -278,8 +300,16 @@ class PendingRequest:
         if len(self._members) == 1:
             return True
         self._members.remove(request_id)
-        self.changed.set()
+        self._set_changed()
         return False
+
+    def _set_changed(self) -> None:
+        self.changed.set()
+        self._provider._note_change(self)
+
+    def _set_withdrawn(self) -> None:
+        self.withdrawn.set()
+        self._provider._note_change(self)
 
     def _member(self, request_id: str) -> _Member | None:
         return self._members.get(request_id)
@@ -373,7 +403,7 @@ class PendingRequest:
                 shown = provider._shown.get(member.request_id) is self
                 provider.forget(member.request_id)
                 if shown and self._leave(member.request_id):
-                    self.withdrawn.set()  # its last asker: the UI takes the card down
+                    self._set_withdrawn()  # its last asker: the UI takes the card down
             refused = refused or UserQuestionError(reply[2], reply[1])
         if refused is not None and (not settled or refused.code != NOT_PENDING):
             raise refused
@@ -470,6 +500,9 @@ class Provider:
         self._coalescing: dict[str, PendingRequest] = {}
         """request fingerprint -> the card identical requests join"""
         self._delivering: set[str] = set()
+        self._claiming_backlog = False
+        """the whole pending list is being claimed (``_claim_backlog``): a reclaim meanwhile would claim and parse
+        again what it is about to deliver (a take-over of 100 000)"""
         self._lost = asyncio.Event()
         self.checkpoint_every = audit.CHECKPOINT_EVERY
         """seconds between audit checkpoints while the audit moves"""
@@ -479,6 +512,10 @@ class Provider:
         self._handover_asked = asyncio.Event()
         """set once another provider asked for the lease: iterating ends (what was handed out may still be
         settled), and leaving the ``Broker.provider()`` block hands the lease to it"""
+        self._changes: dict[PendingRequest, None] | None = None
+        """the cards withdrawn or changed since ``changes()`` last returned (in order, each once), once
+        ``track_changes()`` was called"""
+        self._change_noted = asyncio.Event()
 
     def __repr__(self) -> str:
         return f"Provider(name={self.name!r}, namespace={self.keys.namespace!r}, epoch={self.epoch})"
@@ -501,6 +538,32 @@ class Provider:
         await self._handover_asked.wait()
         assert self.handover is not None
         return self.handover
+
+    def track_changes(self) -> None:
+        """From now on, note every card withdrawn or changed, for ``changes()``.
+
+        For a UI that shows every pending card at once (a web page): one waiter for them all, rather
+        than a task per card waiting on its ``withdrawn`` and ``changed`` (with 100 000 pending those
+        tasks were about 5 KB a card)."""
+        if self._changes is None:
+            self._changes = {}
+
+    async def changes(self) -> list[PendingRequest]:
+        """Wait for, and return, the cards withdrawn or changed since the last call (``track_changes()``
+        first), each once, in the order they first changed. Their ``withdrawn`` and ``changed`` say what
+        happened (``changed`` is left set: a UI that waits on it clears it)."""
+        self.track_changes()
+        assert self._changes is not None
+        while not self._changes:
+            self._change_noted.clear()
+            await self._change_noted.wait()
+        cards, self._changes = list(self._changes), {}
+        return cards
+
+    def _note_change(self, card: PendingRequest) -> None:
+        if self._changes is not None:
+            self._changes[card] = None
+            self._change_noted.set()
 
     def fenced(self) -> None:
         if not self._lost.is_set():
@@ -529,7 +592,7 @@ class Provider:
         each agent's oldest first (identical requests of several askers are one card). Orders
         every card: a view of the next few uses ``first(n)`` and ``pending_count``.
         """
-        return [card for card in self._lineup.first(len(self._lineup)) if not card._gone]
+        return [card for card in self._lineup.first(len(self._lineup)) if not card.is_withdrawn]
 
     def first(self, n: int) -> list[PendingRequest]:
         """The first ``n`` of ``pending``, in its order, in O(n log n + log N) for N pending."""
@@ -557,9 +620,25 @@ class Provider:
             self._wake.clear()
             await self._wake.wait()
 
+    def take_ready(self, most: int) -> list[PendingRequest]:
+        """Up to ``most`` more cards that are ready now, in ``__anext__``'s order, without waiting: after one
+        ``anext``, a UI that shows many at once takes a failover's backlog in batches (the next ones ``anext``
+        would return; none if the lease is lost or another provider asked for it)."""
+        cards: list[PendingRequest] = []
+        while len(cards) < most and not self._lost.is_set() and self.handover is None:
+            card = self._schedule.pop(self._ready)
+            if card is None:
+                break
+            card._handed_out = True
+            cards.append(card)
+        return cards
+
     def _ready(self, card: PendingRequest, level: int) -> bool:
         return (
-            not card._handed_out and level == card.level and not card._gone and self._cards.get(card.request_id) is card
+            not card._handed_out
+            and level == card.level
+            and not card.is_withdrawn
+            and self._cards.get(card.request_id) is card
         )
 
     def _reschedule(self, card: PendingRequest, was_level: int) -> None:
@@ -783,6 +862,8 @@ class Provider:
         min_idle_ms = int(settings.reclaim_every * 1000)
         while not self._lost.is_set():
             await asyncio.sleep(settings.reclaim_every)
+            if self._claiming_backlog:
+                continue  # it claims every pending entry, idle or not; the next round looks again
             try:
                 await self._reclaim_idle(min_idle_ms)
             except Exception as error:
@@ -808,15 +889,32 @@ class Provider:
     async def _claim_backlog(self) -> None:
         """Take over every entry a previous holder (or we, before a reconnect) left unsettled."""
         await ensure_group(self.commands, self.keys)
-        cursor = "0-0"
-        while True:
-            reply = await self.commands.call(
+
+        def claim(cursor: str) -> asyncio.Future[Any]:
+            return self.commands.send(
                 "XAUTOCLAIM", self.keys.requests, GROUP, self.consumer, 0, cursor, "COUNT", _READ_COUNT
             )
-            cursor, entries = reply[0], reply[1]
-            await self._take([(e[0], _pairs(e[1])) for e in entries if e and e[1] is not None])
-            if cursor == "0-0":
-                break
+
+        # The next read is claimed while this one is delivered (one round trip for both, not two in turn): a
+        # backlog of 100 000 is 391 reads. What is claimed and not yet delivered when this stops (fenced, Redis
+        # gone) sits in this consumer's pending list, claimed again after a reconnect or by the next holder.
+        claiming = claim("0-0")
+        self._claiming_backlog = True
+        try:
+            while True:
+                reply = await claiming
+                cursor, entries = reply[0], reply[1]
+                if cursor != "0-0":
+                    claiming = claim(cursor)
+                await self._take([(e[0], _pairs(e[1])) for e in entries if e and e[1] is not None])
+                if cursor == "0-0" or self._lost.is_set():
+                    break
+        finally:
+            self._claiming_backlog = False
+            if not claiming.done():
+                claiming.cancel()
+            elif not claiming.cancelled():
+                claiming.exception()  # retrieved: a prefetch that failed after this stopped is only let go
         await self._drop_idle_consumers()
 
     async def _drop_idle_consumers(self) -> None:
@@ -876,7 +974,7 @@ class Provider:
             level = card.level
             self.forget(request_id)
             if card._leave(request_id):
-                card.withdrawn.set()
+                card._set_withdrawn()
             else:
                 self._reschedule(card, level)
         elif (member := card._member(request_id)) is not None:
@@ -889,13 +987,13 @@ class Provider:
                 card._members.rebind(member, client)
                 if member.verified and not self._attested(member):
                     member.verified = False  # attested for the process it was asked from, not this one
-                    card.changed.set()
+                    card._set_changed()
             gone = client is None and away is None  # the hash expired meanwhile: the notice's word is all there is
             card._members.set_away(member, kind == "away" if gone else away is not None or client == "")
             if remember is not None:
                 card._members.set_opted_out(member, remember == "0")
             if (card.asker_away, card.opted_out) != was:
-                card.changed.set()
+                card._set_changed()
         return True
 
     async def _deliver(self, asks: list[tuple[str, dict[str, str], str, str]]) -> list[tuple[PendingRequest, bool]]:
@@ -970,6 +1068,7 @@ class Provider:
                 durable=str(one[6]) if len(one) > 6 else "",
                 opted_out=remember == "0",
                 attestation=fields.get("attest", ""),
+                deadline_ms=int(one[10]) if len(one) > 10 and one[10] else None,
             )
             member = pending._members[0]
             member.verified = self._attested(member)

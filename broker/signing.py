@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+from nacl.bindings import crypto_sign, crypto_sign_BYTES, crypto_sign_open
 from nacl.exceptions import BadSignatureError, CryptoError
 from nacl.signing import SigningKey as _NaclSigningKey
 from nacl.signing import VerifyKey
@@ -84,6 +85,8 @@ class SigningKey:
     def __init__(self, private: _NaclSigningKey) -> None:
         self._private = private
         self.public = private.verify_key
+        self._secret = bytes(private) + bytes(self.public)
+        """libsodium's form of the secret key (seed, then public key): what ``crypto_sign`` takes"""
         self.public_text = public_key_text(self.public)
         self.id = _key_id(bytes(self.public))
 
@@ -106,7 +109,9 @@ class SigningKey:
         return _SECRET_PREFIX + _b64(bytes(self._private))
 
     def sign(self, message: bytes) -> str:
-        return _b64(self._private.sign(message).signature)
+        # libsodium's Ed25519 as PyNaCl's SigningKey.sign calls it, without the SignedMessage it builds
+        # around the result: every settle signs once, and at one ask at a time each us is on the ask's path.
+        return _b64(crypto_sign(message, self._secret)[:crypto_sign_BYTES])
 
     def sign_decision(self, message: bytes) -> str:
         """The signature of a remembered decision's ``decision_message``."""
@@ -176,7 +181,8 @@ class TrustedKeys:
         if key is None:
             return False
         try:
-            key.verify(message, _unb64(signature))
+            # What PyNaCl's VerifyKey.verify calls (signature, then message), without its encoder layer.
+            crypto_sign_open(_unb64(signature) + message, bytes(key))
         except (BadSignatureError, CryptoError, ValueError):
             return False
         return True

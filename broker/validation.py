@@ -50,6 +50,8 @@ def check_request(request: AskUserQuestionRequest, limits: Limits) -> None:
     """
     for item in request.questions:
         intent = item.intent
+        if intent is None:
+            continue
         if isinstance(intent, PlanReviewIntent) and intent.approve not in item.labels:
             raise _bad_intent(f"question {item.id!r}: approve {intent.approve!r} names none of its options")
         if intent is not None and (item.detail is None or not item.detail.strip()):

@@ -88,6 +88,16 @@ def test_the_coalescing_and_priorities_systems_run() -> None:
     assert "broker, 3 agents x 3 priorities asks/s" in result.stdout
 
 
+@pytest.mark.slow
+def test_signed_asks_are_set_beside_the_unsigned_counterfactual() -> None:
+    result = run_quick("broker,broker-unsigned,floor", asks=10)
+    assert result.returncode == 0, result.stderr[-3000:]
+    header = next(line for line in result.stdout.splitlines() if line.startswith("| concurrency"))
+    assert "broker, unsigned (counterfactual) asks/s" in header and "raw floor asks/s" in header
+    [check] = [line for line in result.stdout.splitlines() if "p50 latency at c=1 <= 1.2x unsigned" in line]
+    assert "raw floor" in check and "per round: median" in check
+
+
 def test_the_feature_cost_figures_are_printed() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.feature_cost", "--asks", "300"],
@@ -143,3 +153,18 @@ def test_the_gateway_benchmark_runs_and_prints_its_figures() -> None:
     assert "through the gateway: p50" in result.stdout and "direct (Broker): p50" in result.stdout
     assert "gateway RSS" in result.stdout and "gateway CPU per ask" in result.stdout
     assert "answered 15 of 15" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_scale_benchmark_measures_a_failover_and_the_web_servers_memory() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scale", "--askers", "0", "--pending", "0", "--failover", "300"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = next(line for line in result.stdout.splitlines() if line.startswith("| 300 |"))
+    first_page, every, cpu, heap, _ = (float(cell) for cell in row.strip("|").split("|")[1:])
+    assert 0 < first_page <= every and cpu > 0 and heap > 0

@@ -170,3 +170,25 @@ async def test_the_script_cache_being_flushed_is_survived(make_broker, redis):
         pending = await next_pending(provider)
         await pending.answer(pick("yes"))
         assert await task == pick("yes")
+
+
+@pytest.mark.timeout(30)
+async def test_changes_names_each_withdrawn_or_changed_card_once_in_order(make_broker):
+    """One waiter for every card (a web page's): each card withdrawn or changed since the last call, once."""
+    asking, answering = await make_broker(), await make_broker()
+    async with asyncio.timeout(20), answering.provider("p") as provider:
+        provider.track_changes()
+        asks = {n: asyncio.create_task(asking.ask(one_question("yes", f"no {n}"))) for n in range(3)}
+        shown = [await next_pending(provider) for _ in range(3)]
+        cards = {int(card.request.questions[0].options[1].label.split()[1]): card for card in shown}
+        for n in (2, 0):
+            asks[n].cancel()
+            await asyncio.gather(asks[n], return_exceptions=True)
+        changed: list[object] = []
+        while len(changed) < 2:
+            changed += await provider.changes()
+        assert changed == [cards[2], cards[0]] and all(card.is_withdrawn for card in changed)
+        assert not cards[1].is_withdrawn
+        asks[1].cancel()
+        await asyncio.gather(asks[1], return_exceptions=True)
+        assert await provider.changes() == [cards[1]] and cards[1].is_withdrawn

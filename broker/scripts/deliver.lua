@@ -9,7 +9,8 @@
 -- back (an entry written without its request body) or '0'
 -- returns {'err', 'LEASE_LOST', message} for the whole read, or {'ok', {one reply per entry}}, each
 --   {'ok', request JSON or '', agent id, created unix ms, 'again' or '', '1' if its asker is away else '0',
---    the ask's key or '', the asking process's client id, remember ('0': opted out), coalesce ('0': opted out)}
+--    the ask's key or '', the asking process's client id, remember ('0': opted out), coalesce ('0': opted out),
+--    the asker's deadline (unix ms, Redis clock) or ''}
 --   | {'gone', why}
 --   | {'moved', client id}  the hash names another asking process than the one this entry's keys were built for
 --                          (a keyed ask re-attached): nothing was done; deliver it again with that client's keys
@@ -60,7 +61,7 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
   local k, a = 5 + 5 * i, 7 + 3 * i
   local entry, rid = ARGV[a], ARGV[a + 1]
   local r = redis.call('HMGET', KEYS[k], 'state', 'agent', 'agent_fp', 'created', 'delivered', 'key', 'grace',
-    'away', 'client', 'remember', 'coalesce')
+    'away', 'client', 'remember', 'coalesce', 'deadline')
   local why = nil
   local client = r[9] or ''
   if r[1] == 'pending' and client ~= '' and string.sub(KEYS[k + 2], -#client - 1) ~= ':' .. client then
@@ -103,10 +104,12 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
       local body = ''
       if ARGV[a + 2] == '1' then body = redis.call('HGET', KEYS[k], 'request') end
       if r[5] == ARGV[3] then
-        replies[#replies + 1] = {'ok', body, r[2], r[4], 'again', away, r[6] or '', client, r[10] or '', r[11] or ''}
+        replies[#replies + 1] = {'ok', body, r[2], r[4], 'again', away, r[6] or '', client, r[10] or '', r[11] or '',
+          r[12] or ''}
       else
         redis.call('HSET', KEYS[k], 'delivered', ARGV[3])
-        replies[#replies + 1] = {'ok', body, r[2], r[4], '', away, r[6] or '', client, r[10] or '', r[11] or ''}
+        replies[#replies + 1] = {'ok', body, r[2], r[4], '', away, r[6] or '', client, r[10] or '', r[11] or '',
+          r[12] or ''}
       end
     end
   end

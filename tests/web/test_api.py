@@ -250,6 +250,7 @@ async def test_events_stream_added_and_withdrawn(client: httpx.AsyncClient, make
                 "by": "",
                 "settled": None,
                 "namespace": added["request"]["namespace"],
+                "total": 0,  # how many this page may see now (it shows "N more waiting" beyond its window)
             },
         )
 

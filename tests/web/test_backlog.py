@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +61,76 @@ async def test_a_backlog_reaches_a_page_in_batches_without_overflowing_its_queue
             assert len(page) == 100 and all(view["deadlineMs"] for view in page)  # the context was read
     finally:
         tasks = [*asks, *([running] if running else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@pytest.mark.timeout(60)
+async def test_poison_entries_amid_a_backlog_lose_no_card_and_show_none_twice(
+    make_broker: Callable[..., Any], namespace: str, redis: Any
+) -> None:
+    """A take-over's batches with bad entries among good ones (an id that is no id, a request hash that is gone,
+    a request that does not decode): the bad are set aside, every good card reaches the page exactly once, and a
+    card withdrawn afterwards is taken down (one watcher for every card)."""
+    asker, old, web = await make_broker(), await make_broker(), await make_broker()
+    keys = asker.keys
+    service = WebProvider(web, name="web-1", keys=WebKeys(namespace))
+    running: asyncio.Task[None] | None = None
+    asks: dict[str, asyncio.Task[Any]] = {}
+    half = 300  # the bad entries sit in the middle of the take-over's second read (256 entries a read)
+
+    def ask(n: int) -> None:
+        asks[f"no {n}"] = asyncio.create_task(asker.ask(one_question("yes", f"no {n}"), timeout=50))
+
+    try:
+        async with asyncio.timeout(50):
+            poison = {"state": "pending", "client": asker.client_id, "agent": "", "created": "1"}
+            await redis.hset(keys.request("r-poison"), mapping=poison)
+            async with old.provider("old") as holder:
+                for n in range(half):
+                    ask(n)
+                while holder.pending_count < half:
+                    await asyncio.sleep(0.05)
+                # Read at once by a reader that is gone (a fenced one, say): they wait in the group's pending list,
+                # between the asks, for the next holder's claim. (Blocked readers are served after EXEC.)
+                async with redis.pipeline(transaction=True) as pipe:
+                    pipe.xadd(keys.requests, {"kind": "ask", "rid": "not an id!", "client": asker.client_id})
+                    pipe.xadd(keys.requests, {"kind": "ask", "rid": "r-missing", "client": asker.client_id})
+                    pipe.xadd(keys.requests, {"kind": "ask", "rid": "r-poison", "client": asker.client_id,
+                                              "request": "{not json"})  # fmt: skip
+                    pipe.xreadgroup("providers", "gone-reader", {keys.requests: ">"}, count=3)
+                    *_, read = await pipe.execute()
+                assert len(read[0][1]) == 3
+                for n in range(half, 2 * half):
+                    ask(n)
+                while holder.pending_count < 2 * half:
+                    await asyncio.sleep(0.05)
+                queue: asyncio.Queue[Event | None] = asyncio.Queue()
+                subscribed = service.subscribe(queue)
+                await subscribed.__aenter__()
+                running = asyncio.create_task(service.run())
+                while service.status != "standby":
+                    await asyncio.sleep(0.02)
+            while len(service.requests()) < 2 * half:
+                await asyncio.sleep(0.02)
+            shown = [card for _ in range(queue.qsize()) if (event := queue.get_nowait()) for card in cards(event)]
+            assert len(shown) == 2 * half and len({card["id"] for card in shown}) == 2 * half
+            labels = {card["questions"][0]["options"][1]["label"]: card["id"] for card in shown}
+            assert sorted(labels) == sorted(asks)
+            dead = await redis.xrange(keys.dead)
+            assert sorted(json.loads(fields["fields"])["rid"] for _, fields in dead) == ["not an id!", "r-poison"]
+            assert (await redis.xpending(keys.requests, "providers"))["pending"] == 2 * half  # the bad ones left it
+            for label in ("no 7", "no 400"):  # withdrawn once shown: taken down
+                asks[label].cancel()
+            while {labels["no 7"], labels["no 400"]} & {view["id"] for view in service.requests()}:
+                await asyncio.sleep(0.02)
+            removed = [queue.get_nowait() for _ in range(queue.qsize())]
+            gone = [event["id"] for event in removed if event and event["type"] == "removed"]
+            assert sorted(gone) == sorted([labels["no 7"], labels["no 400"]])
+            await subscribed.__aexit__(None, None, None)
+    finally:
+        tasks = [*asks.values(), *([running] if running else [])]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

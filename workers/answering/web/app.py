@@ -41,6 +41,7 @@ from workers.answering.web.remembered import list_remembered, parse_remember, re
 from workers.answering.web.service import QUEUE_SIZE, Event, WebProvider
 from workers.answering.web.sessions import SessionStore
 from workers.answering.web.throttle import Throttle
+from workers.answering.web.window import PageWindow
 
 if TYPE_CHECKING:
     from workers.answering.slack.face import SlackFace
@@ -201,14 +202,15 @@ async def _json_body(request: Request, *, required: bool = True) -> Any:
         raise WebError(400, "BAD_JSON", f"malformed JSON: {error}") from error
 
 
-_PAGE_PARAMS = frozenset(("limit", "after", "agent", "priority", "intent"))
+_PAGE_PARAMS = frozenset(("limit", "after", "agent", "priority", "intent", "namespace"))
 """any of these pages ``GET /api/requests``; without them it lists everything, as it always did"""
 _PAGE_DEFAULT, _PAGE_MAX = 100, 1000
 
 
 def _requests_page(params: Mapping[str, str], mine: list[WebProvider], user: str) -> dict[str, Any]:
     """One page of the pending requests of ``mine`` (namespace after namespace, each in the order shown)
-    that ``user`` may see and the filters keep, and the cursor of the next page (``next``, None at the end).
+    that ``user`` may see and the filters keep, the cursor of the next page (``next``, None at the end)
+    and the cursor after the last one returned (``cursor``: never None; what arrives later comes after it).
 
     The cursor is ``<namespace index>.<sequence>``: opaque to clients, stable while requests come and go."""
     try:
@@ -236,14 +238,17 @@ def _requests_page(params: Mapping[str, str], mine: list[WebProvider], user: str
         return keep
 
     views: list[dict[str, Any]] = []
+    cursor = f"{start}.{after}"
     for index in range(start, len(mine)):
         found, last = mine[index].page(after if index == start else 0, limit - len(views), wanted(mine[index]))
         views += found
+        if found:
+            cursor = f"{index}.{mine[index].seq_of(found[-1]['id'])}"
         if last is not None:
-            return {"requests": views, "next": f"{index}.{last}"}
+            return {"requests": views, "next": f"{index}.{last}", "cursor": cursor}
         if len(views) == limit and index + 1 < len(mine):
-            return {"requests": views, "next": f"{index + 1}.0"}
-    return {"requests": views, "next": None}
+            return {"requests": views, "next": f"{index + 1}.0", "cursor": cursor}
+    return {"requests": views, "next": None, "cursor": cursor}
 
 
 def create_app(config: WebConfig) -> Starlette:
@@ -388,6 +393,12 @@ def create_app(config: WebConfig) -> Starlette:
         mine = services_of(request, identity)
         first = mine[0].status_event() if mine else {}
         if _PAGE_PARAMS & request.query_params.keys():
+            wanted = request.query_params.get("namespace")
+            if wanted is not None:  # one namespace's pages (a page's "more"): cursors count from it
+                mine = [service for service in mine if service.broker.namespace == wanted]
+                if not mine:
+                    raise WebError(403, "NO_NAMESPACE", f"{identity.user} may not answer in namespace {wanted!r} here")
+                first = mine[0].status_event()
             return JSONResponse({**first, **_requests_page(request.query_params, mine, identity.user)})
         return JSONResponse(
             {
@@ -504,9 +515,12 @@ def create_app(config: WebConfig) -> Starlette:
         async def stream() -> AsyncIterator[str]:
             queue: asyncio.Queue[Event | None] = asyncio.Queue(QUEUE_SIZE * max(1, len(mine)))
             by_namespace = {service.broker.namespace: service for service in mine}
+            window = PageWindow(config.page_window)
             async with AsyncExitStack() as subscriptions:
                 for service in mine:  # one queue for all: every event names its namespace
-                    await subscriptions.enter_async_context(service.subscribe(queue))
+                    await subscriptions.enter_async_context(
+                        service.subscribe(queue, user=identity.user, window=config.page_window)
+                    )
                 yield "retry: 1000\n\n"
                 while True:
                     try:
@@ -518,6 +532,9 @@ def create_app(config: WebConfig) -> Starlette:
                     event = _routed(event, by_namespace, identity.user)
                     if event is None:
                         continue
+                    namespace = event.get("namespace") or (event.get("request") or {}).get("namespace", "")
+                    if namespace in by_namespace:
+                        event = window.pass_on(event, by_namespace[namespace].visible_count(identity.user))
                     # A status event carries no question: it goes out without a session check, so
                     # an outage is shown at once, not after the check's own wait for Redis.
                     if event["type"] != "status" and not await still_signed_in():

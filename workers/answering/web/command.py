@@ -97,6 +97,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "file says who may answer where",
     )
     parser.add_argument(
+        "--page-window",
+        type=int,
+        default=100,
+        metavar="N",
+        help="a page is sent the first N cards of each namespace and keeps N on screen; the rest are "
+        'counted ("N more waiting") and fetched a page at a time (default 100)',
+    )
+    parser.add_argument(
         "--session-hours", type=float, default=12.0, help="a sign-in lasts this long (sessions live in Redis)"
     )
     parser.add_argument(
@@ -149,6 +157,8 @@ async def run(args: argparse.Namespace) -> int:
         policies = load_policies(args.policy_file, groups=_groups(args.users_file))
         proxies = parse_networks(args.trusted_proxy)
         slack = _slack(args)
+        if not 1 <= args.page_window <= 1000:
+            raise ConfigError(f"--page-window {args.page_window} is not 1 to 1000")
         if args.public_url and not safe_url(args.public_url):
             raise ConfigError(f"--public-url {args.public_url!r} is not an absolute http(s) URL")
         also_serve = tuple(namespace.strip() for namespace in args.serve)
@@ -194,6 +204,7 @@ async def run(args: argparse.Namespace) -> int:
         gateway_keys=settings.gateway_keys,
         policies=policies,
         slack=slack,
+        page_window=args.page_window,
     )
     return await _serve(config, log_json=_log_json(args))
 

@@ -163,6 +163,9 @@ class WebConfig:
     """quorum and routing policies (``--policy-file``, docs/approvals.md), with the users file's [groups]"""
     slack: SlackConfig | None = None
     """Slack as a face of this provider (``--slack-config``, docs/slack.md); ``None``: no Slack"""
+    page_window: int = 100
+    """the cards of each namespace a page is sent at first and kept filled to (``--page-window``);
+    the rest are counted and fetched a page at a time"""
 
     @property
     def namespaces(self) -> tuple[str, ...]:

@@ -28,6 +28,10 @@ class Arrivals:
     def __len__(self) -> int:
         return len(self._seq_of)
 
+    def seq_of(self, request_id: str) -> int | None:
+        """The sequence of a live id: a cursor that pages on after it."""
+        return self._seq_of.get(request_id)
+
     def add(self, request_id: str) -> None:
         seq, self._next = self._next, self._next + 1
         self._seq_of[request_id] = seq

@@ -8,6 +8,7 @@ limited to safe schemes.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -15,7 +16,7 @@ import msgspec
 import nh3
 from markdown_it import MarkdownIt
 
-from broker import AskUserQuestionItem, AskUserQuestionRequest, PendingRequest, PlanReviewIntent
+from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, PendingRequest, PlanReviewIntent
 
 __all__ = ["plan_review", "readonly_view", "render_markdown", "request_view", "safe_url"]
 
@@ -55,15 +56,10 @@ def plan_review(item: AskUserQuestionItem, count: int) -> dict[str, Any] | None:
     request allows becomes unreachable.
     """
     intent = item.intent
+    if intent is None or count != 1 or not isinstance(intent, PlanReviewIntent):  # the usual card: nothing to read
+        return None
     labels = item.labels
-    if (
-        count != 1
-        or not isinstance(intent, PlanReviewIntent)
-        or item.detail is None
-        or item.multi_select
-        or len(labels) > 2
-        or intent.approve not in labels
-    ):
+    if item.detail is None or item.multi_select or len(labels) > 2 or intent.approve not in labels:
         return None
     refuse = next((label for label in labels if label != intent.approve), None)
     return {"approve": intent.approve, "refuse": refuse}
@@ -84,13 +80,24 @@ def _item_view(item: AskUserQuestionItem, count: int) -> dict[str, Any]:
         "question": item.question,
         "header": item.header,
         "detailHtml": None if item.detail is None else render_markdown(item.detail),
-        "options": [{"label": o.label, "description": o.description} for o in item.options or ()],
+        "options": _options_view(item.options or ()),
         "multiSelect": item.multi_select,
         "intent": _intent_kind(item),
         "planReview": plan_review(item, count),
         "editable": None if item.editable is None else msgspec.to_builtins(item.editable),
         "attachment": None if item.attachment is None else msgspec.to_builtins(item.attachment),
     }
+
+
+@lru_cache(maxsize=4096)
+def _options_view(options: tuple[AskUserQuestionOption, ...]) -> list[dict[str, Any]]:
+    """One list for every card offering the same options (yes / no, approve / reject): a server showing 100 000
+    cards holds it once. Shared, so never changed in place: a view that needs other options gets a new list."""
+    return [{"label": option.label, "description": option.description} for option in options]
+
+
+_REMEMBER_SCOPES: tuple[list[str], list[str], list[str]] = (["agent", "namespace"], ["namespace"], [])
+"""the views' ``remember`` lists, shared by every card (never changed in place)"""
 
 
 def request_view(pending: PendingRequest) -> dict[str, Any]:
@@ -124,8 +131,8 @@ def asking_view(pending: PendingRequest) -> dict[str, Any]:
 def _remember_scopes(pending: PendingRequest) -> list[str]:
     """Where an answer that picks options may be remembered: [] when the asker opted out (or a plan review)."""
     if not pending.rememberable or any(item.intent is not None for item in pending.request.questions):
-        return []
-    return ["agent", "namespace"] if pending.agent_id else ["namespace"]
+        return _REMEMBER_SCOPES[2]
+    return _REMEMBER_SCOPES[0] if pending.agent_id else _REMEMBER_SCOPES[1]
 
 
 def readonly_view(request_id: str, request: AskUserQuestionRequest, created_ms: int) -> dict[str, Any]:

@@ -111,7 +111,6 @@ class WebProvider:
         self._locks: dict[str, asyncio.Lock] = {}
         self._settled: OrderedDict[str, _Settled] = OrderedDict()
         self._shown: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self._watchers: dict[str, asyncio.Task[None]] = {}
         self._lost: set[str] = set()
         """requests taken down when the lease was lost: each comes back (redelivered) or is said to be gone"""
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
@@ -122,15 +121,31 @@ class WebProvider:
 
     # -- what pages see ---------------------------------------------------------------
 
-    def snapshot(self) -> Event:
-        return {
+    def snapshot(self, *, user: str | None = None, window: int | None = None) -> Event:
+        """What a page starts from; with ``window``, only the first ``window`` cards ``user`` may see,
+        with how many they may see in all (``total``) and the cursor after the last one sent (``after``)."""
+        event: Event = {
             "type": "snapshot",
             "namespace": self.broker.namespace,
             "status": self.status_event(),
-            "requests": list(self._views.values()),
             "readonly": self._readonly,
             "nowMs": int(time.time() * 1000),
         }
+        if window is None:
+            return {**event, "requests": list(self._views.values())}
+        views, _ = self.page(0, window, lambda view: user is None or self.may_see(view, user))
+        after = self._arrivals.seq_of(views[-1]["id"]) if views else 0
+        total = len(self._views) if user is None else self.visible_count(user)
+        return {**event, "requests": views, "total": total, "after": after, "window": window}
+
+    def visible_count(self, user: str) -> int:
+        """How many cards are pending here that ``user`` may see: O(cards routed to a group)."""
+        hidden = sum(1 for routes in self._routes.values() if not self.may_see({"routes": routes}, user))
+        return len(self._views) - hidden
+
+    def seq_of(self, request_id: str) -> int | None:
+        """Where a pending card stands in the order shown (a cursor for ``page``)."""
+        return self._arrivals.seq_of(request_id)
 
     def status_event(self) -> Event:
         return {
@@ -184,15 +199,20 @@ class WebProvider:
 
     @asynccontextmanager
     async def subscribe(
-        self, queue: asyncio.Queue[Event | None] | None = None
+        self,
+        queue: asyncio.Queue[Event | None] | None = None,
+        *,
+        user: str | None = None,
+        window: int | None = None,
     ) -> AsyncIterator[asyncio.Queue[Event | None]]:
         """A queue of change events, starting with a snapshot; ``None`` means: stop.
 
         Pass a queue to share it between the providers of several namespaces (every event
-        names its namespace).
+        names its namespace). With ``window``, the snapshot holds the first ``window`` cards
+        ``user`` may see, not all of them (see ``snapshot``).
         """
         queue = queue if queue is not None else asyncio.Queue(QUEUE_SIZE)
-        queue.put_nowait(self.snapshot())
+        queue.put_nowait(self.snapshot(user=user, window=window))
         self._subscribers.add(queue)
         try:
             yield queue
@@ -397,14 +417,18 @@ class WebProvider:
             delay = policy.escalates_in(pending)
             if delay is not None and pending.request_id not in self._escalations:
                 self._escalations[pending.request_id] = asyncio.create_task(self._escalate(pending, delay))
-        if pending.withdrawn.is_set():
+        if pending.is_withdrawn:
             return None
-        away_until = await self._away_until(pending)
-        if pending.withdrawn.is_set():
+        suspended = policy is not None or pending.asker_away
+        away_until = await self._away_until(pending) if pending.asker_away else None
+        if pending.is_withdrawn:
             return None
-        # Who asks may have changed while the context was read (an asker joined or went away),
-        # and the watcher found no view to update then: take it now.
-        view.update(askerAway=pending.asker_away, awayUntilMs=away_until, **asking_view(pending))
+        if suspended:
+            # Who asks may have changed while the votes or the grace were read (an asker joined or went
+            # away), and the watcher found no view to update then: take it now.
+            view.update(askerAway=pending.asker_away, awayUntilMs=away_until, **asking_view(pending))
+        else:
+            view.update(awayUntilMs=None)
         self._lost.discard(pending.request_id)
         self._pending[pending.request_id] = pending
         self._views[pending.request_id] = view
@@ -442,25 +466,22 @@ class WebProvider:
                 del self._escalations[request_id]
 
     async def _contexts(self, batch: list[PendingRequest]) -> dict[str, Event]:
-        """What the request hashes and the agent records add, by request id: the asker's deadline, the
-        agent's owner. One command per request and per agent, sent together (one pipeline)."""
-        keys, call = self.broker.keys, self.broker.commands.call
+        """What the agent records add, by request id: the agent's owner, one command per agent, sent
+        together (one pipeline); and the asker's deadline (delivered with the card)."""
+        keys, send = self.broker.keys, self.broker.commands.send
         agents = list({pending.agent_id for pending in batch if pending.agent_id})
         try:
-            replies = await asyncio.gather(
-                *(call("HGET", keys.request(pending.request_id), "deadline") for pending in batch),
-                *(call("HGET", keys.agent(agent_id), "owner") for agent_id in agents),
-            )
+            replies = await asyncio.gather(*(send("HGET", keys.agent(agent_id), "owner") for agent_id in agents))
         except (*_REDIS_DOWN, UserQuestionError) as error:
-            log.warning("no deadline or owner for %d requests: %s", len(batch), error)
-            return {}
-        owners = dict(zip(agents, replies[len(batch) :], strict=True))
+            log.warning("no owner for %d requests: %s", len(batch), error)
+            replies = [None] * len(agents)
+        owners = dict(zip(agents, replies, strict=True))
         return {
             pending.request_id: {
-                "deadlineMs": int(deadline) if deadline else None,
+                "deadlineMs": pending.deadline_ms,
                 "owner": owners.get(pending.agent_id or "") or None,
             }
-            for pending, deadline in zip(batch, replies[: len(batch)], strict=True)
+            for pending in batch
         }
 
     async def _away_until(self, pending: PendingRequest) -> int | None:
@@ -479,9 +500,6 @@ class WebProvider:
     def _remove(self, request_id: str, reason: str, by: str, settled: Event | None = None) -> None:
         self._pending.pop(request_id, None)
         self._locks.pop(request_id, None)
-        watcher = self._watchers.pop(request_id, None)
-        if watcher is not None and watcher is not asyncio.current_task():
-            watcher.cancel()
         view = self._views.pop(request_id, None)
         self._arrivals.remove(request_id)
         if view is not None:
@@ -625,6 +643,7 @@ class WebProvider:
         on_standby: Callable[[str], None] = lambda holder: self._set_status("standby", holder)  # noqa: E731
         async with self.broker.provider(self.name, standby=True, on_standby=on_standby) as provider:
             self._provider = provider
+            provider.track_changes()  # before the first card is handed out: none of its changes is missed
             lease_acquired(self.broker.namespace)
             self._set_status("active", self.name)
             if self.policies:
@@ -635,14 +654,12 @@ class WebProvider:
                 async with asyncio.TaskGroup() as tasks:
                     if self._lost:
                         tasks.create_task(self._resolve_lost(), name="qb-web-resolve-lost")
+                    watching = tasks.create_task(self._watch(provider), name="qb-web-watch")
                     try:
                         while batch := await _ready(provider, _BATCH):
-                            for pending in batch:
-                                self._watchers[pending.request_id] = tasks.create_task(self._watch(pending))
                             await self._add_batch(batch)
                     finally:
-                        for watcher in self._watchers.values():
-                            watcher.cancel()
+                        watching.cancel()
             finally:
                 if provider.lost:
                     lease_lost(self.broker.namespace)
@@ -675,22 +692,22 @@ class WebProvider:
                 {**removed, "settled": settled.view() if settled else None, "namespace": self.broker.namespace}
             )
 
-    async def _watch(self, pending: PendingRequest) -> None:
-        """Take the card down when withdrawn; say when its asker goes away or comes back."""
-        withdrawn = asyncio.ensure_future(pending.withdrawn.wait())
-        try:
-            while not withdrawn.done():
-                changed = asyncio.ensure_future(pending.changed.wait())
-                try:
-                    await asyncio.wait({withdrawn, changed}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    changed.cancel()
-                if pending.changed.is_set() and not withdrawn.done():
+    async def _watch(self, provider: Provider) -> None:
+        """Take cards down when withdrawn; say when an asker goes away or comes back (one task for every card)."""
+        while True:
+            changed: list[PendingRequest] = []
+            for pending in await provider.changes():
+                if self._pending.get(pending.request_id) is not pending:
+                    continue  # not shown yet (``_add`` reads what is true when it shows it), or gone already
+                if pending.is_withdrawn:
+                    self._remove(pending.request_id, "withdrawn", "")
+                else:
                     pending.changed.clear()
-                    await self._asker_changed(pending)
-        finally:
-            withdrawn.cancel()
-        self._remove(pending.request_id, "withdrawn", "")
+                    changed.append(pending)
+            if len(changed) == 1:
+                await self._asker_changed(changed[0])
+            elif changed:
+                await asyncio.gather(*(self._asker_changed(pending) for pending in changed))
 
     async def _asker_changed(self, pending: PendingRequest) -> None:
         """An asker went away or came back, joined or left the card, or raised its priority."""
@@ -711,18 +728,10 @@ async def _ready(provider: Provider, most: int) -> list[PendingRequest]:
     """The next card (waited for), with up to ``most - 1`` more already waiting; empty once the provider
     ends (a hand-over). Raises ``LEASE_LOST`` only before any card is taken (the next call raises it)."""
     try:
-        batch = [await anext(provider)]
+        first = await anext(provider)
     except StopAsyncIteration:
         return []
-    while len(batch) < most:
-        try:
-            # A deadline already past: a card that is ready is taken at once (no await suspends);
-            # otherwise the wait for one is cancelled on the loop's next turn.
-            async with asyncio.timeout(0):
-                batch.append(await anext(provider))
-        except (TimeoutError, StopAsyncIteration, UserQuestionError):
-            break
-    return batch
+    return [first, *provider.take_ready(most - 1)]
 
 
 def _fields(flat: Any) -> dict[str, str]:

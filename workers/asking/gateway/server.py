@@ -265,6 +265,8 @@ class Gateway:
         self._asks: dict[str, GatewayAsk] = {}
         self._by_agent: dict[str, dict[str, GatewayAsk]] = {}
         """the same asks by agent: finding an agent's own costs its asks, not every agent's"""
+        self._pending: dict[str, int] = {}
+        """each agent's asks not yet ended (counting them ask by ask cost an agent's whole history)"""
         self._stack = contextlib.AsyncExitStack()
         self._tasks: asyncio.TaskGroup | None = None
         self._agents: _Agents | None = None
@@ -348,7 +350,7 @@ class Gateway:
                     raise UserQuestionError(f"key {key!r} names another question of this agent", BAD_REQUEST)
                 ask.seen = now
                 return ask
-        if sum(1 for ask in mine if not ask.done.is_set()) >= self.max_asks:
+        if self._pending.get(agent_id, 0) >= self.max_asks:
             raise UserQuestionError(f"this agent has {self.max_asks} asks pending already", BAD_REQUEST)
         ask = GatewayAsk(
             id=secrets.token_urlsafe(16),
@@ -360,6 +362,7 @@ class Gateway:
         )
         self._asks[ask.id] = ask
         self._by_agent.setdefault(agent_id, {})[ask.id] = ask
+        self._pending[agent_id] = self._pending.get(agent_id, 0) + 1
         ask.task = self._tasks.create_task(
             self._run(ask, request, options["timeout"], options["detachGrace"], remember, coalesce),
             name="qb-gateway-ask",
@@ -430,6 +433,11 @@ class Gateway:
         finally:
             ask.ended = asyncio.get_running_loop().time()
             ask.done.set()
+            left = self._pending[ask.agent_id] - 1
+            if left:
+                self._pending[ask.agent_id] = left
+            else:
+                del self._pending[ask.agent_id]
             log.info("ask %s of agent %s: %s", ask.id, ask.agent_id, ask.error.code if ask.error else "answered")
 
     def _forget(self, ask: GatewayAsk) -> None:
@@ -461,8 +469,15 @@ class Gateway:
 # -- HTTP -------------------------------------------------------------------------------
 
 
+class _JSON(JSONResponse):
+    """Encoded by msgspec: the same compact JSON as Starlette's, for a fraction of ``json.dumps``'s time."""
+
+    def render(self, content: Any) -> bytes:
+        return msgspec.json.encode(content)
+
+
 def _error(error: UserQuestionError) -> JSONResponse:
-    return JSONResponse({"error": error.to_dict()}, status_code=HTTP_STATUS.get(error.code, 500))
+    return _JSON({"error": error.to_dict()}, status_code=HTTP_STATUS.get(error.code, 500))
 
 
 def _agent(request: Request, tokens: Tokens) -> str:
@@ -498,27 +513,27 @@ def build_app(gateway: Gateway, tokens: Tokens) -> Starlette:
             raise UserQuestionError("wait must be a number of seconds", BAD_REQUEST)
         ask = await gateway.ask(agent_id, body)
         await gateway.wait(ask, float(wait or 0))
-        return JSONResponse(ask.view(), status_code=ask.status)
+        return _JSON(ask.view(), status_code=ask.status)
 
     async def listing(request: Request) -> Response:
         agent_id = _agent(request, tokens)
-        return JSONResponse({"asks": [ask.view() for ask in gateway.asks_of(agent_id)]})
+        return _JSON({"asks": [ask.view() for ask in gateway.asks_of(agent_id)]})
 
     async def show(request: Request) -> Response:
         agent_id = _agent(request, tokens)
         seconds = _seconds(request.query_params.get("wait"))
         ask = gateway.find(agent_id, request.path_params["ask_id"])
         await gateway.wait(ask, seconds)
-        return JSONResponse(ask.view(), status_code=ask.status)
+        return _JSON(ask.view(), status_code=ask.status)
 
     async def withdraw(request: Request) -> Response:
         agent_id = _agent(request, tokens)
         ask = gateway.find(agent_id, request.path_params["ask_id"])
         await gateway.withdraw(ask)
-        return JSONResponse(ask.view(), status_code=ask.status)
+        return _JSON(ask.view(), status_code=ask.status)
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"ok": True})
+        return _JSON({"ok": True})
 
     async def coded(request: Request, error: Exception) -> Response:
         assert isinstance(error, UserQuestionError)
@@ -571,7 +586,11 @@ def listen_unix(path: str, mode: int) -> socket.socket:
 
 def _listen_tcp(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family)
+    listener = socket.create_server((host, port), family=family)
+    # Named TCP: asyncio turns Nagle off (TCP_NODELAY) only on accepted sockets whose protocol says so,
+    # and create_server leaves it 0; with Nagle on, a reply on a kept-alive connection waited 40 ms
+    # for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, fileno=listener.detach())
     sock.setblocking(False)
     return sock
 
@@ -619,7 +638,9 @@ async def serve(
 
     async with Gateway(broker, keep_for=settings.keep_for, abandon_after=settings.abandon_after) as gateway:
         app = build_app(gateway, tokens)
-        config = uvicorn.Config(app, log_config=None, lifespan="off", timeout_graceful_shutdown=3, server_header=False)
+        config = uvicorn.Config(
+            app, http="httptools", log_config=None, lifespan="off", timeout_graceful_shutdown=3, server_header=False
+        )
         http = _Uvicorn(config)
         with _listeners(settings) as sockets:
             for sock in sockets:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import hmac
 import os
 import re
 import secrets
@@ -23,7 +22,6 @@ __all__ = ["TOKEN_PREFIX", "TokenFileError", "Tokens", "bearer", "new_token", "r
 TOKEN_PREFIX: Final = "qbgt1_"
 _AGENT_ID: Final = re.compile(r"^[^\s\x00-\x1f\x7f]{1,200}$")
 _DIGEST: Final = re.compile(r"^[0-9a-f]{64}$")
-_NOBODY: Final = hashlib.sha256(b"").digest()
 
 
 class TokenFileError(ValueError):
@@ -66,6 +64,7 @@ class Tokens:
         self.path = Path(path)
         self._stamp: tuple[int, int, int] | None = None
         self._entries: tuple[_Entry, ...] = ()
+        self._agents: dict[bytes, str] = {}
         self._refresh()
 
     def __repr__(self) -> str:
@@ -83,23 +82,26 @@ class Tokens:
             stamp = None
         if stamp != self._stamp or stamp is None:
             # A file that turned bad keeps the last good tokens rather than letting everyone in or out.
-            self._entries = _parse(self.path)
+            entries = _parse(self.path)
+            agents: dict[bytes, str] = {}
+            for entry in entries:
+                agents.setdefault(entry.digest, entry.agent_id)  # the first line of a digest, as before
+            self._entries, self._agents = entries, agents
             self._stamp = stamp
 
     def agent_for(self, token: str) -> str | None:
         """The agent a token belongs to, or None.
 
-        Every entry is compared, in constant time, whatever matched: how long it takes says
-        nothing about which agents exist or how close a guess came.
+        Found by the token's SHA-256 in a table of the file's digests, in one step whatever the
+        number of agents (comparing against every entry cost 0.2 ms a request at 1,000 agents).
+        What the lookup's time could tell is about the digest, and no caller can steer a digest
+        toward a valid one without the token itself: a near guess of a token has an unrelated digest.
         """
         with contextlib.suppress(TokenFileError):  # a file turned bad: the last good tokens stay
             self._refresh()
-        digest = _digest(token) if token.startswith(TOKEN_PREFIX) else _NOBODY
-        found: str | None = None
-        for entry in self._entries:
-            if hmac.compare_digest(entry.digest, digest) and found is None:
-                found = entry.agent_id
-        return found
+        if not token.startswith(TOKEN_PREFIX):
+            return None
+        return self._agents.get(_digest(token))
 
 
 def bearer(header: str | None) -> str:

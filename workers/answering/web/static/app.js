@@ -8,6 +8,9 @@
   const state = {
     csrf: null, user: null, namespaces: [], source: null, statuses: new Map(), connected: false, skewMs: 0, cards: new Map(), view: "pending", notify: false,
     readonly: new Map(),
+    // By namespace: how many cards it has for this person in all (total) and the API cursor after the
+    // last one this page loaded in order; the page holds a window of them, not all (issue 27).
+    more: new Map(), window: 100,
   };
   const RECOMMENDED = /\s*\(recommended\)\s*$/i;
   const OFFLINE = "Could not reach the server, so nothing was sent. Your answer is kept here: send it again when the connection is back.";
@@ -63,6 +66,7 @@
     $("notify").addEventListener("click", toggleNotify);
     for (const name of FILTERS) $("filter-" + name).addEventListener("change", applyFilters);
     $("filter-clear").addEventListener("click", clearFilters);
+    $("show-more").addEventListener("click", showMore);
     document.addEventListener("keydown", onKey);
     setInterval(refreshTimes, 10000);
     state.notify = localStorage.getItem("qb-notify") === "on" && "Notification" in window && Notification.permission === "granted";
@@ -107,6 +111,7 @@
 
   async function signOut() {
     try { await call("DELETE", "/api/session"); } catch (e) { /* signed out here anyway */ }
+    state.more.clear();
     for (const id of [...state.cards.keys()]) dropCard(id);
     showSignIn();
   }
@@ -134,12 +139,24 @@
     state.source = source;
     source.addEventListener("snapshot", (e) => onSnapshot(JSON.parse(e.data)));
     source.addEventListener("status", (e) => onStatus(JSON.parse(e.data)));
-    source.addEventListener("added", (e) => { addCard(JSON.parse(e.data).request); announce(JSON.parse(e.data).request); });
+    source.addEventListener("added", (e) => {
+      const event = JSON.parse(e.data);
+      setTotal(event);
+      addCard(event.request);
+      announce(event.request);
+    });
     source.addEventListener("addedMany", (e) => {
       // several cards at once (a failover's backlog): one notification, for the first
-      const requests = JSON.parse(e.data).requests;
-      for (const request of requests) addCard(request);
-      if (requests.length) announce(requests[0]);
+      const event = JSON.parse(e.data);
+      setTotal(event);
+      for (const request of event.requests) addCard(request);
+      if (event.requests.length) announce(event.requests[0]);
+    });
+    // A card beyond the window: only counted ("N more waiting"), fetched when the page gets there.
+    source.addEventListener("waiting", (e) => {
+      setTotal(JSON.parse(e.data));
+      renderEmpty();
+      announce(null);
     });
     source.addEventListener("removed", (e) => onRemoved(JSON.parse(e.data)));
     source.addEventListener("updated", (e) => onUpdated(JSON.parse(e.data)));
@@ -293,9 +310,14 @@
     state.connected = true;
     onStatus(snapshot.status);
     onReadonly({ namespace: snapshot.namespace, requests: snapshot.readonly || [] });
+    if (snapshot.window) state.window = snapshot.window;
+    const total = snapshot.total === undefined ? snapshot.requests.length : snapshot.total;
+    // Only the first cards came: one loaded further on may still be pending (the API brings it again).
+    const truncated = total > snapshot.requests.length;
+    state.more.set(snapshot.namespace, { total, cursor: snapshot.cursor || "0.0", dry: !truncated, fetching: false });
     const live = new Set(snapshot.requests.map((r) => r.id));
     const missing = [...state.cards.values()].filter((card) => card.request.namespace === snapshot.namespace && !live.has(card.id) && !card.closed);
-    if (missing.length) explainGone(missing.map((card) => card.id));
+    if (missing.length) explainGone(missing.map((card) => card.id), truncated);
     state.batching = true;  // one arrange and one filter pass for the lot, not one per card
     try { for (const request of snapshot.requests) addCard(request); }
     finally { state.batching = false; }
@@ -305,7 +327,7 @@
   }
 
   // Cards that went while this page was not listening: the history says why, and a note says it.
-  async function explainGone(ids) {
+  async function explainGone(ids, truncated) {
     let entries = [];
     try { entries = (await call("GET", "/api/history?limit=200")).entries; } catch (e) { entries = []; }
     for (const id of ids) {
@@ -313,6 +335,7 @@
       const settled = entry && entry.event === "answered"
         ? { answer: { answers: entry.questions.map((q) => ({ id: q.id, selected: q.selected || [], custom: q.custom || undefined })) } } : null;
       const card = state.cards.get(id);
+      if (!entry && truncated) continue;  // not in the snapshot's window, not settled: still pending
       if (card && !card.closed && !card.submitting) closeOrDrop(id, entry ? entry.event : "gone", entry ? entry.by : "", settled);
     }
   }
@@ -332,17 +355,94 @@
 
   function renderEmpty() {
     const open = openCount();
+    const waiting = renderMore();
     const empty = $("empty");
-    empty.hidden = open > 0;
+    empty.hidden = open + waiting > 0;
     const standingBy = state.namespaces.length > 0 && state.namespaces.every((n) => statusOf(n) === "standby");
     if (standingBy && !$("readonly").hidden) empty.hidden = true;
     empty.textContent = standingBy
       ? "This server is standing by: pending questions are answered on the active server (see above)."
       : "No pending questions. New ones appear here as agents ask.";
     $("keys-hint").hidden = open === 0;
-    $("pending-count").textContent = open ? "(" + open + ")" : "";
+    $("pending-count").textContent = open + waiting ? "(" + (open + waiting) + ")" : "";
     renderFilters();
     updateTitle();
+    refill();
+  }
+
+  // -- the window: the first cards on screen, the rest counted and fetched a page at a time ----------
+
+  function loadedIn(namespace) {
+    let open = 0;
+    for (const card of state.cards.values()) if (!card.closed && card.request.namespace === namespace) open += 1;
+    return open;
+  }
+
+  function waitingCount() {
+    let waiting = 0;
+    for (const [namespace, more] of state.more) waiting += Math.max(0, more.total - loadedIn(namespace));
+    return waiting;
+  }
+
+  function setTotal(event) {
+    const namespace = event.namespace || (event.request && event.request.namespace);
+    const more = state.more.get(namespace);
+    if (!more || event.total === undefined) return;
+    more.total = event.total;
+    if (event.type === "waiting" || event.total > loadedIn(namespace)) more.dry = false;  // something new after the cursor
+  }
+
+  function renderMore() {
+    const waiting = state.csrf ? waitingCount() : 0;
+    $("more").hidden = waiting === 0;
+    $("more-count").textContent = waiting + " more waiting";
+    $("show-more").textContent = "Show the next " + Math.min(waiting, state.window);
+    return waiting;
+  }
+
+  // The next cards after what this page loaded in order, through the API's cursor; true if any came.
+  async function fetchMore(namespace, limit) {
+    const more = state.more.get(namespace);
+    if (!more || more.fetching || !state.csrf) return false;
+    more.fetching = true;
+    let page = null;
+    try {
+      const params = new URLSearchParams({ namespace, after: more.cursor, limit: String(Math.max(1, Math.min(1000, limit))) });
+      page = await call("GET", "/api/requests?" + params.toString());
+    } catch (e) {
+      page = null;
+    } finally {
+      more.fetching = false;
+    }
+    if (!page || state.more.get(namespace) !== more) return false;  // failed, or a new snapshot started over
+    more.cursor = page.cursor;
+    more.dry = page.next === null;
+    state.batching = true;
+    try { for (const request of page.requests) addCard(request); }
+    finally { state.batching = false; }
+    arrange();
+    renderEmpty();
+    return page.requests.length > 0;
+  }
+
+  // Keep the window full as cards are answered or go: the next one is on screen already.
+  function refill() {
+    if (!state.csrf || state.batching) return;
+    for (const [namespace, more] of state.more) {
+      const loaded = loadedIn(namespace);
+      if (!more.dry && !more.fetching && loaded < state.window && more.total > loaded) fetchMore(namespace, state.window - loaded);
+    }
+  }
+
+  async function showMore() {
+    const button = $("show-more");
+    button.disabled = true;
+    try {
+      for (const [namespace, more] of state.more)
+        if (more.total > loadedIn(namespace)) await fetchMore(namespace, state.window);
+    } finally {
+      button.disabled = false;
+    }
   }
 
   // -- filters over what is loaded ------------------------------------------------------------
@@ -399,7 +499,8 @@
       if (!hide) shown += 1;
     }
     const active = FILTERS.some((name) => wanted[name]);
-    $("filter-count").textContent = active ? shown + " of " + state.cards.size + " shown" : "";
+    const waiting = waitingCount();
+    $("filter-count").textContent = active ? shown + " of " + state.cards.size + " shown" + (waiting ? " (of those loaded here; " + waiting + " more not loaded)" : "") : "";
     $("filter-clear").hidden = !active;
   }
 
@@ -415,7 +516,7 @@
   }
 
   function updateTitle() {
-    const open = state.csrf ? openCount() : 0;
+    const open = state.csrf ? openCount() + waitingCount() : 0;
     const where = state.csrf && state.namespaces.length ? " · " + state.namespaces.join(", ") : "";
     document.title = (open ? "(" + open + ") " : "") + "Questions" + where + " · question-broker";
   }
@@ -449,11 +550,14 @@
     setTimeout(() => note.remove(), 8000);
   }
 
+  // A card beyond the window (null) is not here to quote: the notification says how many wait.
   function announce(request) {
     if (!state.notify || !document.hidden) return;
-    const first = request.questions[0];
+    const first = request ? request.questions[0] : null;
     try {
-      const note = new Notification("Question from " + (request.agent || "an agent"), { body: first ? first.question : "", tag: request.id });
+      const note = request
+        ? new Notification("Question from " + (request.agent || "an agent"), { body: first ? first.question : "", tag: request.id })
+        : new Notification("A question arrived", { body: waitingCount() + " more waiting", tag: "qb-waiting" });
       note.onclick = () => { window.focus(); note.close(); };
     } catch (e) { /* some browsers only notify from a service worker */ }
     chime();
@@ -556,6 +660,8 @@
 
   function onRemoved(event) {
     if (state.view === "history") loadHistory();
+    setTotal(event);
+    renderEmpty();
     const card = state.cards.get(event.id);
     if (!card || card.submitting) return;  // our own submission settles the card itself
     if (event.reason === "lost") { pause(card); return; }

@@ -1,0 +1,101 @@
+"""A page's window (workers/answering/web/window.py) and the windowed snapshot it starts from (issue 27)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker import AskUserQuestionItem, AskUserQuestionRequest, load_policies
+from tests.helpers import options
+from workers.answering.web.keys import WebKeys
+from workers.answering.web.service import Event, WebProvider
+from workers.answering.web.window import PageWindow
+
+NS = "ns"
+
+
+def view(request_id: str) -> Event:
+    return {"id": request_id, "namespace": NS}
+
+
+def added(request_id: str) -> Event:
+    return {"type": "added", "request": view(request_id)}
+
+
+def test_a_card_is_sent_while_the_window_has_room_and_counted_once_it_is_full() -> None:
+    window = PageWindow(2)
+    snapshot = window.pass_on({"type": "snapshot", "namespace": NS, "requests": [view("a")], "after": 7}, 5)
+    assert snapshot["cursor"] == "0.7" and snapshot["total"] == 5 and "after" not in snapshot
+    assert window.pass_on(added("b"), 6) == {**added("b"), "namespace": NS, "total": 6}
+    assert window.pass_on(added("c"), 7) == {"type": "waiting", "namespace": NS, "total": 7}
+    assert window.pass_on(added("a"), 7)["type"] == "added"  # one it holds (an escalation) is brought up to date
+    removed = window.pass_on({"type": "removed", "id": "a", "namespace": NS}, 6)
+    assert removed["total"] == 6
+    assert window.pass_on(added("d"), 7)["type"] == "added"  # room again
+
+
+def test_a_batch_sends_what_fits_and_counts_the_rest() -> None:
+    window = PageWindow(3)
+    window.pass_on({"type": "snapshot", "namespace": NS, "requests": [view("a")], "after": 1}, 1)
+    batch = {"type": "addedMany", "namespace": NS, "requests": [view(x) for x in "bcde"]}
+    sent = window.pass_on(batch, 5)
+    assert [v["id"] for v in sent["requests"]] == ["b", "c"] and sent["total"] == 5
+    full = {"type": "addedMany", "namespace": NS, "requests": [view("f")]}
+    assert window.pass_on(full, 6) == {"type": "waiting", "namespace": NS, "total": 6}
+
+
+def test_namespaces_have_a_window_each() -> None:
+    window = PageWindow(1)
+    for namespace in ("one", "two"):
+        window.pass_on({"type": "snapshot", "namespace": namespace, "requests": [], "after": 0}, 0)
+    first = window.pass_on({"type": "added", "request": {"id": "a", "namespace": "one"}}, 1)
+    second = window.pass_on({"type": "added", "request": {"id": "b", "namespace": "two"}}, 1)
+    assert first["type"] == second["type"] == "added"
+
+
+def asking(text: str) -> AskUserQuestionRequest:
+    return AskUserQuestionRequest(questions=(AskUserQuestionItem(id="q", question=text, options=options("yes", "no")),))
+
+
+ROUTED = """
+[[policy]]
+name = "billing"
+match = { text = "invoice" }
+route = "billing"
+"""
+
+
+@pytest.mark.timeout(30)
+async def test_a_windowed_snapshot_holds_and_counts_only_the_cards_its_user_may_see(
+    make_broker: Callable[..., Any], namespace: str, tmp_path: Path
+) -> None:
+    (tmp_path / "policy.toml").write_text(ROUTED)
+    policies = load_policies(tmp_path / "policy.toml", groups={"billing": frozenset({"bob"})})
+    asker, web = await make_broker(), await make_broker()
+    service = WebProvider(web, name="web-1", keys=WebKeys(namespace), policies=policies)
+    running = asyncio.create_task(service.run())
+    texts = [f"Rename file {n}?" for n in range(3)] + [f"Pay invoice {n}?" for n in range(2)]
+    asks: list[asyncio.Task[Any]] = []
+    try:
+        async with asyncio.timeout(20):
+            while service.status != "active":  # an ask with no provider is refused at once
+                await asyncio.sleep(0.02)
+            asks = [asyncio.create_task(asker.ask(asking(text), timeout=20)) for text in texts]
+            while len(service.requests()) < 5:
+                await asyncio.sleep(0.02)
+        alice = service.snapshot(user="alice", window=10)
+        assert alice["total"] == 3 and len(alice["requests"]) == 3
+        assert all(service.may_see(v, "alice") and not v.get("routes") for v in alice["requests"])
+        narrow = service.snapshot(user="alice", window=2)
+        assert narrow["total"] == 3 and len(narrow["requests"]) == 2
+        assert narrow["after"] == service.seq_of(narrow["requests"][-1]["id"])
+        bob = service.snapshot(user="bob", window=10)
+        assert bob["total"] == 5 and len(bob["requests"]) == 5
+    finally:
+        for task in [*asks, running]:
+            task.cancel()
+        await asyncio.gather(*asks, running, return_exceptions=True)

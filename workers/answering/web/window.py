@@ -1,0 +1,53 @@
+"""What one page's change stream sends in full, and what it only counts (issue 27).
+
+A page starts from the first ``size`` cards of each namespace it serves (the snapshot) and
+fetches the rest a page at a time through ``GET /api/requests?namespace=&after=``. A card
+delivered later is sent in full while the page holds fewer than ``size`` of the cards the
+stream sent it; otherwise the page is only told the new total (a ``waiting`` event) and fetches
+the card when it gets there. With 100 000 pending, a page neither receives nor renders them all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["PageWindow"]
+
+Event = dict[str, Any]
+
+
+class PageWindow:
+    """Per page: the ids of the cards its stream sent in full and that are still pending, by namespace."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._sent: dict[str, set[str]] = {}
+
+    def pass_on(self, event: Event, total: int) -> Event:
+        """The event as this page gets it; ``total``: how many cards of its namespace it may see now.
+
+        Call it with the events the page may see (after routing), in order."""
+        kind = event["type"]
+        if kind == "snapshot":
+            self._sent[event["namespace"]] = {view["id"] for view in event["requests"]}
+            snapshot = {name: value for name, value in event.items() if name != "after"}
+            return {**snapshot, "total": total, "cursor": f"0.{event.get('after', 0)}"}
+        if kind == "removed":
+            self._sent.get(event["namespace"], set()).discard(event["id"])
+            return {**event, "total": total}
+        if kind not in ("added", "addedMany"):
+            return event
+        views = [event["request"]] if kind == "added" else event["requests"]
+        namespace = event.get("namespace") or views[0]["namespace"]
+        sent = self._sent.setdefault(namespace, set())
+        room = []
+        for view in views:
+            if view["id"] not in sent and len(sent) >= self.size:
+                continue  # beyond the window: counted in ``total``, fetched by the page when it gets there
+            sent.add(view["id"])
+            room.append(view)
+        if not room:
+            return {"type": "waiting", "namespace": namespace, "total": total}
+        if kind == "added":
+            return {**event, "namespace": namespace, "total": total}
+        return {**event, "requests": room, "total": total}
