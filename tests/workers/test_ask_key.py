@@ -61,9 +61,12 @@ async def test_restarted_before_the_answer_it_waits_on_the_same_question(make_br
     assert json.loads(out) == {"answers": [{"id": "q1", "selected": ["no"]}]}
 
 
+_FIRST_CLIENT: dict[str, str] = {}
+
+
 def first_client(pending: PendingRequest) -> str:
     """The asking process the provider first saw (fixed at delivery)."""
-    return pending.__dict__.setdefault("_first_client", client_of(pending))
+    return _FIRST_CLIENT.setdefault(pending.request_id, client_of(pending))
 
 
 def client_of(pending: PendingRequest) -> str:
