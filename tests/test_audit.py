@@ -337,6 +337,7 @@ def test_no_script_appends_to_the_audit_but_through_the_chain():
     assert raw == []
 
 
+@pytest.mark.timeout(60)
 async def test_a_failover_that_loses_the_last_entries_leaves_a_chain_that_verifies(make_broker, redis_factory):
     """Redis fails over to a replica that missed the last writes (promoted while the old master went on):
     each entry and the head move in the same script, so the replica holds a shorter chain, not a broken
@@ -346,13 +347,16 @@ async def test_a_failover_that_loses_the_last_entries_leaves_a_chain_that_verifi
     leader = Redis(port=master.port, decode_responses=True)
     try:
         await follower.execute_command("REPLICAOF", "127.0.0.1", master.port)
+        async with asyncio.timeout(30):  # the first full sync, slow on a loaded machine
+            while (await follower.info("replication")).get("master_link_status") != "up":
+                await asyncio.sleep(0.05)
         on_master = await make_broker(url=master.url)
         async with on_master.provider("p1") as provider:
             for label in ("yes", "no"):
                 task = asyncio.create_task(on_master.ask(one_question("yes", "no")))
                 await (await _next(provider)).answer(pick(label), by="alice")
                 await asyncio.wait_for(task, 5)
-            assert await leader.wait(1, 5000) == 1  # the replica has these
+            assert await leader.wait(1, 20_000) == 1  # the replica has these
             await follower.execute_command("REPLICAOF", "NO", "ONE")  # promoted; the old master goes on alone
             task = asyncio.create_task(on_master.ask(one_question("yes", "no")))
             await (await _next(provider)).answer(pick("yes"), by="lost")
