@@ -132,6 +132,10 @@ async def _refused(attempt: Callable[[Redis], Awaitable[Any]], server: RedisServ
         pytest.param(lambda r: r.hgetall(P + "approvals:r1"), id="25-read-who-approved"),
         pytest.param(lambda r: r.set(P + "slack:seen:" + "0" * 64, "1"), id="25-spend-a-slack-click"),
         pytest.param(lambda r: r.set(P + "maint:alive", "forged", px=60_000), id="26-feign-a-worker-so-nobody-reaps"),
+        pytest.param(
+            lambda r: r.set(P + "maint:reap-cursor", "99999999999999-0", px=600_000),
+            id="27-move-the-housekeeping-cursor-past-every-request",
+        ),
     ],
 )
 async def test_the_askers_user_cannot_write_what_only_answerers_may(roles_server, attack) -> None:
