@@ -118,12 +118,12 @@ def asking_view(pending: PendingRequest) -> dict[str, Any]:
 
     ``verified``: a pinned gateway attested every asker's agent id for this request; else the ids are only claimed.
     """
+    askers = pending.askers  # built once: every card's view reads it, 100 000 of them in a failover
     return {
         "priority": pending.priority,
-        "verified": pending.verified,
+        "verified": all(asker.verified for asker in askers),
         "askers": [
-            {"agent": asker.agent_id, "requestId": asker.request_id, "verified": asker.verified}
-            for asker in pending.askers
+            {"agent": asker.agent_id, "requestId": asker.request_id, "verified": asker.verified} for asker in askers
         ],
     }
 

@@ -50,8 +50,23 @@ _BATCH = 500
 """at most this many cards ready at once (a failover's backlog) have their context read in one pipeline
 and go to pages as one event: the first page is shown within a second of taking the lease, not after
 every card's own round trips, and a page's queue (``QUEUE_SIZE`` events) is not flooded"""
+_OWNERS_FRESH_S = 1.0
+"""an agent's owner read this long ago is read again: a failover's backlog (hundreds of batches, each
+with cards of most agents) reads each agent's owner about once a second, not once a batch"""
 _REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 _NOT_PENDING, _LEASE_LOST, _NOT_STANDING_BY = "NOT_PENDING", "LEASE_LOST", "NOT_STANDING_BY"
+
+
+class _Unbuilt:
+    """A card shown here whose view is built when something asks for it: 100 000 pending cards hold no
+    view each (about 1 KB a card), only this marker, one shared by every card of the same owner. Only a
+    card whose view nothing changes after it is shown (no quorum policy, no asker away) is left unbuilt;
+    its view is what it would have been when shown, built from the delivered request."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: str | None) -> None:
+        self.owner = owner
 
 
 @dataclass(frozen=True)
@@ -105,7 +120,13 @@ class WebProvider:
         self._retry_delay = retry_delay
         self._provider: Provider | None = None
         self._pending: dict[str, PendingRequest] = {}
-        self._views: dict[str, dict[str, Any]] = {}
+        self._views: dict[str, dict[str, Any] | _Unbuilt] = {}
+        """request id -> what pages are shown of it (built when first asked for: ``_view``)"""
+        self._unbuilt: dict[str | None, _Unbuilt] = {}
+        """owner -> the marker its cards share while their views are not built"""
+        self._owners: dict[str, str | None] = {}
+        """agent id -> its owner, as read since ``_owners_read`` (``_OWNERS_FRESH_S``)"""
+        self._owners_read = 0.0
         self._arrivals = Arrivals()
         """the ids of ``_views`` in the order shown, for the API's pages"""
         self._locks: dict[str, asyncio.Lock] = {}
@@ -132,7 +153,7 @@ class WebProvider:
             "nowMs": int(time.time() * 1000),
         }
         if window is None:
-            return {**event, "requests": list(self._views.values())}
+            return {**event, "requests": self.requests()}
         views, _ = self.page(0, window, lambda view: user is None or self.may_see(view, user))
         after = self._arrivals.seq_of(views[-1]["id"]) if views else 0
         total = len(self._views) if user is None else self.visible_count(user)
@@ -160,7 +181,22 @@ class WebProvider:
         }
 
     def requests(self) -> list[dict[str, Any]]:
-        return list(self._views.values())
+        return [view for request_id in self._views if (view := self._view(request_id, keep=False)) is not None]
+
+    def _view(self, request_id: str, *, keep: bool = True) -> dict[str, Any] | None:
+        """What pages are shown of a pending card; ``keep``: an unbuilt view is kept once built (to change it)."""
+        view = self._views.get(request_id)
+        if not isinstance(view, _Unbuilt):
+            return view
+        built = self._build_view(self._pending[request_id], view.owner)
+        if keep:
+            self._views[request_id] = built
+        return built
+
+    def _build_view(self, pending: PendingRequest, owner: str | None) -> dict[str, Any]:
+        view = request_view(pending)
+        view.update(deadlineMs=pending.deadline_ms, owner=owner, namespace=self.broker.namespace, awayUntilMs=None)
+        return view
 
     def page(self, after: int, limit: int, wanted: Callable[[dict[str, Any]], bool]) -> tuple[list[Event], int | None]:
         """Up to ``limit`` views shown after the cursor ``after`` that are ``wanted``, in the order shown,
@@ -168,8 +204,8 @@ class WebProvider:
         views: list[Event] = []
         last = after
         for seq, request_id in self._arrivals.after(after):
-            view = self._views[request_id]
-            if not wanted(view):
+            view = self._view(request_id, keep=False)
+            if view is None or not wanted(view):
                 continue
             if len(views) == limit:
                 return views, last
@@ -187,7 +223,7 @@ class WebProvider:
 
     def view_of(self, request_id: str) -> dict[str, Any] | None:
         """What the pages are shown of a pending request."""
-        return self._views.get(request_id)
+        return self._view(request_id, keep=False)
 
     async def settled_how(self, request_id: str) -> AlreadySettled:
         """How a request no longer pending here was settled, and by whom (when known)."""
@@ -195,7 +231,7 @@ class WebProvider:
 
     def shown(self, request_id: str) -> dict[str, Any] | None:
         """The view of a request this server showed (pending or recently gone), for the history."""
-        return self._views.get(request_id) or self._shown.get(request_id)
+        return self._view(request_id, keep=False) or self._shown.get(request_id)
 
     @asynccontextmanager
     async def subscribe(
@@ -296,7 +332,7 @@ class WebProvider:
         request_id = pending.request_id
         decided = tally.decided
         if decided is None:
-            view = self._views.get(request_id)
+            view = self._view(request_id)
             if view is not None:
                 view["quorum"] = tally.view()
                 now = {
@@ -383,9 +419,9 @@ class WebProvider:
     async def _add_batch(self, batch: list[PendingRequest]) -> None:
         """Show cards delivered together: their context in one pipeline, then one event for pages."""
         contexts = await self._contexts(batch)
-        views = [view for pending in batch if (view := await self._add(pending, contexts)) is not None]
+        added = [(pending, view) for pending in batch if (view := await self._add(pending, contexts)) is not None]
         # A card withdrawn or settled while a later one of the batch was read is not shown any more.
-        views = [view for view in views if self._views.get(view["id"]) is view]
+        views = [view for pending, view in added if self._pending.get(pending.request_id) is pending]
         if len(views) == 1:
             self._publish({"type": "added", "request": views[0]})
         elif views:
@@ -398,7 +434,8 @@ class WebProvider:
         except Exception:  # never let one odd request stop the others being served
             log.exception("cannot show request %s", pending.request_id)
             return None
-        view.update(contexts.get(pending.request_id, {}), namespace=self.broker.namespace)
+        context = contexts.get(pending.request_id, {})
+        view.update(context, namespace=self.broker.namespace)
         policy = self.policies.for_card(pending)
         if policy is not None:
             try:
@@ -431,7 +468,11 @@ class WebProvider:
             view.update(awayUntilMs=None)
         self._lost.discard(pending.request_id)
         self._pending[pending.request_id] = pending
-        self._views[pending.request_id] = view
+        if suspended:
+            self._views[pending.request_id] = view
+        else:  # built again when asked for: ``view`` goes to the pages that are told of it, then is let go
+            owner = context.get("owner")
+            self._views[pending.request_id] = self._unbuilt.setdefault(owner, _Unbuilt(owner))
         self._arrivals.add(pending.request_id)
         return view
 
@@ -454,7 +495,8 @@ class WebProvider:
                 self._tallied(pending, tally)
                 return
             routes = list(self.policies.routed_to(policy, escalated=True))
-            view = self._views[request_id]
+            view = self._view(request_id)
+            assert view is not None  # pending here (checked above, no await since)
             view.update(quorum=tally.view(), routes=routes or None)
             if routes:
                 self._routes[request_id] = routes
@@ -469,13 +511,18 @@ class WebProvider:
         """What the agent records add, by request id: the agent's owner, one command per agent, sent
         together (one pipeline); and the asker's deadline (delivered with the card)."""
         keys, send = self.broker.keys, self.broker.commands.send
-        agents = list({pending.agent_id for pending in batch if pending.agent_id})
+        if time.monotonic() - self._owners_read > _OWNERS_FRESH_S:
+            self._owners.clear()
+            self._owners_read = time.monotonic()
+        owners = self._owners
+        agents = list({pending.agent_id for pending in batch if pending.agent_id and pending.agent_id not in owners})
         try:
             replies = await asyncio.gather(*(send("HGET", keys.agent(agent_id), "owner") for agent_id in agents))
         except (*_REDIS_DOWN, UserQuestionError) as error:
             log.warning("no owner for %d requests: %s", len(batch), error)
-            replies = [None] * len(agents)
-        owners = dict(zip(agents, replies, strict=True))
+            owners = {**owners, **dict.fromkeys(agents)}  # not kept: read again with the next batch
+        else:
+            owners.update(zip(agents, replies, strict=True))
         return {
             pending.request_id: {
                 "deadlineMs": pending.deadline_ms,
@@ -498,9 +545,11 @@ class WebProvider:
         return max(ends) if ends else None
 
     def _remove(self, request_id: str, reason: str, by: str, settled: Event | None = None) -> None:
-        self._pending.pop(request_id, None)
+        pending = self._pending.pop(request_id, None)
         self._locks.pop(request_id, None)
         view = self._views.pop(request_id, None)
+        if isinstance(view, _Unbuilt):
+            view = self._build_view(pending, view.owner) if pending is not None else None
         self._arrivals.remove(request_id)
         if view is not None:
             questions = [
@@ -714,11 +763,13 @@ class WebProvider:
         if pending.request_id not in self._views:
             return
         away_until = await self._away_until(pending)
-        view = self._views.get(pending.request_id)
+        built = not isinstance(self._views.get(pending.request_id), _Unbuilt)
+        view = self._view(pending.request_id)
         if view is None:
             return
         now = {"askerAway": pending.asker_away, "awayUntilMs": away_until, **asking_view(pending)}
-        if all(view.get(name) == value for name, value in now.items()):
+        # An unbuilt view is built from what is true now: the pages were shown what was true before, so they are told.
+        if built and all(view.get(name) == value for name, value in now.items()):
             return
         view.update(now)
         self._publish({"type": "updated", "id": pending.request_id, **now, "namespace": self.broker.namespace})

@@ -1,0 +1,60 @@
+"""A card's view is built when asked for, not kept for every pending card (issue 27): what a page is
+shown of a card is the same whenever it is built, and a change to who asks still reaches the pages."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.helpers import one_question
+from workers.answering.web.keys import WebKeys
+from workers.answering.web.service import Event, WebProvider
+
+
+async def _next(queue: asyncio.Queue[Event | None], kind: str) -> Event:
+    while True:
+        event = await queue.get()
+        assert event is not None, "the page's stream ended"
+        if event["type"] == kind:
+            return event
+
+
+@pytest.mark.timeout(30)
+async def test_a_card_shows_the_same_view_when_asked_for_later_and_a_joining_asker_is_announced(
+    make_broker: Callable[..., Any], namespace: str
+) -> None:
+    first, second, web = await make_broker(), await make_broker(), await make_broker()
+    service = WebProvider(web, name="web-1", keys=WebKeys(namespace))
+    running = asyncio.create_task(service.run())
+    asks: list[asyncio.Task[Any]] = []
+    try:
+        async with (
+            asyncio.timeout(25),
+            first.agent("builder") as builder,
+            second.agent("tester") as tester,
+            service.subscribe() as queue,
+        ):
+            asks.append(asyncio.create_task(builder.ask(one_question("yes", "no"), timeout=25)))
+            shown = (await _next(queue, "added"))["request"]
+            assert service.view_of(shown["id"]) == shown
+            assert service.requests() == [shown]
+            assert service.page(0, 10, lambda view: True)[0] == [shown]
+
+            # Another agent asks the same: it joins the card, and pages are told who asks now.
+            asks.append(asyncio.create_task(tester.ask(one_question("yes", "no"), timeout=25)))
+            updated = await _next(queue, "updated")
+            assert updated["id"] == shown["id"]
+            assert [asker["agent"] for asker in updated["askers"]] == ["builder", "tester"]
+            view = service.view_of(shown["id"])
+            assert view is not None
+            assert [asker["agent"] for asker in view["askers"]] == ["builder", "tester"]
+            assert {name: value for name, value in view.items() if name != "askers"} == {
+                name: value for name, value in shown.items() if name != "askers"
+            }
+    finally:
+        for task in [*asks, running]:
+            task.cancel()
+        await asyncio.gather(*asks, running, return_exceptions=True)
