@@ -16,6 +16,7 @@ import stat
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -510,22 +511,13 @@ async def test_the_gateway_ends_its_waiting_asks_with_a_code_when_redis_is_gone_
     """Invariant 10 through the gateway: with Redis gone for good (past the broker's 30 s), a waiting ask
     ends BROKER_UNAVAILABLE instead of holding the agent's poll forever; the gateway itself stays up and
     asks again once a Redis is back on its address."""
-    from tests.test_ask import next_pending
-
     server = redis_factory()
     token = tokens("ci-bot")
     worker, base = await start_gateway(server, namespace, tokens.path)  # type: ignore[attr-defined]
-    standing = await make_broker(url=server.url, unavailable_after=1.0)
     try:
         async with client(base, token) as http:
             http.timeout = httpx.Timeout(60)
-            try:
-                async with standing.provider("ui", standby=True) as provider:
-                    started = (await http.post("/v1/asks", json={"request": YES_NO})).json()
-                    await next_pending(provider)
-                    server.kill()
-            except* UserQuestionError:
-                pass  # leaving the provider block cannot release a lease on a dead server
+            started = await asked_then_redis_killed(http, server, make_broker)
             reply = await http.get(f"/v1/asks/{started['id']}", params={"wait": 50})
             assert reply.json()["error"]["code"] == "BROKER_UNAVAILABLE", reply.text
             server.start()  # empty: the agent's question is gone with the old server, and it was told so
@@ -550,21 +542,30 @@ async def test_sigterm_with_redis_down_ends_the_gateway_on_its_own(
     """docs/cli.md: stopped while Redis is unreachable, the gateway waits at most a few seconds for the asks'
     withdrawals and its agents' removals (they expire by TTL), then exits 0: before the 10 s a supervisor
     (docker stop, systemd) gives before SIGKILL. It once waited 30 s per withdrawal, then 5 s per close step."""
-    from tests.test_ask import next_pending
-
     server = redis_factory()
     token = tokens("ci-bot")
     worker, base = await start_gateway(server, namespace, tokens.path)  # type: ignore[attr-defined]
-    standing = await make_broker(url=server.url, unavailable_after=1.0)
     try:
         async with client(base, token) as http:
-            try:
-                async with standing.provider("ui", standby=True) as provider:
-                    assert (await http.post("/v1/asks", json={"request": YES_NO})).json()["state"] == "pending"
-                    await next_pending(provider)
-                    server.kill()
-            except* UserQuestionError:
-                pass  # leaving the provider block cannot release a lease on a dead server
+            assert (await asked_then_redis_killed(http, server, make_broker))["state"] == "pending"
     finally:
         status = await worker.stop()  # SIGTERM, and SIGKILL (status -9) 10 s later
     assert status == 0, "\n".join(worker.lines[-20:])
+
+
+async def asked_then_redis_killed(
+    http: httpx.AsyncClient, server: RedisServer, make_broker: Callable[..., Awaitable[Broker]]
+) -> dict[str, Any]:
+    """Ask through the gateway, wait until a standby provider shows the question, then kill Redis;
+    returns the ask's first reply."""
+    from tests.test_ask import next_pending
+
+    standing = await make_broker(url=server.url, unavailable_after=1.0)
+    try:
+        async with standing.provider("ui", standby=True) as provider:
+            started: dict[str, Any] = (await http.post("/v1/asks", json={"request": YES_NO})).json()
+            await next_pending(provider)
+            server.kill()
+    except* UserQuestionError:
+        pass  # leaving the provider block cannot release a lease on a dead server
+    return started
