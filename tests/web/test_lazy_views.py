@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import one_question
+from tests.helpers import one_question, plan_review
 from workers.answering.web.keys import WebKeys
 from workers.answering.web.service import Event, WebProvider
 
@@ -53,6 +53,30 @@ async def test_a_card_shows_the_same_view_when_asked_for_later_and_a_joining_ask
             assert [asker["agent"] for asker in view["askers"]] == ["builder", "tester"]
             assert {name: value for name, value in view.items() if name != "askers"} == {
                 name: value for name, value in shown.items() if name != "askers"
+            }
+    finally:
+        for task in [*asks, running]:
+            task.cancel()
+        await asyncio.gather(*asks, running, return_exceptions=True)
+
+
+@pytest.mark.timeout(30)
+async def test_a_card_taken_down_before_its_view_was_built_stays_in_the_history(
+    make_broker: Callable[..., Any], namespace: str
+) -> None:
+    asking, web = await make_broker(), await make_broker()
+    service = WebProvider(web, name="web-1", keys=WebKeys(namespace))
+    running = asyncio.create_task(service.run())
+    asks: list[asyncio.Task[Any]] = []
+    try:
+        async with asyncio.timeout(25), asking.agent("builder") as builder, service.subscribe() as queue:
+            asks.append(asyncio.create_task(builder.ask(plan_review(), timeout=25)))
+            shown = (await _next(queue, "added"))["request"]
+            await service.cancel(shown["id"], "not now", by="alice")
+            assert (await _next(queue, "removed"))["id"] == shown["id"]
+            assert service.shown(shown["id"]) == {
+                "agent": "builder",
+                "questions": [{"id": "plan", "question": shown["questions"][0]["question"], "approve": "Approve"}],
             }
     finally:
         for task in [*asks, running]:

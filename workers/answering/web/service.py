@@ -27,7 +27,7 @@ from broker.types import PRIORITIES, decode_request
 from workers.answering.web.history import find_settlement, outcome_json
 from workers.answering.web.keys import WebKeys
 from workers.answering.web.paging import Arrivals
-from workers.answering.web.render import asking_view, readonly_view, request_view, safe_url
+from workers.answering.web.render import asking_view, plan_review, readonly_view, request_view, safe_url
 from workers.metrics import lease_acquired, lease_lost
 
 __all__ = ["QUEUE_SIZE", "AlreadySettled", "Event", "Status", "WebProvider"]
@@ -548,18 +548,32 @@ class WebProvider:
         pending = self._pending.pop(request_id, None)
         self._locks.pop(request_id, None)
         view = self._views.pop(request_id, None)
-        if isinstance(view, _Unbuilt):
-            view = self._build_view(pending, view.owner) if pending is not None else None
         self._arrivals.remove(request_id)
         if view is not None:
-            questions = [
-                {"id": q["id"], "question": q["question"], "approve": (q.get("planReview") or {}).get("approve")}
-                for q in view["questions"]
-            ]
-            self._shown[request_id] = {"agent": view["agent"], "questions": questions}  # no plan text kept
-            for asker in view.get("askers", ()):  # a coalesced card's other askers: their history shows it too
-                if asker.get("requestId") and asker["requestId"] != request_id:
-                    self._shown[asker["requestId"]] = {"agent": asker.get("agent"), "questions": questions}
+            if isinstance(view, _Unbuilt):  # read off the card: a lost lease takes 100 000 down, no view built each
+                assert pending is not None  # an unbuilt view is a pending card's
+                count = len(pending.request.questions)
+                agent = pending.agent_id
+                questions = [
+                    {
+                        "id": item.id,
+                        "question": item.question,
+                        "approve": (plan_review(item, count) or {}).get("approve"),
+                    }
+                    for item in pending.request.questions
+                ]
+                askers = [(asker.agent_id, asker.request_id) for asker in pending.askers]
+            else:
+                agent = view["agent"]
+                questions = [
+                    {"id": q["id"], "question": q["question"], "approve": (q.get("planReview") or {}).get("approve")}
+                    for q in view["questions"]
+                ]
+                askers = [(asker.get("agent"), asker.get("requestId")) for asker in view.get("askers", ())]
+            self._shown[request_id] = {"agent": agent, "questions": questions}  # no plan text kept
+            for asker_agent, asker_request_id in askers:  # a coalesced card's other askers: their history shows it too
+                if asker_request_id and asker_request_id != request_id:
+                    self._shown[asker_request_id] = {"agent": asker_agent, "questions": questions}
             while len(self._shown) > _SETTLED_MEMORY:
                 self._shown.popitem(last=False)
             removed = {"type": "removed", "id": request_id, "reason": reason, "by": by, "settled": settled}
