@@ -22,13 +22,22 @@ async def _next(queue: asyncio.Queue[Event | None], kind: str) -> Event:
             return event
 
 
+async def _serving(service: WebProvider) -> asyncio.Task[None]:
+    """Run the service until it holds the lease: an ask sent before would fail NO_PROVIDER (no "added" ever)."""
+    running = asyncio.create_task(service.run())
+    async with asyncio.timeout(10):
+        while service.status != "active":
+            await asyncio.sleep(0.01)
+    return running
+
+
 @pytest.mark.timeout(30)
 async def test_a_card_shows_the_same_view_when_asked_for_later_and_a_joining_asker_is_announced(
     make_broker: Callable[..., Any], namespace: str
 ) -> None:
     first, second, web = await make_broker(), await make_broker(), await make_broker()
     service = WebProvider(web, name="web-1", keys=WebKeys(namespace))
-    running = asyncio.create_task(service.run())
+    running = await _serving(service)
     asks: list[asyncio.Task[Any]] = []
     try:
         async with (
@@ -66,7 +75,7 @@ async def test_a_card_taken_down_before_its_view_was_built_stays_in_the_history(
 ) -> None:
     asking, web = await make_broker(), await make_broker()
     service = WebProvider(web, name="web-1", keys=WebKeys(namespace))
-    running = asyncio.create_task(service.run())
+    running = await _serving(service)
     asks: list[asyncio.Task[Any]] = []
     try:
         async with asyncio.timeout(25), asking.agent("builder") as builder, service.subscribe() as queue:
@@ -78,6 +87,49 @@ async def test_a_card_taken_down_before_its_view_was_built_stays_in_the_history(
                 "agent": "builder",
                 "questions": [{"id": "plan", "question": shown["questions"][0]["question"], "approve": "Approve"}],
             }
+    finally:
+        for task in [*asks, running]:
+            task.cancel()
+        await asyncio.gather(*asks, running, return_exceptions=True)
+
+
+@pytest.mark.timeout(30)
+async def test_a_filtered_page_builds_views_only_for_the_cards_it_returns(
+    make_broker: Callable[..., Any], namespace: str
+) -> None:
+    """An API page filtered by agent, priority or intent judges unbuilt cards on what the filter reads and
+    builds the view of the wanted ones only: the same answer as filtering built views, and the cards it
+    passes over stay unbuilt (at 100 000 pending a rare agent's page built a view per card it passed)."""
+    from workers.answering.web.service import _Unbuilt
+
+    asking, web = await make_broker(), await make_broker()
+    service = WebProvider(web, name="web-1", keys=WebKeys(namespace))
+    running = await _serving(service)
+    asks: list[asyncio.Task[Any]] = []
+    try:
+        async with asyncio.timeout(25), asking.agent("many") as many, asking.agent("rare") as rare:
+            for n in range(6):
+                asks.append(asyncio.create_task(many.ask(one_question(f"a{n}", f"b{n}"), timeout=25)))
+            asks.append(asyncio.create_task(rare.ask(one_question("yes", "no"), timeout=25)))
+            asks.append(asyncio.create_task(many.ask(plan_review(), timeout=25)))
+            while len(service.requests()) < 8:
+                await asyncio.sleep(0.02)
+            ids = [view["id"] for view in service.requests()]
+            assert all(isinstance(service._views[rid], _Unbuilt) for rid in ids)  # the fault can fire
+            by_rare, _ = service.page(0, 10, lambda view: view["agent"] == "rare")
+            reviews, _ = service.page(0, 10, lambda view: any(q.get("planReview") for q in view["questions"]))
+            everything, _ = service.page(0, 10, lambda view: True)
+            assert [v["agent"] for v in by_rare] == ["rare"]
+            assert len(reviews) == 1 and reviews[0]["questions"][0]["planReview"]
+            assert by_rare[0] in everything and reviews[0] in everything
+            assert all(isinstance(service._views[rid], _Unbuilt) for rid in ids)  # nothing kept built either
+            assert (
+                service._filtered(service._pending[by_rare[0]["id"]]).items()
+                <= {
+                    **by_rare[0],
+                    "questions": [{"planReview": q["planReview"]} for q in by_rare[0]["questions"]],
+                }.items()
+            )
     finally:
         for task in [*asks, running]:
             task.cancel()

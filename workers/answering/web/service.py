@@ -193,6 +193,18 @@ class WebProvider:
             self._views[request_id] = built
         return built
 
+    def _filtered(self, pending: PendingRequest) -> dict[str, Any]:
+        """The fields of a card's view that page filters read (the API's agent, priority and intent, routing):
+        who asks, how urgently, which questions are plan reviews. An unbuilt card has no route (a routed card's
+        view is kept built)."""
+        questions = pending.request.questions
+        return {
+            "id": pending.request_id,
+            "agent": pending.agent_id,
+            **asking_view(pending),
+            "questions": [{"planReview": plan_review(item, len(questions))} for item in questions],
+        }
+
     def _build_view(self, pending: PendingRequest, owner: str | None) -> dict[str, Any]:
         view = request_view(pending)
         view.update(deadlineMs=pending.deadline_ms, owner=owner, namespace=self.broker.namespace, awayUntilMs=None)
@@ -204,7 +216,13 @@ class WebProvider:
         views: list[Event] = []
         last = after
         for seq, request_id in self._arrivals.after(after):
-            view = self._view(request_id, keep=False)
+            view = self._views.get(request_id)
+            if isinstance(view, _Unbuilt):
+                # Judged first on what filters read: a view is built only for a card that is wanted, so a
+                # filter matching a few of 100 000 cards does not build a view for every card it passes.
+                if not wanted(self._filtered(self._pending[request_id])):
+                    continue
+                view = self._view(request_id, keep=False)
             if view is None or not wanted(view):
                 continue
             if len(views) == limit:
