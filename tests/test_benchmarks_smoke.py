@@ -167,4 +167,4 @@ def test_the_scale_benchmark_measures_a_failover_and_the_web_servers_memory() ->
     assert result.returncode == 0, result.stderr[-3000:]
     row = next(line for line in result.stdout.splitlines() if line.startswith("| 300 |"))
     first_page, every, cpu, heap, _ = (float(cell) for cell in row.strip("|").split("|")[1:])
-    assert 0 < first_page <= every and cpu > 0 and heap > 0
+    assert 0 < first_page <= every + 0.01 and cpu > 0 and heap > 0  # printed to 3 and 2 decimals: 0.041 vs 0.04
