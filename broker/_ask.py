@@ -250,9 +250,11 @@ class _Ask:
     async def ask(self, answerers: list[Answerer], abort: asyncio.Event | None) -> AskUserQuestionAnswer:
         """The ask call: the waterfall (or straight to the provider), ended on every way out."""
         try:
-            if not answerers and abort is None:
-                return await (self.remote() if self.deadline is None else self.remote_until(self.deadline))
-            return await self.run(answerers, abort, self.deadline)
+            if answerers:
+                return await self.run(answerers, abort, self.deadline)
+            if self.deadline is None and abort is None:
+                return await self.remote()
+            return await self.remote_until(self.deadline, abort)
         finally:
             self._to(AskState.ENDED)
 
@@ -290,48 +292,63 @@ class _Ask:
         except Exception as error:
             raise UserQuestionError(why, code) from error
 
-    async def remote_until(self, deadline: float) -> AskUserQuestionAnswer:
-        """``remote()`` in the caller's own task, ended at ``deadline`` as ``run()`` would end it.
+    async def remote_until(self, deadline: float | None, abort: asyncio.Event | None) -> AskUserQuestionAnswer:
+        """``remote()`` in the caller's own task, ended at ``deadline`` or by ``abort`` as ``run()`` would end it.
 
-        The common case (no answerers, no abort signal, a timeout) without a second task and
-        ``asyncio.wait``: a timer cancels this task at the deadline, the withdrawal says
-        ``timed_out``, and an outcome that won the race with the withdrawal is still returned.
+        The common cases (no answerers; a timeout, an abort signal or both) without a task for the
+        work and ``asyncio.wait``: a timer, or a watcher of the signal, cancels this task, the
+        withdrawal says ``timed_out`` or ``aborted``, and an outcome that won the race with the
+        withdrawal is still returned. (A task and a wait per ask were two more turns of the event loop
+        on the way to Redis and two on the way back, for every ask through the gateway.)
         """
+        loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
-        expired = False
+        ended: _Withdrawal | None = None
 
-        def expire() -> None:
-            nonlocal expired
-            expired = True
-            self.withdrawal = "timed_out"
-            task.cancel()
+        def end(how: _Withdrawal) -> None:
+            nonlocal ended
+            if ended is None and self.state is not AskState.ENDED:
+                ended = self.withdrawal = how
+                task.cancel()
 
-        why = "nobody answered in time"
-        handle = asyncio.get_running_loop().call_at(deadline, expire)
+        handle = loop.call_at(deadline, end, "timed_out") if deadline is not None else None
+        watcher = None
+        if abort is not None:
+            watcher = loop.create_task(abort.wait())
+            watcher.add_done_callback(lambda waited: None if waited.cancelled() else end("aborted"))
         try:
             answer = await self.remote()
         except asyncio.CancelledError:
-            if not expired or task.uncancel() > 0:  # the caller's own cancellation too
+            if ended is None or task.uncancel() > 0:  # the caller's own cancellation too
                 raise
-            raise UserQuestionError(why, ASK_TIMED_OUT) from None
+            raise self._ended_as(ended) from None
         except UserQuestionError as error:
-            if not expired:
+            if ended is None:
                 raise
             task.uncancel()
             if error.code in (ASK_ABORTED, ASK_TIMED_OUT, BROKER_UNAVAILABLE):
-                raise UserQuestionError(why, ASK_TIMED_OUT) from error
-            raise  # a domain error from the far side wins over a simultaneous timeout
+                raise self._ended_as(ended) from error
+            raise  # a domain error from the far side wins over a simultaneous abort or timeout
         except Exception as error:
-            if not expired:
+            if ended is None:
                 raise
             task.uncancel()
-            raise UserQuestionError(why, ASK_TIMED_OUT) from error
+            raise self._ended_as(ended) from error
         finally:
-            handle.cancel()
-        if expired:
+            if handle is not None:
+                handle.cancel()
+            if watcher is not None:
+                watcher.cancel()
+        if ended is not None:
             task.uncancel()
         return answer
+
+    @staticmethod
+    def _ended_as(how: _Withdrawal) -> UserQuestionError:
+        if how == "aborted":
+            return UserQuestionError("the ask was aborted", ASK_ABORTED)
+        return UserQuestionError("nobody answered in time", ASK_TIMED_OUT)
 
     async def _stop(
         self, work: asyncio.Future[AskUserQuestionAnswer], withdrawal: _Withdrawal

@@ -122,6 +122,27 @@ class _HiredisPackingConnection(Connection):
     def pack_command(self, *args: Any) -> list[bytes]:
         return [hiredis.pack_command(args)]
 
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        """A command the socket takes at once is written without redis-py's write timer.
+
+        With a socket timeout redis-py sends every command inside ``asyncio.wait_for``, a task per
+        command: on a command client that was two tasks an ask, a tenth of a millisecond each. The
+        timer only matters for a write that has to wait (the transport's buffer full, its writing
+        paused); that one still gets it (``super()``).
+        """
+        writer = self._writer
+        if (
+            check_health
+            or writer is None
+            or writer.transport.is_closing()
+            or writer.transport.get_write_buffer_size()
+            or not isinstance(command, list)
+        ):
+            return await super().send_packed_command(command, check_health)
+        writer.writelines(command)
+        if writer.transport.get_write_buffer_size():  # the socket did not take it all: wait, under the timer
+            await super().send_packed_command([], check_health=False)
+
     async def read_response(
         self,
         disable_decoding: bool = False,
