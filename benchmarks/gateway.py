@@ -156,11 +156,11 @@ async def _client(
     session: aiohttp.ClientSession, base: str, token: str, n: int, asks: int, started: asyncio.Queue[None]
 ) -> int:
     """One agent: starts ``asks`` asks, then long-polls each until answered; returns how many were."""
-    headers = {"authorization": f"Bearer {token}"}
+    headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
     ids = []
     for m in range(asks):
         body = {"request": _body(f"Question {n}.{m}?"), "coalesce": False}
-        async with session.post(base + "/v1/asks", json=body, headers=headers) as reply:
+        async with session.post(base + "/v1/asks", data=msgspec.json.encode(body), headers=headers) as reply:
             assert reply.status == 202, await reply.text()
             ids.append((await reply.json())["id"])
         started.put_nowait(None)
@@ -217,14 +217,17 @@ async def measure(clients: int, per_client: int, probes: int, answer_after: floa
                 figures["connections_waiting"] = await _gateway_connections(admin, own)
                 figures["rss_mib"] = _rss_mib(gateway.pid)
                 # Probes under load, gateway and direct interleaved so that both see the same machine.
-                probe_headers = {"authorization": f"Bearer {tokens[clients]}"}
+                # As GatewayClient sends a start: the body encoded by msgspec.
+                probe_headers = {"authorization": f"Bearer {tokens[clients]}", "content-type": "application/json"}
                 via, plain = [], []
                 for n in range(probes):
                     body = {"request": _body(f"{_PROBE} {n}?"), "coalesce": False, "wait": 60}
                     t0 = time.perf_counter()
                     # Read to the end, as a client must for its answer (an unread reply also costs aiohttp
                     # its keep-alive connection: each probe would connect anew).
-                    async with session.post(base + "/v1/asks", json=body, headers=probe_headers) as reply:
+                    async with session.post(
+                        base + "/v1/asks", data=msgspec.json.encode(body), headers=probe_headers
+                    ) as reply:
                         answered = msgspec.json.decode(await reply.read())
                     assert reply.status == 200 and answered["state"] == "answered", answered
                     via.append((time.perf_counter() - t0) * 1000)

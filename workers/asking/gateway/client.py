@@ -24,6 +24,7 @@ __all__ = ["GatewayClient"]
 
 log = logging.getLogger(__name__)
 
+_JSON_BODY: Final = {"content-type": "application/json"}
 _POLL: Final = 25.0
 """seconds one long poll asks the gateway to wait (under common proxies' idle timeouts)"""
 
@@ -92,7 +93,7 @@ class GatewayClient:
         with the same key; the gateway withdraws (or, keyed, detaches) an ask nobody waits on.
         """
         # Started without waiting: the ask's id comes back at once, so an abort can withdraw it at once.
-        body: dict[str, Any] = {"request": msgspec.to_builtins(request)}
+        body: dict[str, Any] = {"request": request}
         if not remember:
             body["remember"] = False
         if not coalesce:
@@ -102,7 +103,9 @@ class GatewayClient:
                 body[name] = value
         if abort is not None and abort.is_set():
             raise UserQuestionError("the ask was aborted before it started", ASK_ABORTED)
-        outcome = await self._until(self._call("POST", "/v1/asks", json=body), abort, None)
+        # Encoded by msgspec (the request Struct in its wire form), not by aiohttp's json.dumps.
+        start = self._call("POST", "/v1/asks", data=msgspec.json.encode(body), headers=_JSON_BODY)
+        outcome = await self._until(start, abort, None)
         while outcome.get("state") == "pending":
             poll = self._call("GET", f"/v1/asks/{outcome['id']}", params={"wait": str(_POLL)})
             outcome = await self._until(poll, abort, outcome["id"])

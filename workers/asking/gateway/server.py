@@ -115,7 +115,7 @@ class GatewayAsk:
     agent_id: str
     key: str | None
     digest: str
-    """SHA-256 of the request JSON: a keyed re-attach must ask the very same thing"""
+    """SHA-256 of the request JSON: a keyed re-attach must ask the very same thing ('' unkeyed)"""
     questions: tuple[str, ...]
     created: float = field(default_factory=time.time)
     abort: asyncio.Event = field(default_factory=asyncio.Event)
@@ -145,7 +145,7 @@ class GatewayAsk:
         if self.key is not None:
             shown["key"] = self.key
         if self.answer is not None:
-            shown["answer"] = msgspec.to_builtins(self.answer)
+            shown["answer"] = self.answer  # a Struct: the response's encoder writes it in its wire form
         if self.error is not None:
             shown["error"] = self.error.to_dict()
         return shown
@@ -339,7 +339,8 @@ class Gateway:
             raise UserQuestionError("remember and coalesce must be true or false", BAD_REQUEST)
         if options["detachGrace"] is not None and key is None:
             raise UserQuestionError("detachGrace applies to a keyed ask only: give key too", BAD_REQUEST)
-        digest = hashlib.sha256(encode(request)).hexdigest()
+        # Only a keyed re-attach compares requests; an unkeyed ask leaves the encoding to the broker.
+        digest = hashlib.sha256(encode(request)).hexdigest() if key is not None else ""
         now = asyncio.get_running_loop().time()
         mine = self._by_agent.get(agent_id, {}).values()
         if key is not None:
@@ -628,6 +629,8 @@ async def serve(
     """Serve until ``stop`` is set; the broker must be open. ``announce`` is told each address listened on."""
     import uvicorn
 
+    from workers.asking.gateway.http_protocol import OneWriteHttpToolsProtocol
+
     tokens = Tokens(settings.tokens_file)
     check_listening(settings, tokens)
 
@@ -639,7 +642,16 @@ async def serve(
     async with Gateway(broker, keep_for=settings.keep_for, abandon_after=settings.abandon_after) as gateway:
         app = build_app(gateway, tokens)
         config = uvicorn.Config(
-            app, http="httptools", log_config=None, lifespan="off", timeout_graceful_shutdown=3, server_header=False
+            app,
+            http=OneWriteHttpToolsProtocol,
+            log_config=None,
+            lifespan="off",
+            timeout_graceful_shutdown=3,
+            server_header=False,
+            # Nothing here reads the client's address, and the asks log themselves: neither the
+            # forwarded-headers middleware nor an access-log call is worth a step on every request.
+            proxy_headers=False,
+            access_log=False,
         )
         http = _Uvicorn(config)
         with _listeners(settings) as sockets:
