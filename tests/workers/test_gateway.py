@@ -229,6 +229,28 @@ async def test_a_caller_cannot_ask_as_another_agent(
         assert [seen.get_nowait().request.agent for _ in range(seen.qsize())] == ["mallory"]
 
 
+async def test_the_http_surface_routes_refuses_methods_and_bounds_the_body(
+    gateway: tuple[Worker, str], tokens: Callable[[str], str]
+) -> None:
+    """The gateway's own ASGI routing (no framework under it): unknown paths, wrong methods, HEAD,
+    a body past the request limit refused before it is decoded, and a kept-alive connection serving on."""
+    _, base = gateway
+    async with client(base, tokens("ci-bot")) as http:
+        assert (await http.get("/nowhere")).status_code == 404
+        assert (await http.get("/v1/asks/a/b")).status_code == 404
+        assert (await http.get("/v1/asks/")).status_code == 404
+        wrong = await http.put("/v1/asks")
+        assert (wrong.status_code, wrong.headers["allow"]) == (405, "GET, HEAD, POST")
+        wrong = await http.post("/v1/asks/x")
+        assert (wrong.status_code, wrong.headers["allow"]) == (405, "DELETE, GET, HEAD")
+        head = await http.head("/healthz")
+        assert (head.status_code, head.content, head.headers["content-type"]) == (200, b"", "application/json")
+        huge = await http.post("/v1/asks", content=b"[" + b"0," * 400_000 + b"0]")
+        assert huge.status_code == 400 and "over" in huge.json()["error"]["message"]
+        health = await http.get("/healthz")
+        assert (health.status_code, health.json()) == (200, {"ok": True})
+
+
 async def test_bad_input_is_a_coded_400(gateway: tuple[Worker, str], tokens: Callable[[str], str]) -> None:
     _, base = gateway
     async with client(base, tokens("ci-bot")) as http:

@@ -37,16 +37,14 @@ import secrets
 import socket
 import stat
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
 from redis.exceptions import RedisError
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from broker import Agent, AskUserQuestionAnswer, AskUserQuestionRequest, Broker, UserQuestionError
 from broker.errors import (
@@ -468,21 +466,72 @@ class Gateway:
 
 
 # -- HTTP -------------------------------------------------------------------------------
+#
+# A plain ASGI callable rather than a Starlette app: five fixed routes need no router, and
+# Starlette's layers (its middleware stack, Request, Headers, the body stream, JSONResponse) were
+# 0.17 ms of the gateway's p50 (probes through both forms interleaved in one run, three rounds).
+
+_JSON_TYPE: Final = (b"content-type", b"application/json")
+_ASK_PATH: Final = "/v1/asks/"
+_Handler = Callable[[Scope, Receive, str], Awaitable["tuple[int, Any] | None"]]
+"""a route's handler: (scope, receive, the ask id of /v1/asks/{id}) to (status, JSON content), None for no reply"""
 
 
-class _JSON(JSONResponse):
-    """Encoded by msgspec: the same compact JSON as Starlette's, for a fraction of ``json.dumps``'s time."""
+async def _send_json(send: Send, status: int, content: Any) -> None:
+    body = msgspec.json.encode(content)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [_JSON_TYPE, (b"content-length", b"%d" % len(body))],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
-    def render(self, content: Any) -> bytes:
-        return msgspec.json.encode(content)
+
+async def _send_plain(send: Send, status: int, text: str, *, allow: str | None = None) -> None:
+    body = text.encode()
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"%d" % len(body))]
+    if allow is not None:
+        headers.append((b"allow", allow.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
-def _error(error: UserQuestionError) -> JSONResponse:
-    return _JSON({"error": error.to_dict()}, status_code=HTTP_STATUS.get(error.code, 500))
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
 
 
-def _agent(request: Request, tokens: Tokens) -> str:
-    agent_id = tokens.agent_for(bearer(request.headers.get("authorization")))
+def _query(scope: Scope, name: str) -> str | None:
+    found = None
+    for key, value in urllib.parse.parse_qsl(bytes(scope["query_string"]).decode("latin-1"), keep_blank_values=True):
+        if key == name:
+            found = value  # the last one counts, as in Starlette's QueryParams
+    return found
+
+
+async def _body(receive: Receive, limit: int) -> bytes | None:
+    """The request's body, refused past ``limit`` bytes; None when the client went away first."""
+    chunks = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise UserQuestionError(f"the body is over {limit} bytes", BAD_REQUEST)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _agent(scope: Scope, tokens: Tokens) -> str:
+    agent_id = tokens.agent_for(bearer(_header(scope, b"authorization")))
     if agent_id is None:
         raise UserQuestionError("a valid bearer token is required", UNAUTHENTICATED)
     return agent_id
@@ -500,13 +549,17 @@ def _seconds(text: str | None) -> float:
     return value
 
 
-def build_app(gateway: Gateway, tokens: Tokens) -> Starlette:
+def build_app(gateway: Gateway, tokens: Tokens) -> ASGIApp:
     """The gateway's HTTP application over ``gateway``, authenticating by ``tokens``."""
 
-    async def create(request: Request) -> Response:
-        agent_id = _agent(request, tokens)
+    async def create(scope: Scope, receive: Receive, _: str) -> tuple[int, Any] | None:
+        agent_id = _agent(scope, tokens)
+        # The request's own limit, and room for the few fields around it.
+        raw = await _body(receive, gateway.broker.limits.max_request_bytes + 64 * 1024)
+        if raw is None:
+            return None
         try:
-            body = msgspec.json.decode(await request.body())
+            body = msgspec.json.decode(raw)
         except msgspec.DecodeError as error:
             raise UserQuestionError(f"the body is not JSON: {error}", BAD_REQUEST) from error
         wait = body.get("wait") if isinstance(body, dict) else None
@@ -514,42 +567,60 @@ def build_app(gateway: Gateway, tokens: Tokens) -> Starlette:
             raise UserQuestionError("wait must be a number of seconds", BAD_REQUEST)
         ask = await gateway.ask(agent_id, body)
         await gateway.wait(ask, float(wait or 0))
-        return _JSON(ask.view(), status_code=ask.status)
+        return ask.status, ask.view()
 
-    async def listing(request: Request) -> Response:
-        agent_id = _agent(request, tokens)
-        return _JSON({"asks": [ask.view() for ask in gateway.asks_of(agent_id)]})
+    async def listing(scope: Scope, receive: Receive, _: str) -> tuple[int, Any]:
+        agent_id = _agent(scope, tokens)
+        return 200, {"asks": [ask.view() for ask in gateway.asks_of(agent_id)]}
 
-    async def show(request: Request) -> Response:
-        agent_id = _agent(request, tokens)
-        seconds = _seconds(request.query_params.get("wait"))
-        ask = gateway.find(agent_id, request.path_params["ask_id"])
+    async def show(scope: Scope, receive: Receive, ask_id: str) -> tuple[int, Any]:
+        agent_id = _agent(scope, tokens)
+        seconds = _seconds(_query(scope, "wait"))
+        ask = gateway.find(agent_id, ask_id)
         await gateway.wait(ask, seconds)
-        return _JSON(ask.view(), status_code=ask.status)
+        return ask.status, ask.view()
 
-    async def withdraw(request: Request) -> Response:
-        agent_id = _agent(request, tokens)
-        ask = gateway.find(agent_id, request.path_params["ask_id"])
+    async def withdraw(scope: Scope, receive: Receive, ask_id: str) -> tuple[int, Any]:
+        agent_id = _agent(scope, tokens)
+        ask = gateway.find(agent_id, ask_id)
         await gateway.withdraw(ask)
-        return _JSON(ask.view(), status_code=ask.status)
+        return ask.status, ask.view()
 
-    async def healthz(request: Request) -> Response:
-        return _JSON({"ok": True})
+    async def healthz(scope: Scope, receive: Receive, _: str) -> tuple[int, Any]:
+        return 200, {"ok": True}
 
-    async def coded(request: Request, error: Exception) -> Response:
-        assert isinstance(error, UserQuestionError)
-        return _error(error)
+    asks: dict[str, _Handler] = {"POST": create, "GET": listing}
+    one_ask: dict[str, _Handler] = {"GET": show, "DELETE": withdraw}
+    health: dict[str, _Handler] = {"GET": healthz}
 
-    return Starlette(
-        routes=[
-            Route("/v1/asks", create, methods=["POST"]),
-            Route("/v1/asks", listing, methods=["GET"]),
-            Route("/v1/asks/{ask_id}", show, methods=["GET"]),
-            Route("/v1/asks/{ask_id}", withdraw, methods=["DELETE"]),
-            Route("/healthz", healthz, methods=["GET"]),
-        ],
-        exception_handlers={UserQuestionError: coded},
-    )
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # no lifespan (uvicorn runs with it off), no websockets
+            return
+        path: str = scope["path"]
+        ask_id = ""
+        if path == "/v1/asks":
+            handlers = asks
+        elif path.startswith(_ASK_PATH) and len(path) > len(_ASK_PATH) and "/" not in path[len(_ASK_PATH) :]:
+            handlers, ask_id = one_ask, path[len(_ASK_PATH) :]
+        elif path == "/healthz":
+            handlers = health
+        else:
+            await _send_plain(send, 404, "Not Found")
+            return
+        method: str = scope["method"]
+        handler = handlers.get("GET" if method == "HEAD" else method)
+        if handler is None:
+            allowed = sorted({*handlers, "HEAD"} if "GET" in handlers else handlers)
+            await _send_plain(send, 405, "Method Not Allowed", allow=", ".join(allowed))
+            return
+        try:
+            reply = await handler(scope, receive, ask_id)
+        except UserQuestionError as error:
+            reply = HTTP_STATUS.get(error.code, 500), {"error": error.to_dict()}
+        if reply is not None:  # None: the client went away before its body arrived
+            await _send_json(send, *reply)
+
+    return app
 
 
 # -- serving ------------------------------------------------------------------------------
