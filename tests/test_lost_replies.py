@@ -15,10 +15,12 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from broker import AskUserQuestionItem, AskUserQuestionRequest
 from broker._commands import SCRIPTS
+from broker._inbox import _DRAIN
 from broker._keys import TOMBSTONE_MS
 from tests.faultproxy import FaultProxy
-from tests.helpers import one_question, pick
+from tests.helpers import one_question, options, pick
 from tests.redis_server import RedisServer
 from tests.test_ask import next_pending
 
@@ -65,6 +67,42 @@ async def test_a_notice_lost_with_a_broken_inbox_read_is_caught_up(proxy, make_b
             # not wait_for: cancelling the ask withdraws it, finds it answered and returns the answer
             await asyncio.wait({task}, timeout=20)
             assert task.done(), "the ask still waits for a notice that was lost"
+            assert task.result() == pick("yes")
+        finally:
+            proxy.heal()
+
+
+async def test_a_catch_up_of_thousands_of_waiting_asks_gives_each_read_its_own_deadline(proxy, make_broker, asks):
+    """After a broken inbox read the asker re-reads every awaited outcome, 1 000 to a read. Here 3 050
+    wait and every round trip takes 1.4 s: each read is well inside one read's deadline (5 s), the whole
+    catch-up is not. With one deadline for them all (as before issue 27, at 25 000 waiting on a busy
+    machine) the catch-up was cut short again and again and the asks ended BROKER_UNAVAILABLE as if
+    Redis were down; the answer below sits in the last read."""
+    count = 3 * _DRAIN + 50
+    asking = await make_broker(url=proxy.url, sweep_every=60.0)  # only the catch-up can recover it
+    answering = await make_broker()
+    async with answering.provider("ui") as provider:
+        by_text: dict[str, asyncio.Task[object]] = {}
+        for n in range(count):
+            text = f"Deploy build {n}?"
+            request = AskUserQuestionRequest(
+                questions=(AskUserQuestionItem(id="q1", question=text, options=options("yes", "no")),)
+            )
+            by_text[text] = asyncio.create_task(asking.ask(request, coalesce=False))
+        asks.extend(by_text.values())
+        for _ in range(count - 1):  # the provider takes them in the order asked: the last one asked comes last
+            await next_pending(provider, timeout=30)
+        last = await next_pending(provider, timeout=30)
+        task = by_text[last.request.questions[0].question]
+        assert not task.done()
+        await seen(proxy, "BLMPOP")
+        lost = proxy.drop_next_reply(b"BLMPOP", skip_empty=True)
+        proxy.delay(0.7)  # from now on, each way: a round trip of the asker's takes 1.4 s
+        try:
+            await last.answer(pick("yes"))
+            assert await asyncio.to_thread(lost.wait, 10), "the notice's BLMPOP reply never came"
+            await asyncio.wait({task}, timeout=20)  # four reads of 1.4 s, then the answer
+            assert task.done(), "the catch-up never reached the last read"
             assert task.result() == pick("yes")
         finally:
             proxy.heal()
