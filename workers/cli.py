@@ -124,7 +124,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.debug("running %s with %r", args.command, settings)
     func = args.func
     try:
-        result = asyncio.run(func(args)) if inspect.iscoroutinefunction(func) else func(args)
+        if inspect.iscoroutinefunction(func):
+            # A command may name its own event loop (the gateway: uvloop's); asyncio's otherwise.
+            with asyncio.Runner(loop_factory=getattr(args, "loop_factory", None)) as runner:
+                result = runner.run(func(args))
+        else:
+            result = func(args)
     except KeyboardInterrupt:
         return 130
     return int(result or 0)

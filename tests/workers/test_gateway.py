@@ -591,3 +591,18 @@ async def asked_then_redis_killed(
     except* UserQuestionError:
         pass  # leaving the provider block cannot release a lease on a dead server
     return started
+
+
+def test_the_gateway_runs_on_uvloop_where_it_is_installed() -> None:
+    """Its loop is part of its latency budget (docs/benchmarks-profile.md); every other command keeps asyncio's."""
+    import uvloop
+
+    from workers.cli import build_parser
+
+    args = build_parser().parse_args(["gateway", "--tokens-file", "tokens"])
+    loop = args.loop_factory()
+    try:
+        assert isinstance(loop, uvloop.Loop)
+    finally:
+        loop.close()
+    assert getattr(build_parser().parse_args(["status"]), "loop_factory", None) is None

@@ -82,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     for sub in (token, *actions.choices.values()):
         sub.add_argument("--tokens-file", default=argparse.SUPPRESS, metavar="FILE", help="the tokens file")
         add_shared_arguments(sub, suppress=True)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, loop_factory=_new_loop)
 
 
 def _say(message: str) -> None:
@@ -200,3 +200,13 @@ def _attest_key(args: argparse.Namespace) -> str | None:
             return file.read().strip()
     except OSError as error:
         raise ValueError(f"cannot read the gateway key file {path}: {error.strerror}") from None
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's event loop where it is installed (not on Windows), imported only when the gateway runs:
+    every ask through the gateway is a dozen turns of the loop, and libuv's cost less than asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
