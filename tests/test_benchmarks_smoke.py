@@ -156,6 +156,25 @@ def test_the_gateway_benchmark_runs_and_prints_its_figures() -> None:
 
 
 @pytest.mark.slow
+def test_the_gateway_comparison_runs_a_gateway_per_tree_and_prints_each_round() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gateway_ab", f"a={ROOT}", f"b={ROOT}", "--probes", "5", "--rounds", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=55,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rounds = [line for line in result.stdout.splitlines() if line.startswith("round ")]
+    assert len(rounds) == 2 and all(re.search(r"; a [\d.]+ \(\+-?[\d.]+, CPU [\d.]+\); b ", line) for line in rounds)
+    refused = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gateway_ab", "no-tree-here"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert refused.returncode == 2 and "NAME=TREE" in refused.stderr
+
+
+@pytest.mark.slow
 def test_the_scale_benchmark_measures_a_failover_and_the_web_servers_memory() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.scale", "--askers", "0", "--pending", "0", "--failover", "300"],
