@@ -62,6 +62,7 @@ class Tokens:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._file = os.fspath(self.path)
         self._stamp: tuple[int, int, int] | None = None
         self._entries: tuple[_Entry, ...] = ()
         self._agents: dict[bytes, str] = {}
@@ -76,7 +77,7 @@ class Tokens:
 
     def _refresh(self) -> None:
         try:
-            stat = self.path.stat()
+            stat = os.stat(self._file)  # on every request: os's, without pathlib's steps around it
             stamp: tuple[int, int, int] | None = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
         except FileNotFoundError:
             stamp = None
