@@ -30,7 +30,7 @@ tests/web/node_modules/axe-core/axe.min.js: tests/web/package.json
 
 test: install tests/web/node_modules/axe-core/axe.min.js
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server tmux chromium"; exit 1; }
-	$(BIN)/pytest -n 3 --dist loadfile
+	$(BIN)/pytest
 
 lint: install
 	$(BIN)/ruff check broker broker_adapters workers tests benchmarks examples
