@@ -3,8 +3,8 @@
 uvicorn writes a response's status line and headers at ``http.response.start`` and its body at
 ``http.response.body``, each straight to the socket: with Nagle off (the gateway's listeners), two
 segments, so the client wakes twice for one small JSON reply. Held until the next write, the head
-goes out with the body: one segment, one wake-up; measured 0.1 ms off the gateway's p50 (probes
-through two gateways interleaved in one run, three rounds).
+goes out with the body: one segment, one wake-up (with the small trims of the same commit, 0.04-0.07 ms off
+the gateway's p50: python -m benchmarks.gateway_ab, trees probed in rotation, four rounds).
 """
 
 from __future__ import annotations

@@ -477,7 +477,7 @@ class Gateway:
 #
 # A plain ASGI callable rather than a Starlette app: five fixed routes need no router, and
 # Starlette's layers (its middleware stack, Request, Headers, the body stream, JSONResponse) were
-# 0.17 ms of the gateway's p50 (probes through both forms interleaved in one run, three rounds).
+# 0.08-0.15 ms of the gateway's p50 (python -m benchmarks.gateway_ab, trees probed in rotation, four rounds).
 
 _JSON_TYPE: Final = (b"content-type", b"application/json")
 _ASK_PATH: Final = "/v1/asks/"
