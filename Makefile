@@ -28,7 +28,11 @@ demo: $(BIN)/qbroker-demo-installed
 tests/web/node_modules/axe-core/axe.min.js: tests/web/package.json
 	@if command -v npm >/dev/null; then cd tests/web && npm ci --silent --no-audit --no-fund; fi
 
-test: install tests/web/node_modules/axe-core/axe.min.js
+# The official MCP TypeScript SDK's client, for test_mcp_ts.py (skipped, with a reason, where npm is missing).
+tests/mcp_ts/node_modules/@modelcontextprotocol/sdk/package.json: tests/mcp_ts/package.json
+	@if command -v npm >/dev/null; then cd tests/mcp_ts && npm ci --silent --no-audit --no-fund && touch node_modules/@modelcontextprotocol/sdk/package.json; fi
+
+test: install tests/web/node_modules/axe-core/axe.min.js tests/mcp_ts/node_modules/@modelcontextprotocol/sdk/package.json
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server tmux chromium"; exit 1; }
 	$(BIN)/pytest
 

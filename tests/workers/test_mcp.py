@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import mcp_types as types
 import pytest
 from mcp.client.session import ClientSession
@@ -35,7 +36,7 @@ from broker import (
 from broker.types import convert_request
 from tests.helpers import KEYS, SIGNING_KEY, pick
 from tests.redis_server import RedisServer
-from workers.asking.mcp.server import parse_arguments
+from workers.asking.mcp.server import OUTPUT_SCHEMA, parse_arguments
 
 pytestmark = pytest.mark.slow
 
@@ -103,11 +104,18 @@ async def dismiss(pending: PendingRequest) -> None:
 
 
 def structured(result: types.CallToolResult) -> Any:
-    """The structured content, checked to say the same as the text content."""
+    """The structured content, checked to say the same as the text content and to fit the tool's outputSchema.
+
+    Every result, an error too: the specification says structured results conform to the output schema,
+    and the official TypeScript client validates ``structuredContent`` whenever it is present (a result
+    that does not fit is a -32602 protocol error there, not the coded failure). The Python client checks
+    successful results only, so this check is the TypeScript client's.
+    """
     assert len(result.content) == 1
     text = result.content[0]
     assert isinstance(text, types.TextContent)
     assert json.loads(text.text) == result.structured_content
+    jsonschema.Draft202012Validator(OUTPUT_SCHEMA).validate(result.structured_content)
     return result.structured_content
 
 
@@ -454,10 +462,12 @@ async def test_the_tool_declares_its_output_schema(redis_server: RedisServer, na
     async with mcp_client(redis_server, namespace) as session:
         [tool] = (await session.list_tools()).tools
     schema = tool.output_schema
-    assert schema is not None and schema["required"] == ["answers"]
+    assert schema == OUTPUT_SCHEMA  # what structured() checks every result against
+    answer, failure = schema["oneOf"]
+    assert answer["required"] == ["answers"] and failure["required"] == ["name", "code", "message"]
     item = schema["properties"]["answers"]["items"]
     assert set(item["properties"]) == {"id", "selected", "custom", "question"}
-    # the answers of the other tests are checked against it by the SDK's client (call_tool validates)
+    jsonschema.Draft202012Validator.check_schema(schema)
 
 
 async def test_an_unknown_tool_is_a_protocol_error(redis_server: RedisServer, namespace: str) -> None:

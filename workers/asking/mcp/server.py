@@ -7,12 +7,12 @@ the service; a client that cancels the call or goes away cancels that task, whic
 withdraws the question (the UI takes it down).
 
 Failures of an ask are tool errors (``isError``) whose content is ``{name, code, message}``, so
-the model can route on the code; a call of a tool it does not have is a JSON-RPC error, as the MCP
-specification says. An answer is structured content that fits the tool's ``outputSchema``. While a
-human takes their time, a call that asked for progress (a ``progressToken``) gets a progress
-notification every few seconds, so clients that reset their timeout on progress keep waiting. When
-nobody can answer (``NO_PROVIDER``) and the client declared elicitation, the client's own user is
-asked instead (``workers.asking.mcp.elicit``).
+the model can route on the code; it fits the tool's ``outputSchema`` as an answer does. A call of a
+tool it does not have is a JSON-RPC error, as the MCP specification says. An answer is structured
+content that fits the tool's ``outputSchema``. While a human takes their time, a call that asked for
+progress (a ``progressToken``) gets a progress notification every few seconds, so clients that
+reset their timeout on progress keep waiting. When nobody can answer (``NO_PROVIDER``) and the
+client declared elicitation, the client's own user is asked instead (``workers.asking.mcp.elicit``).
 """
 
 from __future__ import annotations
@@ -166,9 +166,18 @@ OUTPUT_SCHEMA: dict[str, Any] = {
                 },
                 "required": ["id", "selected"],
             },
-        }
+        },
+        "name": {"type": "string", "description": "a failure's error class: UserQuestionError"},
+        "code": {
+            "type": "string",
+            "description": "a failure's stable code (ASK_CANCELLED, ASK_TIMED_OUT, NO_PROVIDER, ...): route on it",
+        },
+        "message": {"type": "string", "description": "a failure's explanation, for the model"},
     },
-    "required": ["answers"],
+    # An answer, or (isError) the coded failure: the specification wants every structured result to fit
+    # the schema, and the official TypeScript client validates errors too (one that does not fit is a
+    # protocol error there, where the model should have read the code).
+    "oneOf": [{"required": ["answers"]}, {"required": ["name", "code", "message"]}],
 }
 
 
