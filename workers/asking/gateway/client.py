@@ -3,6 +3,14 @@
 The caller holds the gateway's URL (``http://...`` or ``unix:/path/to.sock``) and its bearer token,
 nothing else. The gateway verified the answer against the providers' keys before handing it on; the
 client trusts the gateway (loopback, its socket's permissions, or TLS in front of it).
+
+A gateway that is away for a moment (restarted, upgraded) does not fail an ask at once: a call that
+could not reach it is tried again, with backoff, within the ask's own bound (its timeout) and at most
+``reconnect_for`` seconds from the first failure; then the ask ends ``BROKER_UNAVAILABLE`` with the
+reason in words. A call is tried again only where a repeat is the same call: one that never reached the
+gateway, a poll, a withdrawal, a keyed start (a re-attach). A restarted gateway no longer knows the asks
+of the one before: a keyed ask starts again with its key and re-attaches to its question in Redis; an
+unkeyed one ended with that gateway (its question is withdrawn), so it ends here, saying to ask again.
 """
 
 from __future__ import annotations
@@ -17,8 +25,9 @@ import aiohttp
 import msgspec
 
 from broker import AskUserQuestionAnswer, AskUserQuestionRequest, UserQuestionError
-from broker.errors import ASK_ABORTED, BAD_REQUEST, BROKER_UNAVAILABLE, ErrorPayload
+from broker.errors import ASK_ABORTED, BAD_REQUEST, BROKER_UNAVAILABLE, UNKNOWN_ASK, ErrorPayload
 from broker.types import convert_answer
+from workers._redis import Backoff
 
 __all__ = ["GatewayClient"]
 
@@ -27,19 +36,36 @@ log = logging.getLogger(__name__)
 _JSON_BODY: Final = {"content-type": "application/json"}
 _POLL: Final = 25.0
 """seconds one long poll asks the gateway to wait (under common proxies' idle timeouts)"""
+RECONNECT_FOR: Final = 30.0
+"""seconds a call keeps trying to reach a gateway that is away (never past the ask's own timeout)"""
+
+
+def _in_words(error: BaseException) -> str:
+    """Why a call did not get through, for a person (aiohttp's reprs name connection keys and classes)."""
+    if isinstance(error, aiohttp.ClientConnectorError):
+        return error.os_error.strerror or str(error.os_error) or "the connection was refused"
+    if isinstance(error, aiohttp.ServerDisconnectedError):
+        return "it closed the connection before replying"
+    if isinstance(error, TimeoutError | aiohttp.ServerTimeoutError):
+        return "it did not reply in time"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error) or type(error).__name__
 
 
 class GatewayClient:
     """One agent's connection to a gateway; an async context manager."""
 
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str, *, reconnect_for: float = RECONNECT_FOR) -> None:
         if not token:
             raise UserQuestionError("asking through the gateway needs its token (QBROKER_GATEWAY_TOKEN)", BAD_REQUEST)
         self._unix = url.removeprefix("unix:") if url.startswith("unix:") else None
         if self._unix is None and not url.startswith(("http://", "https://")):
             raise UserQuestionError(f"gateway URL {url!r} must be http(s)://... or unix:/path", BAD_REQUEST)
         self._base = "http://gateway" if self._unix is not None else url.rstrip("/")
+        self._where = url
         self._token = token
+        self._reconnect_for = reconnect_for
         self._session: aiohttp.ClientSession | None = None
 
     def __repr__(self) -> str:  # the token stays out of reprs and logs
@@ -58,14 +84,34 @@ class GatewayClient:
         if self._session is not None:
             await self._session.close()
 
-    async def _call(self, method: str, path: str, **options: Any) -> dict[str, Any]:
-        """One call; a reply carrying ``error`` raises it as the coded error it is."""
+    async def _call(
+        self, method: str, path: str, *, deadline: float, repeatable: bool = True, **options: Any
+    ) -> dict[str, Any]:
+        """One call, tried again while the gateway cannot be reached (see the module's docstring).
+
+        ``repeatable``: sending it again is the same call even if the first reached the gateway. A reply
+        carrying ``error`` raises it as the coded error it is.
+        """
         assert self._session is not None, "use `async with GatewayClient(...)`"
-        try:
-            async with self._session.request(method, self._base + path, **options) as reply:
-                raw = await reply.read()
-        except (aiohttp.ClientError, OSError, TimeoutError) as error:
-            raise UserQuestionError(f"the gateway is unreachable: {error!r}", BROKER_UNAVAILABLE) from error
+        loop = asyncio.get_running_loop()
+        backoff, failing_since = Backoff(first=0.1, cap=1.0), None
+        while True:
+            try:
+                async with self._session.request(method, self._base + path, **options) as reply:
+                    raw = await reply.read()
+                break
+            except (aiohttp.ClientError, OSError, TimeoutError) as error:
+                now = loop.time()
+                failing_since = now if failing_since is None else failing_since
+                delay = backoff.next()
+                # A connection never made sent nothing: trying again cannot start a second ask.
+                again = repeatable or isinstance(error, aiohttp.ClientConnectorError)
+                if not again or now + delay > min(deadline, failing_since + self._reconnect_for):
+                    tried = f" (tried for {now - failing_since:.0f} s)" if now - failing_since >= 1 else ""
+                    raise UserQuestionError(
+                        f"the gateway at {self._where} is unreachable: {_in_words(error)}{tried}", BROKER_UNAVAILABLE
+                    ) from error
+                await asyncio.sleep(delay)
         try:
             body = msgspec.json.decode(raw)
         except msgspec.DecodeError as error:
@@ -103,12 +149,32 @@ class GatewayClient:
                 body[name] = value
         if abort is not None and abort.is_set():
             raise UserQuestionError("the ask was aborted before it started", ASK_ABORTED)
+        deadline = asyncio.get_running_loop().time() + (timeout if timeout is not None else float("inf"))
         # Encoded by msgspec (the request Struct in its wire form), not by aiohttp's json.dumps.
-        start = self._call("POST", "/v1/asks", data=msgspec.json.encode(body), headers=_JSON_BODY)
-        outcome = await self._until(start, abort, None)
+        encoded = msgspec.json.encode(body)
+
+        def start() -> Awaitable[dict[str, Any]]:
+            # Keyed, a second start is a re-attach to the same ask; unkeyed, it could be a second question.
+            return self._call(
+                "POST", "/v1/asks", deadline=deadline, repeatable=key is not None, data=encoded, headers=_JSON_BODY
+            )
+
+        outcome = await self._until(start(), abort, None)
         while outcome.get("state") == "pending":
-            poll = self._call("GET", f"/v1/asks/{outcome['id']}", params={"wait": str(_POLL)})
-            outcome = await self._until(poll, abort, outcome["id"])
+            poll = self._call("GET", f"/v1/asks/{outcome['id']}", deadline=deadline, params={"wait": str(_POLL)})
+            try:
+                outcome = await self._until(poll, abort, outcome["id"])
+            except UserQuestionError as error:
+                if error.code != UNKNOWN_ASK:
+                    raise
+                # The gateway restarted: the one before took its in-memory asks with it.
+                if key is None:
+                    raise UserQuestionError(
+                        "the gateway restarted and its unkeyed asks ended with it (the question was withdrawn): "
+                        "ask again",
+                        BROKER_UNAVAILABLE,
+                    ) from error
+                outcome = await self._until(start(), abort, None)  # re-attaches to the question in Redis
         if outcome.get("state") != "answered":
             state = outcome.get("state")
             raise UserQuestionError(f"the gateway answered an ask in state {state!r}", BROKER_UNAVAILABLE)
@@ -138,5 +204,5 @@ class GatewayClient:
             work.cancel()
         if ask_id is not None:
             with contextlib.suppress(UserQuestionError):
-                await self._call("DELETE", f"/v1/asks/{ask_id}")
+                await self._call("DELETE", f"/v1/asks/{ask_id}", deadline=asyncio.get_running_loop().time() + 5.0)
         raise UserQuestionError("the ask was aborted", ASK_ABORTED)
