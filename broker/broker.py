@@ -481,7 +481,8 @@ class Broker:
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         if not self.trusted_keys:
             raise UserQuestionError(
-                "this broker trusts no answering key: pass trusted_keys= (the providers' public keys, qbpk1:...)",
+                "this asker trusts no answering key, so no answer could count: give it the providers' public key "
+                "(qbroker: --trusted-keys-file FILE or QBROKER_TRUSTED_KEYS_FILE; Python: Broker(trusted_keys=...))",
                 NO_TRUSTED_KEY,
             )
         if abort is not None and abort.is_set():

@@ -29,6 +29,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     new.add_argument("prefix", metavar="PREFIX", help="path prefix of the two files, e.g. keys/team-a")
     new.add_argument("--force", action="store_true", help="replace existing files")
+    new.add_argument(
+        "--gateway",
+        action="store_true",
+        help="a gateway's attesting key: its .pub goes to the answerers (--gateway-keys-file), never to askers",
+    )
     public = commands.add_parser("public", help="print the public key of a secret key file")
     public.add_argument("key_file", metavar="FILE", help="a secret key file written by `qbroker keys new`")
     parser.set_defaults(func=run)
@@ -59,9 +64,18 @@ def run(args: argparse.Namespace) -> int:
     os.chmod(secret, 0o600)  # --force over a file that had looser bits
     public.write_text(key.public_text + "\n", encoding="utf-8")
     print(key.public_text)
-    print(
-        f"secret: {secret} (providers: --signing-key-file / QBROKER_SIGNING_KEY_FILE)\n"
-        f"public: {public} (askers: --trusted-keys-file / QBROKER_TRUSTED_KEYS_FILE)",
-        file=sys.stderr,
-    )
+    if args.gateway:
+        # Never an asker's trusted key: a key that may attest asks must not be able to approve them.
+        print(
+            f"secret: {secret} (the gateway only: qbroker gateway --attest-key-file {secret})\n"
+            f"public: {public} (answerers and status: --gateway-keys-file {public}; never an asker's trusted key)",
+            file=sys.stderr,
+        )
+    else:
+        print(
+            f"secret: {secret} (answerers only: --signing-key-file {secret} / QBROKER_SIGNING_KEY_FILE)\n"
+            f"public: {public} (askers: --trusted-keys-file {public} / QBROKER_TRUSTED_KEYS_FILE)\n"
+            "a gateway's attesting key is another pair: qbroker keys new PREFIX --gateway",
+            file=sys.stderr,
+        )
     return 0
