@@ -93,6 +93,12 @@ class NamespaceStatus(msgspec.Struct, frozen=True, kw_only=True):
     """answers askers refused among the askers' log's last 1000 events (unsigned or badly signed)"""
     next_after: str | None = None
     """when more pending requests follow the listed ones: the cursor for the next page (``after=``)"""
+    standby_ttls_s: tuple[float, ...] = ()
+    """each standby's seconds left before it counts as gone unless it beats again, as ``standbys``"""
+    worker: str | None = None
+    """the maintenance worker that marked itself alive (``qbroker worker``); None: the lease holder housekeeps"""
+    worker_ttl_s: float | None = None
+    """seconds left on the worker's mark: it renews it every round, so a killed worker's runs out"""
 
 
 _REJECTED_WINDOW = 1000
@@ -110,14 +116,16 @@ async def namespace_status(broker: Broker, *, limit: int | None = None, after: s
     keys: Keys = broker.keys
     seconds, micros = await call("TIME")
     now_ms = int(seconds) * 1000 + int(micros) // 1000
-    lease, pttl, last_epoch, standbys, stream_length, dead_letters, away = await asyncio.gather(
+    lease, pttl, last_epoch, standbys, stream_length, dead_letters, away, worker, worker_pttl = await asyncio.gather(
         call("GET", keys.provider),
         call("PTTL", keys.provider),
         call("GET", keys.epoch),
-        call("ZRANGEBYSCORE", keys.standbys, now_ms, "+inf"),
+        call("ZRANGEBYSCORE", keys.standbys, now_ms, "+inf", "WITHSCORES"),
         call("XLEN", keys.requests),
         call("XLEN", keys.dead),
         call("ZCARD", keys.away),
+        call("GET", keys.worker_alive),
+        call("PTTL", keys.worker_alive),
     )
     recent = await call("XREVRANGE", keys.asklog, "+", "-", "COUNT", _REJECTED_WINDOW)
     holder = epoch = None
@@ -126,6 +134,8 @@ async def namespace_status(broker: Broker, *, limit: int | None = None, after: s
         epoch_text, token, holder = str(lease).split(":", 2)
         epoch = int(epoch_text)
         holder_member = f"{token}:{holder}"  # the holder registers beside the standbys
+    # A standby's score is when it counts as gone unless it beats again (the holder registers beside them).
+    standing_by = [(m, expires) for m, expires in zip(standbys[::2], standbys[1::2], strict=True) if m != holder_member]
     pending, counts, next_after = await _pending(call, keys, now_ms, limit, after, broker.gateway_keys)
     agents, agent_count = await _agents(call, keys, now_ms, limit)
     return NamespaceStatus(
@@ -133,7 +143,10 @@ async def namespace_status(broker: Broker, *, limit: int | None = None, after: s
         holder=holder,
         epoch=epoch,
         lease_ttl_s=int(pttl) / 1000 if lease and int(pttl) >= 0 else None,
-        standbys=tuple(str(member).split(":", 1)[-1] for member in standbys if member != holder_member),
+        standbys=tuple(str(member).split(":", 1)[-1] for member, _ in standing_by),
+        standby_ttls_s=tuple(max(0.0, (float(expires) - now_ms) / 1000) for _, expires in standing_by),
+        worker=str(worker) if worker else None,
+        worker_ttl_s=int(worker_pttl) / 1000 if worker and int(worker_pttl) >= 0 else None,
         pending=pending,
         agents=agents,
         stream_length=int(stream_length),

@@ -71,3 +71,35 @@ async def test_status_puts_the_summary_first_and_lists_only_the_oldest_limit(
         assert status == 2 and b"stream entry id" in err
         for task in tasks:
             task.cancel()
+
+
+async def test_status_says_who_is_alive_the_worker_and_standbys_with_their_time_left(
+    make_broker, redis_server, namespace
+):
+    """Issue "The page a team trusts", row 6: a killed worker was invisible in `qbroker status`."""
+    from broker.housekeeping import mark_worker_alive
+
+    holder, spare = await make_broker(), await make_broker()
+    standing_by = asyncio.Event()
+
+    async def stand_by() -> None:
+        async with spare.provider("spare", on_standby=lambda _holder: standing_by.set()):
+            pass
+
+    async with holder.provider("desk"):
+        waiting = asyncio.create_task(stand_by())
+        await asyncio.wait_for(standing_by.wait(), 5)
+        status, out, err = await run_qbroker("status", url=redis_server.url, namespace=namespace)
+        assert status == 0, err
+        text = out.decode()
+        assert "worker        none: the lease holder housekeeps (run `qbroker worker`" in text, text
+        assert "standbys      spare (" in text and "s left)" in text, text
+
+        await mark_worker_alive(holder, "worker@host:42", ttl=30)
+        status, out, err = await run_qbroker("status", "--json", url=redis_server.url, namespace=namespace)
+        data = json.loads(out)
+        assert data["worker"] == "worker@host:42" and 0 < data["worker_ttl_s"] <= 30, data
+        assert data["standbys"] == ["spare"] and len(data["standby_ttls_s"]) == 1 and data["standby_ttls_s"][0] > 0
+        status, out, err = await run_qbroker("status", url=redis_server.url, namespace=namespace)
+        assert "worker        worker@host:42 (" in out.decode() and "s left)" in out.decode(), out
+        waiting.cancel()

@@ -11,7 +11,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "status",
         help="show a namespace's provider, pending requests and live agents",
-        description="Show the namespace's lease holder, epoch and standbys, how many requests are "
+        description="Show the namespace's lease holder, epoch, standbys and maintenance worker (with the seconds "
+        "left before each counts as gone), how many requests are "
         "pending and agents live, the request stream's length and the dead-letter count; then the "
         "oldest pending requests with their age and asking agent, and live agents with their owner.",
     )

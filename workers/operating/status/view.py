@@ -44,10 +44,18 @@ def format_status(status: NamespaceStatus) -> str:
     else:
         provider = f"{status.holder} (epoch {status.epoch}, lease {status.lease_ttl_s or 0:.1f}s left)"
     by_priority = ", ".join(f"{name} {n}" for name, n in status.pending_by_priority.items())
+    standbys = ", ".join(
+        f"{name} ({left:.1f}s left)" for name, left in zip(status.standbys, status.standby_ttls_s, strict=False)
+    )
+    if status.worker is None:
+        worker = "none: the lease holder housekeeps (run `qbroker worker` for notifications and metrics)"
+    else:
+        worker = f"{status.worker} ({status.worker_ttl_s or 0:.1f}s left)"
     out = [
         f"namespace     {status.namespace}",
         f"provider      {provider}",
-        f"standbys      {', '.join(status.standbys) or 'none'}",
+        f"standbys      {standbys or 'none'}",
+        f"worker        {worker}",
         f"pending       {status.pending_count}" + (f" ({by_priority})" if by_priority else ""),
         f"live agents   {status.agent_count}",
         f"stream        {status.stream_length} entries",
@@ -59,7 +67,7 @@ def format_status(status: NamespaceStatus) -> str:
             "(a forgery, or a provider with an untrusted key: docs/security.md)"
         )
     if status.away_count:
-        out.insert(4, f"away askers   {status.away_count} (keyed asks kept for their asker to re-attach)")
+        out.insert(5, f"away askers   {status.away_count} (keyed asks kept for their asker to re-attach)")
     out += [
         "",
         f"pending requests: {status.pending_count}{_shown(len(status.pending), status.pending_count, 'oldest')}",
