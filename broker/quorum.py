@@ -220,12 +220,17 @@ class Tally:
     """the escalation group may answer too"""
 
     @property
+    def counted(self) -> tuple[Vote, ...]:
+        """The votes that count, in order: ``votes`` less those of people who may no longer vote."""
+        return _counted(self.votes, self.voters)
+
+    @property
     def approved_by(self) -> tuple[str, ...]:
-        return tuple(vote.person for vote in self.votes if vote.approving)
+        return tuple(vote.person for vote in self.counted if vote.approving)
 
     @property
     def declined_by(self) -> tuple[str, ...]:
-        return tuple(vote.person for vote in self.votes if not vote.approving)
+        return tuple(vote.person for vote in self.counted if not vote.approving)
 
     @property
     def may_still(self) -> tuple[str, ...] | None:
@@ -255,9 +260,8 @@ class Tally:
 def tally(policy: Policy, voters: frozenset[str] | None, votes: Iterable[Vote], escalated: bool = False) -> Tally:
     """What the votes decide: ``policy.approvals`` identical approving votes, or a decline."""
     ordered = tuple(sorted(votes, key=lambda vote: (vote.at_ms, vote.person)))
-    counted = [vote for vote in ordered if voters is None or vote.person in voters]
     same: dict[str, list[Vote]] = {}
-    for vote in counted:
+    for vote in _counted(ordered, voters):
         if not vote.approving and policy.decline == "any":
             return Tally(policy, ordered, voters, vote, (vote.person,), escalated)
         same.setdefault(vote.same_as, []).append(vote)
@@ -265,6 +269,12 @@ def tally(policy: Policy, voters: frozenset[str] | None, votes: Iterable[Vote], 
             group = same[vote.same_as]
             return Tally(policy, ordered, voters, group[0], tuple(v.person for v in group), escalated)
     return Tally(policy, ordered, voters, escalated=escalated)
+
+
+def _counted(votes: tuple[Vote, ...], voters: frozenset[str] | None) -> tuple[Vote, ...]:
+    # A stored vote stays in Redis after its person leaves the policy's groups (the users file changed): it is
+    # judged by who may vote now, so it neither counts towards the quorum nor shows as an approval.
+    return tuple(vote for vote in votes if voters is None or vote.person in voters)
 
 
 def approving(policy: Policy, request: AskUserQuestionRequest, answer: AskUserQuestionAnswer | None) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -261,3 +262,47 @@ async def test_a_forged_edit_is_not_an_answer(make_broker, redis, namespace):
         await (await next_pending(provider)).answer(human, by="alice")
         got = await asyncio.wait_for(asking, 10)
         assert got.answers[0].edited == {"path": "build/cache"}  # the human's edit, not the forged one
+
+
+@pytest.mark.parametrize(
+    ("rewrite", "lands_at"),
+    [
+        pytest.param({"agent": "intruder"}, "decision:agent:intruder:", id="agent-rewritten"),
+        pytest.param({"scope": "namespace", "agent": ""}, "decision:ns:", id="widened-to-the-namespace"),
+    ],
+)
+async def test_a_decision_whose_scope_or_agent_is_rewritten_is_not_an_answer(
+    make_broker, redis, namespace, rewrite, lands_at
+):
+    """Attack 5 on a genuine decision: alice remembered 'yes' for the agent builder only; whoever can write
+    the decision hashes without the signing key (an asker sharing one Redis user with its providers, or
+    a maintenance user) rewrites its scope or agent, in its proof and its summary, and puts it where
+    another agent's lookup finds it. Its signature covers scope and agent, so a human is asked."""
+    asker, intruding, answering = await make_broker(), await make_broker(), await make_broker()
+    fp = question_fingerprint(one_question().questions[0])
+    k = f"qb:{{{namespace}}}:"
+    async with answering.provider("ui") as provider:
+        async with asker.agent("builder") as builder:
+            first = asyncio.create_task(builder.ask(one_question(), timeout=10))
+            await (await next_pending(provider)).answer(pick("yes"), by="alice", remember=Remember(scope="agent"))
+            assert await first == pick("yes")
+            assert await builder.ask(one_question(), timeout=5) == pick("yes")  # the genuine decision answers
+        genuine = await redis.hgetall(f"{k}decision:agent:builder:{fp}")
+        proof, summary = json.loads(genuine["proof"]), json.loads(genuine["summary"])
+        assert (proof["scope"], proof["agent"]) == ("agent", "builder")
+        forged = {
+            **genuine,
+            "proof": json.dumps({**proof, **rewrite}),
+            "summary": json.dumps({**summary, **rewrite, "agent": rewrite["agent"] or None}),
+        }
+        await redis.hset(f"{k}{lands_at}{fp}", mapping=forged)
+        await redis.pexpire(f"{k}{lands_at}{fp}", 600_000)
+        async with intruding.agent("intruder") as intruder:
+            asking = asyncio.create_task(intruder.ask(one_question(), timeout=20))
+            pending = await next_pending(provider)  # a human is asked after all
+            assert intruding.rejected_outcomes == 1  # ask.lua took the rewritten decision; the asker refused it
+            asklog = await redis.xrange(f"{k}asklog")
+            taken = [e["by"] for _, e in asklog if e.get("event") == "answered" and e.get("agent") == "intruder"]
+            assert taken == [f"decision:{genuine['id']}"]  # the attack fired
+            await pending.answer(pick("no"), by="bob")
+            assert await asyncio.wait_for(asking, 10) == pick("no")  # the human's answer, not alice's for builder

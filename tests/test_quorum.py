@@ -178,6 +178,35 @@ async def test_approvals_so_far_survive_a_provider_failover(make_broker, policie
     assert [e["by"] for e in await audit(asker) if e["event"] == "answered"] == ["alice, bob"]
 
 
+async def test_a_vote_of_someone_no_longer_in_the_policys_groups_does_not_count(
+    make_broker, policies, tmp_path
+) -> None:
+    """alice voted; then she left sre (the users file changed, and the provider that takes over reads it):
+    her stored vote counts neither towards the quorum nor on the card, whose approvals start again."""
+    path = tmp_path / "without-alice.toml"
+    path.write_text(POLICY.replace('sre = ["alice", "bob", "dave"]', 'sre = ["bob", "dave"]'))
+    without_alice = load_policies(path)
+    asker, first, second = await make_broker(), await make_broker(), await make_broker()
+    async with first.provider("web-1") as provider:
+        asked = asyncio.create_task(asker.ask(deploy(), timeout=25))
+        voted = await policies.vote(await next_pending(provider), pick("yes"), by="alice")
+        assert voted is not None and voted.approved_by == ("alice",)
+    async with second.provider("web-2") as provider:
+        card = await next_pending(provider)
+        now = await without_alice.current(card)
+        assert now is not None and now.decided is None and now.approved_by == ()
+        assert now.view()["approvedBy"] == [] and now.may_still == ("bob", "dave")
+        with pytest.raises(UserQuestionError) as refused:
+            await without_alice.vote(card, pick("yes"), by="alice")
+        assert refused.value.code == "NOT_APPROVER"
+        bob = await without_alice.vote(card, pick("yes"), by="bob")
+        assert bob is not None and bob.decided is None and bob.approved_by == ("bob",)
+        await not_yet(asked)  # alice's stored vote and bob's would have made two
+        await without_alice.vote(card, pick("yes"), by="dave")
+        assert await asked == pick("yes")
+    assert [e["by"] for e in await audit(asker) if e["event"] == "answered"] == ["bob, dave"]
+
+
 async def test_a_fenced_provider_cannot_vote(make_broker, policies) -> None:
     broker = await make_broker()
     async with broker.provider("web") as provider:

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from workers.answering.slack.verify import SlackRefused, SlackVerifier
+from workers.answering.slack.verify import WINDOW_S, SlackRefused, SlackVerifier
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -52,6 +52,34 @@ async def test_the_replay_is_refused_by_another_server_of_the_namespace_too(make
     assert (await refused(SlackVerifier(SECRET, second.commands.call, second.keys), BODY, headers)).startswith(
         "replayed"
     )
+
+
+@pytest.mark.parametrize(
+    "lag_s",
+    [pytest.param(0, id="to-the-same-server"), pytest.param(5, id="to-a-server-whose-clock-is-5s-behind")],
+)
+async def test_a_replay_inside_the_window_is_refused_however_long_after_the_click(make_broker, lag_s) -> None:
+    """The longest a captured click stays fresh: taken at the earliest its timestamp allows (a window before
+    it, by the taking server's clock), replayed at the last instant a server of the namespace still takes
+    that timestamp (a window after it, by that server's clock). Its replay record is aged by the time
+    between, as Redis would age it (no minutes of sleep): it must still be there to refuse the replay."""
+    broker = await make_broker()
+    start = 1_800_000_000.0
+    clock = [start]
+    taking = SlackVerifier(SECRET, broker.commands.call, broker.keys, now=lambda: clock[0])
+    replayed_to = SlackVerifier(SECRET, broker.commands.call, broker.keys, now=lambda: clock[0] - lag_s)
+    sent = start + WINDOW_S
+    headers = signed(at=sent)
+    await taking.check(BODY, headers)
+    record = broker.keys.prefix + "slack:seen:" + hashlib.sha256(headers["X-Slack-Signature"].encode()).hexdigest()
+    lifetime_ms = await broker.commands.call("PTTL", record)
+    clock[0] = sent + WINDOW_S + lag_s  # the server it is replayed to reads the window's last instant
+    left_ms = lifetime_ms - round((clock[0] - start) * 1000)
+    if left_ms > 0:
+        await broker.commands.call("PEXPIRE", record, left_ms)
+    else:
+        await broker.commands.call("DEL", record)  # it ran out before the timestamp did
+    assert (await refused(replayed_to, BODY, headers)).startswith("replayed")
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
 from broker import Broker, PendingRequest, UserQuestionError
@@ -306,6 +307,71 @@ async def test_a_keyed_ask_re_attaches_in_the_gateway_and_across_its_restart(
     assert reply.status_code == 200, reply.text
     assert reply.json()["answer"]["answers"][0]["selected"] == ["yes"]
     assert seen.empty()  # never asked twice
+
+
+async def claimed_once_re_attached(pending: PendingRequest) -> None:
+    """The provider re-reads who asks when the re-attach's ``back`` notice reaches it."""
+    async with asyncio.timeout(10):
+        while pending.verified:
+            await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("re_attacher", ["a-restarted-gateway", "a-direct-redis-asker"])
+async def test_a_keyed_ask_re_attached_from_another_process_is_claimed_not_verified(
+    redis_server: RedisServer,
+    namespace: str,
+    tokens: Callable[[str], str],
+    make_broker: Callable[..., Awaitable[Broker]],
+    tmp_path: Path,
+    re_attacher: str,
+) -> None:
+    """docs/security.md, verified or claimed: the gateway's attestation binds the asking process. Its
+    process killed, the keyed ask is re-attached while still pending from another process (a new
+    gateway with the same key, or anyone holding the agent id) asking the same request with the same
+    key: the card the provider already shows, the page's view of it and ``qbroker status`` say claimed
+    from then on, for the human's answer now goes to a process no pinned gateway vouched for."""
+    from broker import AskUserQuestionRequest, SigningKey, namespace_status
+    from workers.answering.web.render import asking_view
+
+    gateway_key = SigningKey.generate()
+    key_file = tmp_path / "gateway.key"
+    key_file.write_text(gateway_key.to_text())
+    token = tokens("ci-bot")
+    path = tokens.path  # type: ignore[attr-defined]
+    keyed = {"request": YES_NO, "key": "deploy-42", "detachGrace": 60}
+    first, base = await start_gateway(redis_server, namespace, path, "--attest-key-file", str(key_file))
+    pinning = await make_broker(gateway_keys=[gateway_key.public_text])
+    async with contextlib.AsyncExitStack() as stack:
+        seen = await stack.enter_async_context(answering(pinning, None))
+        async with client(base, token) as http:
+            assert (await http.post("/v1/asks", json=keyed)).status_code == 202
+        pending = await asyncio.wait_for(seen.get(), 10)
+        assert pending.verified and asking_view(pending)["verified"]
+        assert [p.verified for p in (await namespace_status(pinning)).pending] == [True]
+        first.process.kill()  # no goodbye: the keyed question stays pending for its grace
+        await first.stop()
+
+        if re_attacher == "a-restarted-gateway":
+            second, base = await start_gateway(redis_server, namespace, path, "--attest-key-file", str(key_file))
+            stack.push_async_callback(second.stop)
+            async with client(base, token) as http:
+                assert (await http.post("/v1/asks", json=keyed)).status_code == 202
+        else:
+            asker = await make_broker()
+            agent = await stack.enter_async_context(asker.agent("ci-bot"))
+            request = msgspec.json.decode(json.dumps(YES_NO), type=AskUserQuestionRequest)
+            re_attached = asyncio.create_task(agent.ask(request, key="deploy-42", detach_grace=60, timeout=20))
+
+        await claimed_once_re_attached(pending)
+        view = asking_view(pending)
+        assert view["verified"] is False and [asker["verified"] for asker in view["askers"]] == [False]
+        assert [p.verified for p in (await namespace_status(pinning)).pending] == [False]
+        await pending.answer(pick("yes"), by="tester")
+        if re_attacher == "a-direct-redis-asker":
+            assert await asyncio.wait_for(re_attached, 10) == pick("yes")
+        assert seen.empty()  # the same card, never a second question
+    audit = await pinning.commands.call("XRANGE", pinning.keys.audit, "-", "+")
+    assert [fields["asker"] for _, fields in audit if fields.get("event") == "answered"] == ["claimed"]
 
 
 async def test_the_unix_socket_is_private_and_asks(

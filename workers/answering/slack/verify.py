@@ -4,8 +4,9 @@ Slack signs every interactive request (a button, a modal's submission) with the 
 secret: ``X-Slack-Signature: v0=<HMAC-SHA256 of "v0:<timestamp>:<body>">`` and
 ``X-Slack-Request-Timestamp``. The HMAC and the timestamp window are the official
 ``slack_sdk.signature.SignatureVerifier``'s; on top, a request seen once is refused again: its
-signature is kept in Redis (``SET NX``) for twice the window, so a captured click replayed
-within the window (or to another web server of the namespace) does nothing.
+signature is kept in Redis (``SET NX``) for as long as any server of the namespace may still take
+its timestamp (twice the window, and ``CLOCK_SKEW_S``), so a captured click replayed within the
+window (or to another web server of the namespace) does nothing.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from slack_sdk.signature import Clock, SignatureVerifier
 
 from broker._keys import Keys
 
-__all__ = ["WINDOW_S", "SlackRefused", "SlackVerifier"]
+__all__ = ["CLOCK_SKEW_S", "WINDOW_S", "SlackRefused", "SlackVerifier"]
 
 WINDOW_S = 300
 """how far a request's timestamp may be from now, seconds (Slack's own advice: five minutes)"""
+CLOCK_SKEW_S = 60
+"""how far apart the clocks of a namespace's web servers may be, seconds, and a replay still be refused"""
 
 
 class SlackRefused(Exception):
@@ -77,5 +80,9 @@ class SlackVerifier:
         if not self._verifier.is_valid(body, timestamp, signature):
             raise SlackRefused("bad signature")
         seen = self._keys.prefix + "slack:seen:" + hashlib.sha256(signature.encode()).hexdigest()
-        if not await self._call("SET", seen, "1", "NX", "PX", self._window_s * 2000):
+        # Taken as early as a window before its timestamp, a click stays fresh until a window after it, by the
+        # clock of whichever server it is replayed to: a record of exactly twice the window let a replay through
+        # to a server whose clock lags, or one whose SET landed a moment after its own check.
+        lifetime_ms = (2 * self._window_s + CLOCK_SKEW_S) * 1000
+        if not await self._call("SET", seen, "1", "NX", "PX", lifetime_ms):
             raise SlackRefused("replayed: this signed request was already taken")
