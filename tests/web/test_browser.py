@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from msgspec.structs import replace as msgspec_replace
-from playwright.async_api import Browser, BrowserContext, Locator, Page, async_playwright, expect
+from playwright.async_api import Browser, BrowserContext, Locator, Page, Route, async_playwright, expect
+from redis.asyncio import Redis
 
 from broker import (
     AskUserQuestionAnswer,
@@ -28,6 +29,7 @@ from broker import (
     PlanReviewIntent,
     UserQuestionError,
 )
+from broker._keys import Keys
 from tests.helpers import KEYS
 from tests.redis_server import RedisServer
 from tests.web.conftest import PASSWORDS, WebProcess, qbroker, write_users_file
@@ -565,6 +567,73 @@ async def test_disconnected_page_pauses_and_resumes(
             await expect(request).to_have_count(0)
             assert (await asked).answers[0].custom == "typed before the crash"
     finally:
+        await people.close()
+        web.stop()
+
+
+async def test_a_card_delivered_again_while_the_page_asks_what_became_of_it_stays_answerable(
+    browser: Browser, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Issue "the page a team trusts at fleet size": after a restart, a page that reconnected before the new
+    server took the lease was shown no cards and asked the history what became of its card; the card was
+    delivered again while that answer was on its way, and the late answer (not settled) closed it for good."""
+    namespace = f"again{os.getpid()}"
+    web = WebProcess(redis_server.url, namespace, write_users_file(tmp_path / "u.toml"), tmp_path / "w.log").start()
+    people = People(browser, web)
+    asked_history, history_held = asyncio.Event(), asyncio.Event()
+
+    async def hold_history(route: Route) -> None:
+        # The history read the reconnected page starts is slow, as under load: it answers after the redelivery.
+        if not asked_history.is_set():
+            asked_history.set()
+            await history_held.wait()
+        await route.continue_()
+
+    try:
+        page = await people.page()
+        await page.route("**/api/history*", hold_history)
+        lease = Keys(namespace).provider
+        async with (
+            Broker(redis_server.url, namespace, **KEYS) as asker,
+            Redis.from_url(redis_server.url, decode_responses=True) as redis,
+        ):
+            asked = ask(asker, AskUserQuestionItem(id="q", question="Still there?", options=options("yes", "no")))
+            goes = ask(asker, AskUserQuestionItem(id="q", question="Withdrawn meanwhile?", options=options("yes")))
+            request = card(page, "Still there?")
+            await write_other(request, "typed before the crash")
+            await expect(page.locator("article.card")).to_have_count(2)
+            held_by_the_dead = await redis.get(lease)
+            assert held_by_the_dead is not None and web.process is not None
+            web.process.kill()
+            web.process.wait()
+            # The dead server's lease outlives the restart until the test lets it lapse: the new server stands by.
+            await redis.set(lease, held_by_the_dead, px=60_000)
+            goes.cancel()  # gone while no server listened: the page learns it from the history
+            await asyncio.gather(goes, return_exceptions=True)
+            await expect(page.locator("#banner")).to_contain_text("Disconnected from the server")
+            await asyncio.to_thread(web.start)
+            await expect(page.locator("#banner")).to_contain_text("Standing by")
+            async with asyncio.timeout(20):
+                await asked_history.wait()  # the standby showed no cards: the page asks what became of them
+            await redis.delete(lease)  # the lease lapses: the new server takes it and delivers the card again
+            async with asyncio.timeout(20):
+                while "Still there?" not in await (await page.request.get(web.url + "/api/requests")).text():
+                    await asyncio.sleep(0.1)
+            later = ask(asker, AskUserQuestionItem(id="q", question="Asked after the takeover?", options=options("ok")))
+            await expect(card(page, "Asked after the takeover?")).to_be_visible()  # the redelivery reached the page
+            history_held.set()
+            # The page has acted on the late history answer: the card it names gone left its note.
+            await expect(page.locator(".settled-note")).to_contain_text("Withdrawn meanwhile? — Withdrawn")
+            await expect(request.locator(".notice")).to_have_text("")
+            await expect(request.get_by_role("button", name="Send answer")).to_be_enabled()
+            await expect(request.locator("textarea.other")).to_have_value("typed before the crash")
+            await request.get_by_role("button", name="Send answer").click()
+            await expect(request).to_have_count(0)
+            assert (await asyncio.wait_for(asked, 10)).answers[0].custom == "typed before the crash"
+            later.cancel()
+            await asyncio.gather(later, return_exceptions=True)
+    finally:
+        history_held.set()
         await people.close()
         web.stop()
 

@@ -103,8 +103,11 @@ async def all_ids(client: httpx.AsyncClient) -> list[str]:
     return ids
 
 
-async def first_events(web: WebProcess, count: int) -> list[tuple[str, bytes]]:
-    """The first ``count`` events of a stream (kind, raw data), read over HTTP with the token."""
+async def first_events(
+    web: WebProcess, count: int, snapshot_read: asyncio.Event | None = None
+) -> list[tuple[str, bytes]]:
+    """The first ``count`` events of a stream (kind, raw data), read over HTTP with the token;
+    ``snapshot_read`` is set once the first (the snapshot) is read."""
     events: list[tuple[str, bytes]] = []
     async with (
         httpx.AsyncClient(base_url=web.url, headers=BEARER, timeout=20) as client,
@@ -117,6 +120,8 @@ async def first_events(web: WebProcess, count: int) -> list[tuple[str, bytes]]:
                 kind = line.removeprefix("event: ")
             elif line.startswith("data: "):
                 events.append((kind, line.removeprefix("data: ").encode()))
+                if snapshot_read is not None:
+                    snapshot_read.set()
                 if len(events) == count:
                     return events
     return events
@@ -202,8 +207,11 @@ async def test_a_card_added_while_the_window_is_full_is_counted_not_sent(
     page = await people.page()
     await expect(page.locator("#requests article.card")).to_have_count(WINDOW)
     waiting = int((await page.locator("#more-count").text_content() or "0").split()[0])
-    stream = asyncio.create_task(first_events(web, 2))
-    await asyncio.sleep(0.5)  # the stream's snapshot is taken before the new card is asked
+    snapshot_read = asyncio.Event()
+    stream = asyncio.create_task(first_events(web, 2, snapshot_read))
+    # The new card is asked once the stream's snapshot is taken: a fixed wait was too short under load
+    # (the snapshot held the card, and the awaited second event never came).
+    await asyncio.wait_for(snapshot_read.wait(), 20)
     asks.append(asyncio.create_task(asker.ask(question(PENDING), abort=None, timeout=300)))
     (_, snapshot), (kind, data) = await asyncio.wait_for(stream, 20)
     assert kind == "waiting", data

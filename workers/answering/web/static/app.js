@@ -317,6 +317,7 @@
     state.more.set(snapshot.namespace, { total, cursor: snapshot.cursor || "0.0", dry: !truncated, fetching: false });
     const live = new Set(snapshot.requests.map((r) => r.id));
     const missing = [...state.cards.values()].filter((card) => card.request.namespace === snapshot.namespace && !live.has(card.id) && !card.closed);
+    for (const card of missing) card.unlisted = true;
     if (missing.length) explainGone(missing.map((card) => card.id), truncated);
     state.batching = true;  // one arrange and one filter pass for the lot, not one per card
     try { for (const request of snapshot.requests) addCard(request); }
@@ -327,6 +328,8 @@
   }
 
   // Cards that went while this page was not listening: the history says why, and a note says it.
+  // One delivered again while the history was read (a server that had not yet taken the lease when the
+  // page reconnected takes it and redelivers) is pending: the history's "not settled" must not close it.
   async function explainGone(ids, truncated) {
     let entries = [];
     try { entries = (await call("GET", "/api/history?limit=200")).entries; } catch (e) { entries = []; }
@@ -336,7 +339,7 @@
         ? { answer: { answers: entry.questions.map((q) => ({ id: q.id, selected: q.selected || [], custom: q.custom || undefined })) } } : null;
       const card = state.cards.get(id);
       if (!entry && truncated) continue;  // not in the snapshot's window, not settled: still pending
-      if (card && !card.closed && !card.submitting) closeOrDrop(id, entry ? entry.event : "gone", entry ? entry.by : "", settled);
+      if (card && card.unlisted && !card.closed && !card.submitting) closeOrDrop(id, entry ? entry.event : "gone", entry ? entry.by : "", settled);
     }
   }
 
@@ -813,6 +816,7 @@
   function addCard(request) {
     const known = state.cards.get(request.id);
     if (known) {
+      known.unlisted = false;  // delivered: pending after all, whatever an earlier snapshot left out
       if ((known.closed || known.lost) && !known.submitting) reopen(known);
       known.request.askerAway = request.askerAway;
       known.request.awayUntilMs = request.awayUntilMs;
