@@ -816,6 +816,15 @@ async def test_a_later_identical_call_is_a_new_question(make_broker, redis_serve
     assert _permission(out)["behavior"] == "deny"
 
 
+def test_two_identical_calls_without_a_result_are_not_told_apart(tmp_path):
+    """Two identical calls waiting at once: neither hook may take the other's id (its key would be shared)."""
+    from workers.asking.claude_hook.local import Transcript
+    from workers.asking.claude_hook.questions import HookPayload
+
+    payload = _permission_in(tmp_path / "t.jsonl", _tool_use_line("toolu_A", BASH), _tool_use_line("toolu_B", BASH))
+    assert Transcript.of(msgspec.convert(payload, HookPayload)) is None
+
+
 def test_without_a_per_call_identity_no_two_runs_share_a_key():
     """No tool_use_id and no transcript: never a digest of the call (identical calls would share it)."""
     from workers.asking.claude_hook.hook import key_for
