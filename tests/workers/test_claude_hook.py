@@ -816,6 +816,24 @@ async def test_a_later_identical_call_is_a_new_question(make_broker, redis_serve
     assert _permission(out)["behavior"] == "deny"
 
 
+@pytest.mark.timeout(40)
+async def test_two_identical_calls_waiting_at_once_are_two_cards(make_broker, redis_server, namespace):
+    """One approval, one call: identical permission requests are not coalesced onto one card, where one
+    click would answer both."""
+    broker = await make_broker()
+    async with broker.provider("test-provider") as provider:
+        seen = aiter(provider)
+        first = await _start_hook(redis_server, namespace, BASH)
+        pending_first = await asyncio.wait_for(anext(seen), 15)
+        second = await _start_hook(redis_server, namespace, BASH)
+        pending_second = await asyncio.wait_for(anext(seen), 15)
+        assert pending_second is not pending_first and len(pending_first.askers) == 1
+        await pending_first.answer(pick("permission", "Allow"), by="alice")
+        await pending_second.answer(pick("permission", "Deny"), by="alice")
+        outs = [(await asyncio.wait_for(hook.communicate(), 15))[0] for hook in (first, second)]
+    assert sorted(_permission(out)["behavior"] for out in outs) == ["allow", "deny"]
+
+
 def test_two_identical_calls_without_a_result_are_not_told_apart(tmp_path):
     """Two identical calls waiting at once: neither hook may take the other's id (its key would be shared)."""
     from workers.asking.claude_hook.local import Transcript

@@ -162,6 +162,7 @@ async def _ask(
                 key=key,
                 detach_grace=timeout,
                 remember=asking.remember,
+                coalesce=asking.coalesce,
             )
     except* UserQuestionError as group:
         raise group.exceptions[0] from None
@@ -188,6 +189,7 @@ async def _ask_gateway(
             attachments=asking.attachments,
             detach_grace=timeout,
             remember=asking.remember,
+            coalesce=asking.coalesce,
         )
 
 

@@ -131,6 +131,11 @@ class Asking:
     attachments: tuple[str, ...] = ()
     """the texts the questions name as attachments: kept (``attach``) before the question is asked"""
 
+    @property
+    def coalesce(self) -> bool:
+        """Whether the card may be shared with identical asks: not an approval, where one click would run them all."""
+        return self.kind == "questions"
+
     def verdict(self, answer: AskUserQuestionAnswer) -> Verdict:
         if self.kind == "questions":
             return self._questions_verdict(answer)
