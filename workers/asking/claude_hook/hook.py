@@ -28,8 +28,9 @@ owned agent may not ask a human), keyed per tool call: by its ``tool_use_id`` (P
 PermissionRequest (which carries none) by the id of its ``tool_use`` in the session's transcript. So a hook
 run again for the same call (killed, restarted) re-attaches to its question, and a later identical call is
 a question of its own: one approval, one call. A call with no identity to be found (no transcript, a
-subagent's call, two identical calls waiting at once) is asked under a key of this run alone, never a
-digest of the call: an answer to it answers this run and nothing else.
+subagent's call, two identical calls waiting at once) is asked unkeyed, never under a digest of the call:
+its answer goes to this run alone, and a hook killed without a word leaves nothing to re-attach to (its
+card comes down once its liveness lapses).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ import argparse
 import asyncio
 import json
 import re
-import secrets
 import signal
 import sys
 from typing import Any, Final
@@ -72,8 +72,8 @@ def agent_id_for(payload: HookPayload, given: str | None = None) -> str:
     return "claude-code"
 
 
-def key_for(payload: HookPayload, found: str | None) -> str:
-    """The tool call's key: its tool_use_id, the one ``found`` in the transcript, or one of this run alone.
+def key_for(payload: HookPayload, found: str | None) -> str | None:
+    """The tool call's key: its tool_use_id, or the one ``found`` in the transcript; None (unkeyed) without.
 
     Never a digest of the call's content: identical calls would share it, and one answer would
     approve every one of them while it is kept.
@@ -81,7 +81,7 @@ def key_for(payload: HookPayload, found: str | None) -> str:
     for call_id in (payload.tool_use_id, found):
         if call_id and (slug := _UNSAFE.sub("-", call_id)[:120]):
             return f"tool-{slug}"
-    return f"run-{secrets.token_hex(16)}"
+    return None
 
 
 def hook_output(event: str, verdict: Verdict) -> dict[str, Any]:
@@ -139,7 +139,7 @@ class _Local:
 
 
 async def _ask(
-    settings: Settings, asking: Asking, agent_id: str, timeout: float, local: _Local, key: str
+    settings: Settings, asking: Asking, agent_id: str, timeout: float, local: _Local, key: str | None
 ) -> AskUserQuestionAnswer:
     abort = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -152,15 +152,15 @@ async def _ask(
         async with settings.broker() as broker, broker.agent(agent_id) as agent:
             # What the card shows cut is kept whole before anyone can see the card.
             await asyncio.gather(*(agent.attach(text) for text in asking.attachments))
-            # Keyed: a hook killed without a word (SIGKILL) leaves its question pending for as long as
-            # it would have waited, and a newer hook of the same session taking the agent id over only
-            # marks it "asker away": the process still waiting gets its answer.
+            # Keyed (a call with an id): a hook killed without a word (SIGKILL) leaves its question pending
+            # for as long as it would have waited, and a newer hook of the same session taking the agent id
+            # over only marks it "asker away": the process still waiting gets its answer.
             return await agent.ask(
                 asking.request,
                 abort=abort,
                 timeout=timeout,
                 key=key,
-                detach_grace=timeout,
+                detach_grace=timeout if key is not None else None,
                 remember=asking.remember,
                 coalesce=asking.coalesce,
             )
@@ -175,7 +175,7 @@ async def _ask(
 
 
 async def _ask_gateway(
-    settings: Settings, asking: Asking, abort: asyncio.Event, timeout: float, key: str
+    settings: Settings, asking: Asking, abort: asyncio.Event, timeout: float, key: str | None
 ) -> AskUserQuestionAnswer:
     """The same ask through ``qbroker gateway``: no Redis credentials here, and the token names the agent."""
     from workers.asking.gateway.client import GatewayClient
@@ -187,7 +187,7 @@ async def _ask_gateway(
             timeout=timeout,
             key=key,
             attachments=asking.attachments,
-            detach_grace=timeout,
+            detach_grace=timeout if key is not None else None,
             remember=asking.remember,
             coalesce=asking.coalesce,
         )
