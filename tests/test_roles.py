@@ -30,6 +30,11 @@ P = "qb:{team-a}:"
 
 @pytest.fixture
 async def roles_server(redis_factory: Callable[..., RedisServer]) -> RedisServer:
+    return await start_roles_server(redis_factory)
+
+
+async def start_roles_server(redis_factory: Callable[..., RedisServer]) -> RedisServer:
+    """A private server whose default user is off: one user per role of ``NS``, ``legacy`` and ``admin``."""
     server = redis_factory()
     admin = Redis(host="127.0.0.1", port=server.port, decode_responses=True)
     try:

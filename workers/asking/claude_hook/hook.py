@@ -24,14 +24,19 @@ and withdraws the team's question); ``--local-grace`` hands a call nobody on the
 back to Claude Code's dialog.
 
 Every call of one session asks as one agent, ``claude-code-<session_id>`` (a subagent's calls too: an
-owned agent may not ask a human), keyed per tool call, so a restarted hook re-attaches to its question.
+owned agent may not ask a human), keyed per tool call: by its ``tool_use_id`` (PreToolUse), or for a
+PermissionRequest (which carries none) by the id of its ``tool_use`` in the session's transcript. So a hook
+run again for the same call (killed, restarted) re-attaches to its question, and a later identical call is
+a question of its own: one approval, one call. A call with no identity to be found (no transcript, a
+subagent's call, two identical calls waiting at once) is asked unkeyed, never under a digest of the call:
+its answer goes to this run alone, and a hook killed without a word leaves nothing to re-attach to (its
+card comes down once its liveness lapses).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import re
 import signal
@@ -44,7 +49,7 @@ from redis.exceptions import RedisError
 from broker import AskUserQuestionAnswer, UserQuestionError
 from broker.errors import ASK_CANCELLED, BROKER_UNAVAILABLE
 from workers.asking.claude_hook.local import Transcript
-from workers.asking.claude_hook.questions import Asking, HookPayload, Verdict, asking_for
+from workers.asking.claude_hook.questions import Asking, HookPayload, Verdict, asking_for, shows_whole
 from workers.settings import Settings
 
 __all__ = ["ASKED_BEFORE_USE", "agent_id_for", "hook", "hook_output", "key_for"]
@@ -67,13 +72,16 @@ def agent_id_for(payload: HookPayload, given: str | None = None) -> str:
     return "claude-code"
 
 
-def key_for(payload: HookPayload) -> str:
-    """The tool call's key: its tool_use_id, or (PermissionRequest carries none) a digest of the call."""
-    if payload.tool_use_id and (slug := _UNSAFE.sub("-", payload.tool_use_id)[:120]):
-        return f"tool-{slug}"
-    call = [payload.hook_event_name, payload.agent_id or "", payload.tool_name, payload.tool_input]
-    digest = hashlib.sha1(json.dumps(call, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-    return f"call-{digest}"
+def key_for(payload: HookPayload, found: str | None) -> str | None:
+    """The tool call's key: its tool_use_id, or the one ``found`` in the transcript; None (unkeyed) without.
+
+    Never a digest of the call's content: identical calls would share it, and one answer would
+    approve every one of them while it is kept.
+    """
+    for call_id in (payload.tool_use_id, found):
+        if call_id and (slug := _UNSAFE.sub("-", call_id)[:120]):
+            return f"tool-{slug}"
+    return None
 
 
 def hook_output(event: str, verdict: Verdict) -> dict[str, Any]:
@@ -131,7 +139,7 @@ class _Local:
 
 
 async def _ask(
-    settings: Settings, asking: Asking, agent_id: str, timeout: float, local: _Local
+    settings: Settings, asking: Asking, agent_id: str, timeout: float, local: _Local, key: str | None
 ) -> AskUserQuestionAnswer:
     abort = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -140,18 +148,21 @@ async def _ask(
     watching = asyncio.ensure_future(local.watch(abort))
     try:
         if settings.gateway_url:
-            return await _ask_gateway(settings, asking, abort, timeout)
+            return await _ask_gateway(settings, asking, abort, timeout, key)
         async with settings.broker() as broker, broker.agent(agent_id) as agent:
-            # Keyed: a hook killed without a word (SIGKILL) leaves its question pending for as long as
-            # it would have waited, and a newer hook of the same session taking the agent id over only
-            # marks it "asker away": the process still waiting gets its answer.
+            # What the card shows cut is kept whole before anyone can see the card.
+            await asyncio.gather(*(agent.attach(text) for text in asking.attachments))
+            # Keyed (a call with an id): a hook killed without a word (SIGKILL) leaves its question pending
+            # for as long as it would have waited, and a newer hook of the same session taking the agent id
+            # over only marks it "asker away": the process still waiting gets its answer.
             return await agent.ask(
                 asking.request,
                 abort=abort,
                 timeout=timeout,
-                key=key_for(asking.payload),
-                detach_grace=timeout,
+                key=key,
+                detach_grace=timeout if key is not None else None,
                 remember=asking.remember,
+                coalesce=asking.coalesce,
             )
     except* UserQuestionError as group:
         raise group.exceptions[0] from None
@@ -164,7 +175,7 @@ async def _ask(
 
 
 async def _ask_gateway(
-    settings: Settings, asking: Asking, abort: asyncio.Event, timeout: float
+    settings: Settings, asking: Asking, abort: asyncio.Event, timeout: float, key: str | None
 ) -> AskUserQuestionAnswer:
     """The same ask through ``qbroker gateway``: no Redis credentials here, and the token names the agent."""
     from workers.asking.gateway.client import GatewayClient
@@ -174,9 +185,11 @@ async def _ask_gateway(
             asking.request,
             abort=abort,
             timeout=timeout,
-            key=key_for(asking.payload),
-            detach_grace=timeout,
+            key=key,
+            attachments=asking.attachments,
+            detach_grace=timeout if key is not None else None,
             remember=asking.remember,
+            coalesce=asking.coalesce,
         )
 
 
@@ -204,13 +217,19 @@ async def hook(args: argparse.Namespace) -> int:
         # about calls the user already allowed, and then Claude Code would prompt again.
         _say(f"PreToolUse of {payload.tool_name} passes through: hook PermissionRequest for it")
         return 0
+    if not shows_whole(payload):
+        # No face could show every byte Allow would let run: the team is not asked to approve it unseen.
+        _say(f"the {payload.tool_name} input is too large to show whole: Claude Code asks locally")
+        return _print(event, Verdict("ask", f"the {payload.tool_name} input is too large for question-broker to show"))
     asking = asking_for(payload, remember=bool(args.remember), destination=args.remember_in)
     if asking is None:
         _say(f"the {payload.tool_name} input is not the shape it expects: Claude Code asks locally")
         return _print(event, Verdict("ask", f"question-broker could not read the {payload.tool_name} input"))
-    local = _Local(Transcript.of(payload), args.local_grace)
+    transcript = Transcript.of(payload)
+    local = _Local(transcript, args.local_grace)
+    key = key_for(payload, transcript.tool_use_id if transcript is not None else None)
     try:
-        answer = await _ask(settings, asking, agent_id_for(payload, args.agent), args.timeout, local)
+        answer = await _ask(settings, asking, agent_id_for(payload, args.agent), args.timeout, local, key)
     except UserQuestionError as error:
         if local.decided:  # Claude Code already applied the local decision: it reads nothing more from us
             _say("answered in Claude Code first: the team's question is withdrawn")

@@ -7,9 +7,11 @@ session's transcript (``transcript_path``, in every hook payload): the call's ``
 (the tool's output once allowed, the rejection once denied, the interruption on Esc). So the
 hook finds its call there and watches for that result, then withdraws the team's question.
 
-A ``PermissionRequest`` payload carries no ``tool_use_id``: the call is the latest ``tool_use``
-of the same tool and input without a result yet. A call it cannot find (no transcript, a
-subagent's call, which its own transcript holds) is simply not watched.
+A ``PermissionRequest`` payload carries no ``tool_use_id``: the call is the one ``tool_use`` of
+the same tool and input without a result yet. Its id is also the call's identity for the
+question's key (``workers.asking.claude_hook.hook.key_for``), so it must be this call's and no
+other's: a call it cannot find (no transcript, a subagent's call, which its own transcript holds)
+or cannot tell apart (two identical calls without a result) is neither watched nor keyed by it.
 """
 
 from __future__ import annotations
@@ -72,16 +74,18 @@ class Transcript:
         if payload.tool_use_id:
             return cls(path, payload.tool_use_id, size)
         answered = _results(lines)
-        for line in reversed(lines):
-            for block in _blocks(line):
-                if (
-                    block.get("type") == "tool_use"
-                    and block.get("name") == payload.tool_name
-                    and block.get("input") == payload.tool_input
-                ):
-                    found = str(block.get("id"))
-                    return None if found in answered else cls(path, found, size)
-        return None
+        waiting = {
+            str(block.get("id"))
+            for line in lines
+            for block in _blocks(line)
+            if block.get("type") == "tool_use"
+            and isinstance(block.get("id"), str)
+            and block.get("name") == payload.tool_name
+            and block.get("input") == payload.tool_input
+        } - answered
+        if len(waiting) != 1:  # none, or identical calls this one cannot be told from
+            return None
+        return cls(path, waiting.pop(), size)
 
     async def decided(self) -> None:
         """Returns once the call's result is in the transcript."""

@@ -15,10 +15,16 @@ Three kinds of call, three questions (shapes from Claude Code's hooks reference)
   as a JSON object only; Claude Code validates it against the tool when it runs.
 
 Every card names the session, the subagent type, the permission mode and the directory in its detail.
+
+What the human sees is what runs: a tool input (or plan) longer than the card shows is shown cut, with
+its size and SHA-256, and attached whole (``Broker.attach``): the question names the attachment, so a
+face shows every byte Allow lets run one click away, and the request's digest binds them. An input too
+large to attach (4 MB) is not asked about at all (``shows_whole``): Claude Code's own dialog asks.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,9 +37,11 @@ from broker import (
     AskUserQuestionItem,
     AskUserQuestionOption,
     AskUserQuestionRequest,
+    Attachment,
     Editable,
     PlanReviewIntent,
 )
+from broker.attachments import MAX_ATTACHMENT_BYTES
 
 __all__ = [
     "ALLOW",
@@ -45,6 +53,7 @@ __all__ = [
     "Asking",
     "asking_for",
     "names_the_whole_call",
+    "shows_whole",
 ]
 
 ALLOW: Final = "Allow"
@@ -56,6 +65,7 @@ QUESTION_ID: Final = "permission"
 PLAN_ID: Final = "plan"
 _SUMMARY_CHARS: Final = 200
 _DETAIL_CHARS: Final = 20_000
+"""a tool input or plan shown on the card itself; beyond it the head, and the whole attached"""
 _EDITABLE_BYTES: Final = 64 * 1024
 """a tool input offered for editing whole (a larger one, a big Write say, is shown cut and not offered)"""
 
@@ -118,6 +128,13 @@ class Asking:
     kind: Literal["questions", "plan", "permission"]
     remembered_rules: list[dict[str, Any]] | None = None
     destination: Destination = "session"
+    attachments: tuple[str, ...] = ()
+    """the texts the questions name as attachments: kept (``attach``) before the question is asked"""
+
+    @property
+    def coalesce(self) -> bool:
+        """Whether the card may be shared with identical asks: not an approval, where one click would run them all."""
+        return self.kind == "questions"
 
     def verdict(self, answer: AskUserQuestionAnswer) -> Verdict:
         if self.kind == "questions":
@@ -170,11 +187,45 @@ def asking_for(payload: HookPayload, *, remember: bool = False, destination: Des
     if payload.tool_name == "AskUserQuestion":
         request = _claudes_questions(payload)
         return None if request is None else Asking(request, True, payload, "questions")
+    if not shows_whole(payload):
+        return None
     if payload.tool_name == "ExitPlanMode":
-        return Asking(_plan_review(payload), False, payload, "plan")
+        request, attached = _plan_review(payload)
+        return Asking(request, False, payload, "plan", attachments=attached)
     rules = _remembered_rules(payload) if payload.hook_event_name == "PermissionRequest" else None
     whole = remember and names_the_whole_call(payload)
-    return Asking(_permission(payload, whole, rules, destination), whole, payload, "permission", rules, destination)
+    request, attached = _permission(payload, whole, rules, destination)
+    return Asking(request, whole, payload, "permission", rules, destination, attached)
+
+
+def shows_whole(payload: HookPayload) -> bool:
+    """Whether a card can show every byte of the call's input: on the card, or attached (at most 4 MB)."""
+    return len(_input_json(payload).encode()) <= MAX_ATTACHMENT_BYTES
+
+
+def _input_json(payload: HookPayload) -> str:
+    return json.dumps(payload.tool_input, ensure_ascii=False, indent=2, sort_keys=True)
+
+
+def _fence(text: str, language: str = "") -> str:
+    ticks = "```"
+    while ticks in text:  # a fence the text cannot close
+        ticks += "`"
+    return f"{ticks}{language}\n{text}\n{ticks}"
+
+
+def _shown(text: str) -> tuple[str, str | None, tuple[str, ...], Attachment | None]:
+    """``text`` as a card shows it: whole, or its head, a line saying what was left out, and ``text`` attached."""
+    if len(text) <= _DETAIL_CHARS:
+        return text, None, (), None
+    raw = text.encode()
+    attachment = Attachment(sha256=hashlib.sha256(raw).hexdigest(), size=len(raw))
+    head = text[:_DETAIL_CHARS]
+    note = (
+        f"*Shown: the first {len(head.encode()):,} of {len(raw):,} bytes (SHA-256 `{attachment.sha256}`); "
+        "the whole is attached (show all of it before you approve), and the call runs with it whole.*"
+    )
+    return head, note, (text,), attachment
 
 
 def _context(payload: HookPayload) -> str:
@@ -228,22 +279,34 @@ def _claudes_questions(payload: HookPayload) -> AskUserQuestionRequest | None:
     return AskUserQuestionRequest(questions=items)
 
 
-def _plan_review(payload: HookPayload) -> AskUserQuestionRequest:
+def _plan_review(payload: HookPayload) -> tuple[AskUserQuestionRequest, tuple[str, ...]]:
     plan = payload.tool_input.get("plan")
     if not isinstance(plan, str) or not plan.strip():
-        plan = "```json\n" + json.dumps(payload.tool_input, ensure_ascii=False, indent=2, sort_keys=True) + "\n```"
+        text = _fence(_input_json(payload), "json")
+    else:
+        # Approving lets the tool run with its whole input: any field beside the plan is shown too.
+        others = {name: value for name, value in payload.tool_input.items() if name != "plan"}
+        text = (
+            plan
+            if not others
+            else plan
+            + "\n\n---\n\nWith:\n\n"
+            + _fence(json.dumps(others, ensure_ascii=False, indent=2, sort_keys=True), "json")
+        )
+    shown, note, attached, attachment = _shown(text)
     item = AskUserQuestionItem(
         id=PLAN_ID,
         question="Approve Claude Code's plan?",
         header="Plan",
-        detail=f"{plan[:_DETAIL_CHARS]}\n\n---\n\n{_context(payload)}",
+        detail="\n\n".join((shown, *([note] if note else []), "---", _context(payload))),
+        attachment=attachment,
         options=(
             AskUserQuestionOption(label=APPROVE, description="leave plan mode and carry the plan out"),
             AskUserQuestionOption(label=KEEP_PLANNING, description="type a note instead to say what to change"),
         ),
         intent=PlanReviewIntent(approve=APPROVE),
     )
-    return AskUserQuestionRequest(questions=(item,))
+    return AskUserQuestionRequest(questions=(item,)), attached
 
 
 def _one_line(text: str, limit: int = _SUMMARY_CHARS) -> str:
@@ -300,8 +363,8 @@ _WHERE: Final[Mapping[Destination, str]] = {
 
 def _permission(
     payload: HookPayload, whole: bool, rules: list[dict[str, Any]] | None, destination: Destination
-) -> AskUserQuestionRequest:
-    """ "Allow Bash: `rm -rf build`?" with the whole tool input as the detail."""
+) -> tuple[AskUserQuestionRequest, tuple[str, ...]]:
+    """ "Allow Bash: `rm -rf build`?" with the whole tool input as the detail (or its head, and attached)."""
     subject = payload.tool_input.get(_SUBJECT.get(payload.tool_name, ""), None)
     if not isinstance(subject, str) or not subject.strip():
         subject = json.dumps(payload.tool_input, ensure_ascii=False, sort_keys=True)
@@ -310,9 +373,11 @@ def _permission(
     description = payload.tool_input.get("description")
     if isinstance(description, str) and description.strip():
         lines += [description.strip(), ""]
-    whole_body = json.dumps(payload.tool_input, ensure_ascii=False, indent=2, sort_keys=True)
-    body = whole_body[:_DETAIL_CHARS]
-    lines += [f"Claude Code wants to run **{payload.tool_name}** with:", "", "```json", body, "```", ""]
+    whole_body = _input_json(payload)
+    body, note, attached, attachment = _shown(whole_body)
+    lines += [f"Claude Code wants to run **{payload.tool_name}** with:", "", _fence(body, "json"), ""]
+    if note:
+        lines += [note, ""]
     lines.append(_context(payload))
     options = [AskUserQuestionOption(label=ALLOW, description="let this tool call run")]
     if rules:
@@ -331,8 +396,9 @@ def _permission(
         options=tuple(options),
         editable=(
             Editable(arguments=payload.tool_input, approve=ALLOW)
-            if len(whole_body) <= _DETAIL_CHARS and len(whole_body.encode()) <= _EDITABLE_BYTES
+            if attachment is None and len(whole_body.encode()) <= _EDITABLE_BYTES
             else None
         ),
+        attachment=attachment,
     )
-    return AskUserQuestionRequest(questions=(item,))
+    return AskUserQuestionRequest(questions=(item,)), attached

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any, Final
 
 import aiohttp
@@ -132,11 +132,14 @@ class GatewayClient:
         detach_grace: float | None = None,
         remember: bool = True,
         coalesce: bool = True,
+        attachments: Sequence[str] = (),
     ) -> AskUserQuestionAnswer:
         """Ask and wait for the outcome, as ``Broker.ask`` does; setting ``abort`` withdraws the question.
 
-        Cancelling the call leaves the ask at the gateway: a keyed ask is picked up again by asking
-        with the same key; the gateway withdraws (or, keyed, detaches) an ask nobody waits on.
+        ``attachments``: the texts the request's questions name as attachments, kept by the gateway
+        (``Broker.attach``) before it asks. Cancelling the call leaves the ask at the gateway: a keyed
+        ask not yet answered is picked up again by asking with the same key; the gateway withdraws (or,
+        keyed, detaches) an ask nobody waits on.
         """
         # Started without waiting: the ask's id comes back at once, so an abort can withdraw it at once.
         body: dict[str, Any] = {"request": request}
@@ -144,6 +147,8 @@ class GatewayClient:
             body["remember"] = False
         if not coalesce:
             body["coalesce"] = False
+        if attachments:
+            body["attachments"] = list(attachments)
         for name, value in (("timeout", timeout), ("key", key), ("detachGrace", detach_grace)):
             if value is not None:
                 body[name] = value

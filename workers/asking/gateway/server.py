@@ -8,11 +8,15 @@ field may only repeat it. So rules, scopes and pages keyed on agent id see an id
 HTTP API (JSON; the same on TCP and on the Unix socket; every call but ``/healthz`` needs
 ``Authorization: Bearer TOKEN``):
 
-- ``POST /v1/asks`` ``{request, key?, detachGrace?, timeout?, remember?, coalesce?, wait?}``: start
-  an ask; with ``wait`` (seconds) the reply waits that long for its outcome. With ``key``, an ask
-  of the same agent under the same key and request is the same ask (re-attach): still pending, or
-  answered (the answer again); after a gateway restart the broker re-attaches to it in Redis.
-- ``GET /v1/asks/{id}?wait=S``: its state, waiting up to S seconds for the outcome (long poll).
+- ``POST /v1/asks`` ``{request, key?, detachGrace?, timeout?, remember?, coalesce?, wait?, attachments?}``:
+  start an ask; with ``wait`` (seconds) the reply waits that long for its outcome. ``attachments``: the
+  texts the request's questions name (``attachment``: SHA-256 and size), kept before the question is
+  asked, so a face can show what a question shows cut. With ``key``, an ask of the same agent under the
+  same key and request is the same ask (re-attach) while it is pending, or answered and its answer not
+  yet handed to any caller; once a reply has carried its answer (collected), the key asks anew: one
+  answer, one call. After a gateway restart the broker re-attaches to a pending one in Redis.
+- ``GET /v1/asks/{id}?wait=S``: its state, waiting up to S seconds for the outcome (long poll); the
+  same ask read again by its id, so it may carry an answer already collected.
 - ``DELETE /v1/asks/{id}``: withdraw it.
 - ``GET /v1/asks``: the calling agent's asks.
 
@@ -48,6 +52,7 @@ from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from broker import Agent, AskUserQuestionAnswer, AskUserQuestionRequest, Broker, UserQuestionError
+from broker.attachments import MAX_ATTACHMENT_BYTES
 from broker.errors import (
     BAD_REQUEST,
     BROKER_UNAVAILABLE,
@@ -89,7 +94,24 @@ HTTP_STATUS: Final[Mapping[str, int]] = {
 
 _MAX_WAIT: Final = 60.0
 """one long poll waits at most this long (proxies cut idle requests); the client polls again"""
-_ASK_FIELDS: Final = frozenset({"request", "key", "detachGrace", "timeout", "remember", "coalesce", "wait"})
+_ASK_FIELDS: Final = frozenset(
+    {"request", "key", "detachGrace", "timeout", "remember", "coalesce", "wait", "attachments"}
+)
+_BODY_BYTES: Final = 64 * 1024 + 2 * MAX_ATTACHMENT_BYTES
+"""a body's bytes beyond the request's own limit: the few fields around it, and attachments (JSON-escaped)"""
+
+
+def _attachments(request: AskUserQuestionRequest, given: Any) -> tuple[str, ...]:
+    """The texts to keep for ``request``: each one a question names (SHA-256 and size), and no other."""
+    if not isinstance(given, list) or not all(isinstance(text, str) for text in given):
+        raise UserQuestionError("attachments must be a list of texts", BAD_REQUEST)
+    named = {(item.attachment.sha256, item.attachment.size) for item in request.questions if item.attachment}
+    for text in given:
+        raw = text.encode()
+        if (hashlib.sha256(raw).hexdigest(), len(raw)) not in named:
+            # An attachment is kept only for a question that shows it: the gateway is no store of its own.
+            raise UserQuestionError("an attachment no question of the request names (by SHA-256 and size)", BAD_REQUEST)
+    return tuple(given)
 
 
 def is_loopback(host: str) -> bool:
@@ -133,6 +155,8 @@ class GatewayAsk:
     seen: float = 0.0
     """loop time a caller last asked or waited for it"""
     ended: float = 0.0
+    collected: bool = False
+    """a reply has carried its answer to a caller: its key no longer re-attaches to it"""
 
     @property
     def state(self) -> str:
@@ -141,6 +165,7 @@ class GatewayAsk:
         return "answered" if self.answer is not None else "failed"
 
     def view(self) -> dict[str, Any]:
+        """What a reply says of it; a reply that carries the answer collects it."""
         shown: dict[str, Any] = {
             "id": self.id,
             "agent": self.agent_id,
@@ -152,6 +177,7 @@ class GatewayAsk:
             shown["key"] = self.key
         if self.answer is not None:
             shown["answer"] = self.answer  # a Struct: the response's encoder writes it in its wire form
+            self.collected = True
         if self.error is not None:
             shown["error"] = self.error.to_dict()
         return shown
@@ -345,13 +371,15 @@ class Gateway:
             raise UserQuestionError("remember and coalesce must be true or false", BAD_REQUEST)
         if options["detachGrace"] is not None and key is None:
             raise UserQuestionError("detachGrace applies to a keyed ask only: give key too", BAD_REQUEST)
+        attachments = _attachments(request, body.get("attachments", []))
         # Only a keyed re-attach compares requests; an unkeyed ask leaves the encoding to the broker.
         digest = hashlib.sha256(encode(request)).hexdigest() if key is not None else ""
         now = asyncio.get_running_loop().time()
         mine = self._by_agent.get(agent_id, {}).values()
         if key is not None:
             for ask in mine:
-                if ask.key != key or (ask.done.is_set() and ask.answer is None):
+                # An answer handed to a caller answered that call: the same key is a new question now.
+                if ask.key != key or ask.collected or (ask.done.is_set() and ask.answer is None):
                     continue
                 if ask.digest != digest:
                     raise UserQuestionError(f"key {key!r} names another question of this agent", BAD_REQUEST)
@@ -371,7 +399,7 @@ class Gateway:
         self._by_agent.setdefault(agent_id, {})[ask.id] = ask
         self._pending[agent_id] = self._pending.get(agent_id, 0) + 1
         ask.task = self._tasks.create_task(
-            self._run(ask, request, options["timeout"], options["detachGrace"], remember, coalesce),
+            self._run(ask, request, options["timeout"], options["detachGrace"], remember, coalesce, attachments),
             name="qb-gateway-ask",
         )
         return ask
@@ -414,10 +442,12 @@ class Gateway:
         grace: float | None,
         remember: bool,
         coalesce: bool,
+        attachments: tuple[str, ...] = (),
     ) -> None:
         assert self._agents is not None
         try:
             async with self._agents.use(ask.agent_id) as agent:
+                await asyncio.gather(*(agent.attach(text) for text in attachments))
                 ask.answer = await agent.ask(
                     request,
                     abort=ask.abort,
@@ -562,8 +592,8 @@ def build_app(gateway: Gateway, tokens: Tokens) -> ASGIApp:
 
     async def create(scope: Scope, receive: Receive, _: str) -> tuple[int, Any] | None:
         agent_id = _agent(scope, tokens)
-        # The request's own limit, and room for the few fields around it.
-        raw = await _body(receive, gateway.broker.limits.max_request_bytes + 64 * 1024)
+        # The request's own limit, and room for the few fields and the attachments around it.
+        raw = await _body(receive, gateway.broker.limits.max_request_bytes + _BODY_BYTES)
         if raw is None:
             return None
         try:
