@@ -27,6 +27,8 @@ class Keys:
         "asklog",
         "audit",
         "audit_head",
+        "audit_human",
+        "audit_human_head",
         "away",
         "dead",
         "decision_expiry",
@@ -61,6 +63,11 @@ class Keys:
         self.audit_head = self.audit + ":head"
         """the audit chain's head, '<entry id> <chain>': the scripts build this name from the audit key
         (scripts/_audit.lua), so it is always the audit key plus ':head'"""
+        self.audit_human = self.audit + ":human"
+        """capped stream: a copy of the audit's entries of a person's decisions (answers, cancels, votes, decisions
+        remembered and forgotten), which no asker-caused entry enters; built by the scripts from the audit key"""
+        self.audit_human_head = self.audit_human + ":head"
+        """the human record's head, '<entry id> <chain>' (the scripts build it from the audit key)"""
         self.asklog = self.prefix + "asklog"
         """capped stream: what askers say they did (asked, withdrew, detached, re-attached, answered by a
         remembered decision); written with asking credentials, so a claim, never evidence (docs/security.md)"""
