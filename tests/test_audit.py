@@ -179,8 +179,9 @@ async def test_an_entry_altered_in_place_is_named(make_broker, redis):
 async def test_an_altered_and_rechained_entry_is_named(make_broker, redis):
     broker = await real_run(make_broker, redis)
     stream = await entries(redis, broker.keys.audit)
-    index = next(n for n, (_, f) in enumerate(stream) if f["event"] == "answered")
-    stream[index][1]["by"] = "mallory"
+    # not a person's decision: the human record's copy of one would name it too (tests/test_audit_decisions.py)
+    index = next(n for n, (_, f) in enumerate(stream) if f["event"] == "expired")
+    stream[index][1]["reason"] = "mallory says so"
     stream[index] = rechained([stream[index]], stream[index][1]["prev"])[0]  # its own chain fixed up
     await rewrite(redis, broker.keys.audit, stream)
     assert ("altered", stream[index][0]) in kinds(await check(broker))

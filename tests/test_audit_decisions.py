@@ -166,6 +166,19 @@ async def test_the_record_deleted_whole_is_named(make_broker, redis) -> None:
     assert {("deleted", i) for i, _ in record} <= kinds(report)
 
 
+async def test_a_decision_altered_in_place_in_the_record_is_named(make_broker, redis) -> None:
+    broker = await real_run(make_broker, redis)
+    keys = broker.keys
+    record = await record_of(redis, keys)
+    index = next(n for n, (_, f) in enumerate(record) if f["event"] == "answered")
+    record[index][1]["by"] = "mallory"  # its chain left as it was
+    await redis.delete(keys.audit_human)
+    for entry_id, fields in record:
+        await redis.xadd(keys.audit_human, fields, id=entry_id)
+    report = await verify(broker.commands, broker.keys, TRUSTED)
+    assert kinds(report) == {("altered", record[index][0])}
+
+
 async def test_a_record_rewritten_on_its_own_is_caught_by_the_audit(make_broker, redis) -> None:
     """The oldest decision changed in the record, and the record's own chain recomputed after it: the
     decisions the audit still holds differ from their copies."""
