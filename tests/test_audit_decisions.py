@@ -116,6 +116,9 @@ async def test_an_askers_flood_past_the_cap_leaves_a_persons_answer_in_the_audit
     )
     assert status == 0, err
     assert json.loads(out)["humanKept"] >= 3
+    status, out, err = await run_qbroker("audit", "verify", url=url(roles_server, "maintenance"), namespace=NS)
+    assert status == 0 and "INTACT" in out.decode(), err
+    assert re.search(r"\d+ decision\(s\) of people in the human record, from \S+ \([3-9] from before", out.decode())
     redis = client(roles_server, "maintenance")
     try:
         record = [f for _, f in await redis.xrange(HUMAN)]
