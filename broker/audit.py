@@ -16,9 +16,11 @@ A person's decision (``HUMAN_EVENTS``) is also copied, same id and fields, into 
 ``qb:{NS}:audit:human``, capped like the audit, which no other entry enters: however many entries
 askers cause (each ask of a gone process is a ``withdrawn`` entry), they trim the audit and never
 the record. Its entries carry ``hprev``, the record's head before them, so they chain on their
-own, and what a checkpoint seals binds them back through it. ``verify`` checks the record's chain,
-that every decision in the audit is in the record and every record entry in the audit's span is
-in the audit, alike; a decision missing from either is reported, not taken for the cap.
+own, and what a checkpoint seals binds them back through it; and ``hcap``, the cap they were
+written under (only those appends trim the record, which leaves at least that many). ``verify``
+checks the record's chain, that every decision in the audit is in the record and every record
+entry in the audit's span is in the audit, alike, and that a trimmed record holds its cap; a
+decision missing from either is reported, not taken for the cap.
 """
 
 from __future__ import annotations
@@ -299,7 +301,8 @@ def _judge_human(
 
     A decision the audit still holds must be in the record, unless the record's cap trimmed it (it is older than
     the record's first entry); a record entry within the audit's span must be in the audit; either, as the other
-    holds it. Record entries older than the audit's first entry are the ones it keeps (``human_kept``).
+    holds it; a record whose start was trimmed holds at least its cap (else its first decisions were deleted).
+    Record entries older than the audit's first entry are the ones it keeps (``human_kept``).
     """
 
     def in_record(kind: FindingKind, entry: str, detail: str) -> None:
