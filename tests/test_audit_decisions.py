@@ -28,7 +28,7 @@ from tests.redis_server import RedisServer
 from tests.test_ask import next_pending
 from tests.test_audit import real_run, rechained
 from tests.test_roles import NS, P, client, roles_server, url
-from tests.workers.procs import run_qbroker
+from tests.workers.procs import Worker, run_qbroker
 
 __all__ = ["roles_server"]
 
@@ -262,3 +262,42 @@ def test_the_scripts_and_verify_agree_on_what_a_decision_is() -> None:
     helper = (Path(broker.__file__).parent / "scripts" / "_audit.lua").read_text()
     [table] = re.findall(r"local audit_human_events = \{([^}]*)\}", helper)
     assert set(re.findall(r"(\w+) = true", table)) == HUMAN_EVENTS
+
+
+@pytest.mark.timeout(60)
+async def test_an_automatic_providers_settlements_stay_out_of_the_record(roles_server, make_broker, tmp_path) -> None:
+    """`qbroker auto` cancels what askers send it in whatever volume they choose: its settlements must not take the
+    record's cap from people's decisions. A person's provider taking the lease after it is recorded again."""
+    answering = await make_broker(url=url(roles_server, "answerer"), namespace=NS)
+    asker = await make_broker(
+        url=url(roles_server, "asker"), namespace=NS, signing_key=None, trusted_keys=[SIGNING_KEY.public_text]
+    )
+
+    async def answered_by(person: str) -> None:
+        async with answering.provider("ui") as provider:
+            task = asyncio.create_task(asker.ask(one_question(), timeout=10))
+            await (await next_pending(provider)).answer(pick("yes"), by=person)
+            assert await task == pick("yes")
+
+    await answered_by("alice")
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[default]\ncancel = "ask a human"\n')
+    auto = await Worker.start("auto", "--rules", str(rules), url=url(roles_server, "answerer"), namespace=NS)
+    try:
+        await auto.expect("holding the lease")
+        asks = [asker.ask(one_question(f"a{i}", "b"), timeout=10) for i in range(6)]
+        outcomes = await asyncio.gather(*asks, return_exceptions=True)
+        assert all(getattr(o, "code", None) == "ASK_CANCELLED" for o in outcomes), outcomes
+    finally:
+        await auto.stop()
+    await answered_by("bob")
+    redis = client(roles_server, "maintenance")
+    try:
+        audit = [f for _, f in await redis.xrange(P + "audit")]
+        record = [f for _, f in await redis.xrange(HUMAN)]
+    finally:
+        await redis.aclose()
+    assert sum(f["event"] == "cancelled" for f in audit) == 6  # the automatic settlements are audited
+    assert [(f["event"], f["by"]) for f in record] == [("answered", "alice"), ("answered", "bob")]
+    report = await verify(answering.commands, answering.keys, TRUSTED)
+    assert report.status == "intact", report.findings

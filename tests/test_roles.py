@@ -133,6 +133,9 @@ async def _refused(attempt: Callable[[Redis], Awaitable[Any]], server: RedisServ
         pytest.param(lambda r: r.xtrim(P + "audit:human", maxlen=0), id="14-erase-the-audits-human-record"),
         pytest.param(lambda r: r.set(P + "audit:human:head", "1-0 forged"), id="14-move-the-human-records-head"),
         pytest.param(
+            lambda r: r.set(P + "audit:automatic", "7"), id="14-keep-the-holders-decisions-out-of-the-human-record"
+        ),
+        pytest.param(
             lambda r: r.hset(P + "approvals:r1", mapping={"alice": '{"approving":true}', "bob": '{"approving":true}'}),
             id="25-forge-the-approvals-of-a-quorum",
         ),

@@ -13,6 +13,8 @@
 -- chain, so hashed) hprev, the record's head before it ('<stream key>:human:head'), chaining the decisions on their
 -- own, and hcap, the cap it was written under: only that XADD trims the record, which leaves at least hcap entries,
 -- so a record that names a trimmed predecessor and holds fewer was cut (verify reports it).
+-- An automatic provider (qbroker auto) writes its epoch to '<stream key>:automatic' when it takes the lease: an entry
+-- of that epoch is its settlement, no person's, and stays out of the record (an asker's volume of them would fill it).
 -- The copy is a pcall: a record that refuses it (an id at or below its last) never fails the decision; verify
 -- reports a decision missing from its record.
 local audit_human_events = {answered = true, cancelled = true, vote = true, remembered = true, forgotten = true}
@@ -20,6 +22,14 @@ local function audit_append(key, maxlen, ...)
   local head_key = key .. ':head'
   local fields = {'prev', redis.call('GET', head_key) or '', ...}
   local human = fields[3] == 'event' and audit_human_events[fields[4]]
+  local automatic = human and redis.call('GET', key .. ':automatic')
+  if automatic then
+    for i = 5, #fields - 1, 2 do
+      if fields[i] == 'epoch' and tostring(fields[i + 1]) == automatic then
+        human = false
+      end
+    end
+  end
   local human_key = key .. ':human'
   if human then
     fields[#fields + 1] = 'hprev'
