@@ -26,7 +26,10 @@ class Keys:
         "agents",
         "asklog",
         "audit",
+        "audit_automatic",
         "audit_head",
+        "audit_human",
+        "audit_human_head",
         "away",
         "dead",
         "decision_expiry",
@@ -61,6 +64,14 @@ class Keys:
         self.audit_head = self.audit + ":head"
         """the audit chain's head, '<entry id> <chain>': the scripts build this name from the audit key
         (scripts/_audit.lua), so it is always the audit key plus ':head'"""
+        self.audit_human = self.audit + ":human"
+        """capped stream: a copy of the audit's entries of a person's decisions (answers, cancels, votes, decisions
+        remembered and forgotten), which no asker-caused entry enters; built by the scripts from the audit key"""
+        self.audit_human_head = self.audit_human + ":head"
+        """the human record's head, '<entry id> <chain>' (the scripts build it from the audit key)"""
+        self.audit_automatic = self.audit + ":automatic"
+        """string: the lease's epoch while an automatic provider holds it (answerers only): its settlements are no
+        person's decisions and stay out of the human record, which an asker's volume of them would otherwise fill"""
         self.asklog = self.prefix + "asklog"
         """capped stream: what askers say they did (asked, withdrew, detached, re-attached, answered by a
         remembered decision); written with asking credentials, so a claim, never evidence (docs/security.md)"""

@@ -11,12 +11,23 @@ signing (namespace, entry id, chain) of the head it follows: rewriting history u
 ``verify`` walks the stream and says what it found (docs/security.md, docs/cli.md
 ``qbroker audit verify``). Trimming the stream's start (its cap) is normal: the first entry
 left names a predecessor that is gone, reported as the start, not as a deletion.
+
+A person's decision (``HUMAN_EVENTS``) is also copied, same id and fields, into the human record
+``qb:{NS}:audit:human``, capped like the audit, which no other entry enters: however many entries
+askers cause (each ask of a gone process is a ``withdrawn`` entry), they trim the audit and never
+the record. Its entries carry ``hprev``, the record's head before them, so they chain on their
+own, and what a checkpoint seals binds them back through it; and ``hcap``, the cap they were
+written under (only those appends trim the record, which leaves at least that many). ``verify``
+checks the record's chain, that every decision in the audit is in the record and every record
+entry in the audit's span is in the audit, alike, and that a trimmed record holds its cap; a
+decision missing from either is reported, not taken for the cap.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -26,6 +37,7 @@ from .signing import SigningKey, TrustedKeys
 
 __all__ = [
     "CHECKPOINT_EVERY",
+    "HUMAN_EVENTS",
     "AuditReport",
     "Finding",
     "chain_of",
@@ -39,6 +51,8 @@ log = logging.getLogger(__name__)
 CHECKPOINT_EVERY: Final = 10.0
 """seconds between a provider's checkpoints while the audit moves (and one more as it stops)"""
 _PAGE: Final = 1000
+HUMAN_EVENTS: Final = frozenset({"answered", "cancelled", "vote", "remembered", "forgotten"})
+"""the events that are a person's decision, kept in the human record too (scripts/_audit.lua lists the same)"""
 
 FindingKind = Literal["deleted", "altered", "inserted", "restarted", "unchained", "checkpoint"]
 
@@ -118,6 +132,11 @@ class AuditReport:
     """the latest entry a trusted checkpoint seals (it and everything before it)"""
     unsealed: int = 0
     """entries after ``sealed_through`` (checkpoints aside): chained, not yet signed"""
+    human_entries: int = 0
+    """entries in the human record (a copy of every decision the audit recorded, capped alike)"""
+    human_first: str | None = None
+    human_kept: int = 0
+    """decisions the record keeps from before the audit's first entry (its cap trimmed them from the audit)"""
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -140,6 +159,9 @@ class AuditReport:
             "checkpoints": self.checkpoints,
             "sealedThrough": self.sealed_through,
             "unsealed": self.unsealed,
+            "humanEntries": self.human_entries,
+            "humanFirst": self.human_first,
+            "humanKept": self.human_kept,
             "findings": [{"kind": f.kind, "entry": f.entry, "detail": f.detail} for f in self.findings],
         }
 
@@ -187,13 +209,28 @@ async def _read_all(commands: Commands, stream: str) -> list[_Entry]:
 
 
 async def verify(commands: Commands, keys: Keys, trusted: TrustedKeys) -> AuditReport:
-    """Walk the audit stream: recompute its chain and check its checkpoints against ``trusted``."""
-    head = await commands.call("GET", keys.audit_head)  # before the entries: later ones must chain from it
-    return judge(keys.namespace, await _read_all(commands, keys.audit), head, trusted)
+    """Walk the audit stream and its human record: recompute their chains, check the checkpoints against ``trusted``."""
+    # Both heads at once (one slot), before the entries: later ones must chain from them, and every record entry
+    # up to its head was in the audit too by then. The record after the audit: it holds every decision read there.
+    head, human_head = await commands.call("MGET", keys.audit_head, keys.audit_human_head)
+    entries = await _read_all(commands, keys.audit)
+    human = await _read_all(commands, keys.audit_human)
+    return judge(keys.namespace, entries, head, trusted, human=human, human_head=human_head)
 
 
-def judge(namespace: str, entries: list[_Entry], head: str | None, trusted: TrustedKeys) -> AuditReport:
+def judge(
+    namespace: str,
+    entries: list[_Entry],
+    head: str | None,
+    trusted: TrustedKeys,
+    *,
+    human: list[_Entry] | None = None,
+    human_head: str | None = None,
+) -> AuditReport:
     report = AuditReport(namespace, entries=len(entries))
+    human = human or []
+    report.human_entries = len(human)
+    report.human_first = human[0].id if human else None
     if not entries:
         if head:
             report.findings.append(Finding("deleted", head.partition(" ")[0], "the audit is empty, its head names it"))
@@ -224,50 +261,9 @@ def judge(namespace: str, entries: list[_Entry], head: str | None, trusted: Trus
         elif chain_of(entry.pairs[:-1]) != entry.chain:
             find("altered", entry.id, "its fields do not hash to its chain")
 
-    # The chain runs back from its head: the last entry appended by the scripts.
-    head_id, _, head_chain = (head or "").partition(" ")
-    if not head_id:
-        find("deleted", chain[-1].id, "the chain head key is gone")
-        tail = len(chain) - 1
-    elif head_id in at:
-        tail = at[head_id]
-        if chain[tail].chain != head_chain:
-            find("altered", head_id, "the chain head names another version of it")
-    else:
-        find("deleted", head_id, "the chain head names it, and it is gone")
-        tail = max((i for i, e in enumerate(chain) if _id_key(e.id) < _id_key(head_id)), default=-1)
-    # Entries appended after the head was read must chain on from it.
-    for i in range(tail + 1, len(chain)):
-        entry, before = chain[i], chain[i - 1] if i else None
-        if before is None or (entry.prev_id, entry.prev_chain) != (before.id, before.chain):
-            find("inserted", entry.id, "after the chain head, and not chained to the entry before it")
-
-    on_chain: set[int] = set()
-    i = tail
-    while i >= 0:
-        on_chain.add(i)
-        entry = chain[i]
-        if not entry.prev_id:
-            if i > 0:
-                find("restarted", entry.id, "the chain starts afresh here: its head was deleted or reset")
-            j = i - 1
-        elif entry.prev_id in at and at[entry.prev_id] < i:
-            j = at[entry.prev_id]
-            if chain[j].chain != entry.prev_chain:
-                find("altered", chain[j].id, f"rewritten: {entry.id} follows another version of it")
-        elif _id_key(entry.prev_id) < _id_key(chain[0].id):
-            if not start:
-                report.trimmed = True
-            j = -1
-        elif entry.prev_id in at:
-            find("altered", entry.id, f"names a later entry, {entry.prev_id}, as the one before it")
-            j = i - 1
-        else:
-            find("deleted", entry.prev_id, f"{entry.id} follows it, and it is gone")
-            j = max((k for k in range(i) if _id_key(chain[k].id) < _id_key(entry.prev_id)), default=-1)
-        for k in range(j + 1, i):
-            find("inserted", chain[k].id, "not in the chain: no entry after it follows it")
-        i = j
+    on_chain, trimmed = _links(chain, head, find)
+    if trimmed and not start:
+        report.trimmed = True
 
     sealed = -1
     for i, entry in enumerate(chain):
@@ -290,4 +286,115 @@ def judge(namespace: str, entries: list[_Entry], head: str | None, trusted: Trus
     if sealed >= 0:
         report.sealed_through = chain[sealed].id
     report.unsealed = sum(1 for e in chain[sealed + 1 :] if e.fields.get("event") != "checkpoint")
+    _judge_human(report, chain, human, human_head, find)
     return report
+
+
+def _judge_human(
+    report: AuditReport,
+    chain: list[_Entry],
+    human: list[_Entry],
+    human_head: str | None,
+    find: Callable[[FindingKind, str, str], None],
+) -> None:
+    """The human record: chained on its own (``hprev``), and holding what the audit holds of people's decisions.
+
+    A decision the audit still holds must be in the record, unless the record's cap trimmed it (it is older than
+    the record's first entry); a record entry within the audit's span must be in the audit; either, as the other
+    holds it; a record whose start was trimmed holds at least its cap (else its first decisions were deleted).
+    Record entries older than the audit's first entry are the ones it keeps (``human_kept``).
+    """
+
+    def in_record(kind: FindingKind, entry: str, detail: str) -> None:
+        find(kind, entry, detail + " (the human record)")
+
+    record = [_Entry(e.id, e.pairs, e.chain, *_split(e.fields.get("hprev", ""))) for e in human]
+    if record:
+        for entry in record:
+            if chain_of(entry.pairs[:-1]) != entry.chain:
+                in_record("altered", entry.id, "its fields do not hash to its chain")
+        _, trimmed = _links(record, human_head, in_record)
+        # Only a decision's own XADD trims the record (MAXLEN ~ its hcap), and that leaves at least hcap entries.
+        cap = min((int(e.fields["hcap"]) for e in record if e.fields.get("hcap", "").isdigit()), default=0)
+        if trimmed and len(record) < cap:
+            in_record("deleted", record[0].prev_id, f"{record[0].id} follows it, and {len(record)} < its cap {cap}")
+    elif human_head:
+        in_record("deleted", human_head.partition(" ")[0], "the record is empty, its head names it")
+    kept = {entry.id: entry for entry in record}
+    first = _id_key(record[0].id) if record else (-1, -1)
+    for entry in chain:
+        fields = entry.fields
+        if fields.get("event") not in HUMAN_EVENTS or "hprev" not in fields or _id_key(entry.id) < first:
+            continue  # not a decision; written before the record began; or trimmed from the record by its cap
+        copy = kept.get(entry.id)
+        if copy is None:
+            find("deleted", entry.id, "a person's decision, missing from the human record")
+        elif copy.chain != entry.chain:
+            find("altered", entry.id, "the human record holds another version of it")
+    # Up to the record's head (read with the audit's), each record entry was in the audit: one gone from there
+    # (the audit's last entries deleted, and its head moved back) is named.
+    audit = {entry.id: entry for entry in chain}
+    start, end = _id_key(chain[0].id), _id_key((human_head or "").partition(" ")[0])
+    for entry in record:
+        if _id_key(entry.id) < start:
+            report.human_kept += 1
+        elif _id_key(entry.id) <= end and entry.id not in audit:
+            find("deleted", entry.id, "a person's decision in the human record, gone from the audit")
+
+
+def _split(link: str) -> tuple[str, str]:
+    entry_id, _, chain = link.partition(" ")
+    return entry_id, chain
+
+
+def _links(
+    chain: list[_Entry], head: str | None, find: Callable[[FindingKind, str, str], None]
+) -> tuple[set[int], bool]:
+    """Follow the links back from ``head``: the indexes of the entries on them, and whether they run past the
+    first entry (its start trimmed); each break is a finding."""
+    at = {entry.id: i for i, entry in enumerate(chain)}
+    # The chain runs back from its head: the last entry appended by the scripts.
+    head_id, _, head_chain = (head or "").partition(" ")
+    if not head_id:
+        find("deleted", chain[-1].id, "the chain head key is gone")
+        tail = len(chain) - 1
+    elif head_id in at:
+        tail = at[head_id]
+        if chain[tail].chain != head_chain:
+            find("altered", head_id, "the chain head names another version of it")
+    else:
+        find("deleted", head_id, "the chain head names it, and it is gone")
+        tail = max((i for i, e in enumerate(chain) if _id_key(e.id) < _id_key(head_id)), default=-1)
+    # Entries appended after the head was read must chain on from it.
+    for i in range(tail + 1, len(chain)):
+        entry, before = chain[i], chain[i - 1] if i else None
+        if before is None or (entry.prev_id, entry.prev_chain) != (before.id, before.chain):
+            find("inserted", entry.id, "after the chain head, and not chained to the entry before it")
+
+    on_chain: set[int] = set()
+    trimmed = False
+    i = tail
+    while i >= 0:
+        on_chain.add(i)
+        entry = chain[i]
+        if not entry.prev_id:
+            if i > 0:
+                find("restarted", entry.id, "the chain starts afresh here: its head was deleted or reset")
+            j = i - 1
+        elif entry.prev_id in at and at[entry.prev_id] < i:
+            j = at[entry.prev_id]
+            if chain[j].chain != entry.prev_chain:
+                find("altered", chain[j].id, f"rewritten: {entry.id} follows another version of it")
+        elif _id_key(entry.prev_id) < _id_key(chain[0].id):
+            trimmed = True
+            j = -1
+        elif entry.prev_id in at:
+            find("altered", entry.id, f"names a later entry, {entry.prev_id}, as the one before it")
+            j = i - 1
+        else:
+            find("deleted", entry.prev_id, f"{entry.id} follows it, and it is gone")
+            j = max((k for k in range(i) if _id_key(chain[k].id) < _id_key(entry.prev_id)), default=-1)
+        for k in range(j + 1, i):
+            find("inserted", chain[k].id, "not in the chain: no entry after it follows it")
+        i = j
+    return on_chain, trimmed

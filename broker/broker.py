@@ -564,11 +564,15 @@ class Broker:
         standby: bool = True,
         on_standby: Callable[[str], Any] | None = None,
         coalesce: bool = True,
+        automatic: bool = False,
     ) -> AsyncIterator[Provider]:
         """Hold the namespace's provider lease for the block (waiting for it when ``standby``).
 
         ``coalesce=False``: present every request on its own, never identical requests of several
         askers as one (a policy that decides by the asking agent must see each asker).
+
+        ``automatic=True``: this provider answers by rule, not a person (``qbroker auto``): its settlements
+        stay out of the audit's human record (docs/security.md), where askers could drive their volume.
 
         Inside the block, a Redis failure never ends the provider: its reads and renewals wait
         it out, and once the lease is lost (``provider.lost``) iterating raises ``LEASE_LOST``.
@@ -610,6 +614,8 @@ class Broker:
             )
             log.info("provider %s holds the lease of %s (epoch %d)", name, self.namespace, epoch)
             try:
+                if automatic:  # before its first read: every settlement of this epoch is told apart
+                    await commands.call("SET", self.keys.audit_automatic, epoch)
                 work: list[Callable[[], Coroutine[Any, Any, None]]] = [
                     provider.keep_lease,
                     provider.read,

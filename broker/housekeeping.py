@@ -360,7 +360,10 @@ async def _judge(broker: Broker, asks: list[tuple[str, dict[str, str]]], report:
 
 
 async def trim_audit(broker: Broker, maxlen: int | None = None) -> int:
-    """Cap the audit stream and the askers' log exactly at ``maxlen`` (the broker's ``audit_maxlen`` by default)."""
+    """Cap the audit stream and the askers' log exactly at ``maxlen`` (the broker's ``audit_maxlen`` by default).
+
+    Not the audit's human record: each decision's own append caps it (at most a stream node over), and that is
+    its only trim, so that ``verify`` can tell a decision deleted from its start (broker/audit.py)."""
     limit = broker._provider_settings.audit_maxlen if maxlen is None else maxlen
     trimmed = 0
     for stream in (broker.keys.audit, broker.keys.asklog):

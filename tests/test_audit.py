@@ -76,14 +76,26 @@ async def rewrite(redis: Redis, stream: str, new: list[tuple[str, dict[str, str]
 
 
 def rechained(new: list[tuple[str, dict[str, str]]], prev: str = "") -> list[tuple[str, dict[str, str]]]:
-    """``new`` with every prev and chain recomputed, as an attacker without the signing key can."""
-    out = []
+    """``new`` with every prev and chain recomputed, as an attacker without the signing key can (and each
+    decision's ``hprev``, its human record's link)."""
+    out, hprev = [], ""
     for entry_id, fields in new:
         pairs = [("prev", prev)] + [(k, v) for k, v in fields.items() if k not in ("prev", "chain")]
+        pairs = [(k, hprev if k == "hprev" else v) for k, v in pairs]
         chain = chain_of(pairs)
         out.append((entry_id, {**dict(pairs), "chain": chain}))
         prev = f"{entry_id} {chain}"
+        hprev = prev if "hprev" in fields else hprev
     return out
+
+
+async def forge(redis: Redis, keys: Any, forged: list[tuple[str, dict[str, str]]]) -> None:
+    """Put ``forged`` in place of the audit, its head, its human record and the record's head: the whole of it."""
+    await rewrite(redis, keys.audit, forged)
+    await redis.set(keys.audit_head, f"{forged[-1][0]} {forged[-1][1]['chain']}")
+    human = [(i, f) for i, f in forged if "hprev" in f]
+    await rewrite(redis, keys.audit_human, human)
+    await redis.set(keys.audit_human_head, f"{human[-1][0]} {human[-1][1]['chain']}")
 
 
 async def test_a_real_run_is_chained_sealed_and_verifies(make_broker, redis):
@@ -167,8 +179,9 @@ async def test_an_entry_altered_in_place_is_named(make_broker, redis):
 async def test_an_altered_and_rechained_entry_is_named(make_broker, redis):
     broker = await real_run(make_broker, redis)
     stream = await entries(redis, broker.keys.audit)
-    index = next(n for n, (_, f) in enumerate(stream) if f["event"] == "answered")
-    stream[index][1]["by"] = "mallory"
+    # not a person's decision: the human record's copy of one would name it too (tests/test_audit_decisions.py)
+    index = next(n for n, (_, f) in enumerate(stream) if f["event"] == "expired")
+    stream[index][1]["reason"] = "mallory says so"
     stream[index] = rechained([stream[index]], stream[index][1]["prev"])[0]  # its own chain fixed up
     await rewrite(redis, broker.keys.audit, stream)
     assert ("altered", stream[index][0]) in kinds(await check(broker))
@@ -217,8 +230,7 @@ async def test_a_whole_chain_recomputed_under_an_untrusted_checkpoint_is_caught(
     }
     ms = int(last_id.split("-")[0])
     forged += rechained([(f"{ms}-999", seal)], f"{last_id} {last['chain']}")
-    await rewrite(redis, keys.audit, forged)
-    await redis.set(keys.audit_head, f"{forged[-1][0]} {forged[-1][1]['chain']}")
+    await forge(redis, keys, forged)
     assert (await check(broker, TrustedKeys([mallory.public_text]))).status == "intact"  # the forgery is whole
     report = await check(broker)
     assert report.status == "broken"
@@ -232,8 +244,7 @@ async def test_a_rewrite_that_keeps_the_genuine_checkpoints_is_caught(make_broke
     index = next(n for n, (_, f) in enumerate(stream) if f["event"] == "answered")
     stream[index][1]["by"] = "mallory"
     forged = rechained(stream)
-    await rewrite(redis, broker.keys.audit, forged)
-    await redis.set(broker.keys.audit_head, f"{forged[-1][0]} {forged[-1][1]['chain']}")
+    await forge(redis, broker.keys, forged)
     report = await check(broker)
     assert report.status == "broken"
     assert {f.kind for f in report.findings} == {"checkpoint"}

@@ -4,7 +4,7 @@ Each snippet gets a runner from ``_runner``; a snippet no runner claims fails
 ``test_every_snippet_has_a_runner``, so a new snippet cannot go untested silently. Scripts
 run as written, as processes, with ``redis://localhost:6379/0`` pointed at the test's
 private redis-server (QBROKER_REDIS_URL for the Python scripts, a text substitution for
-the shell ones) and a real ``qbroker auto`` provider (deploy/rules.example.toml) answering.
+the shell ones) and a real ``qbroker auto`` provider answering (``ANSWER_ALL``, the tests' own rules).
 """
 
 from __future__ import annotations
@@ -113,12 +113,24 @@ def test_every_snippet_has_a_runner():
 # -- processes ------------------------------------------------------------------------------------
 
 
+ANSWER_ALL = """\
+[default]
+first = true
+
+[[rule]]
+intent = "plan-review"
+approve = true
+"""
+"""the tests' rules: the snippets' asks are agentless (claimed), which the shipped example rules (answering
+attested agents only, tests/workers/test_rules.py) cancel; never ship rules like these"""
+
+
 @pytest.fixture
-async def auto(redis_server):
-    """`qbroker auto` with the shipped example rules, answering namespace team-a."""
-    worker = await Worker.start(
-        "auto", "--rules", str(ROOT / "deploy" / "rules.example.toml"), url=redis_server.url, namespace=NAMESPACE
-    )
+async def auto(redis_server, tmp_path):
+    """`qbroker auto` answering every snippet's ask (the first option; plan reviews approved) in namespace team-a."""
+    rules = tmp_path / "answer-all.toml"
+    rules.write_text(ANSWER_ALL)
+    worker = await Worker.start("auto", "--rules", str(rules), url=redis_server.url, namespace=NAMESPACE)
     await worker.expect("holding the lease")
     yield worker
     await worker.stop()
@@ -240,8 +252,8 @@ def test_every_qbroker_command_line_parses(snippet):
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("snippet", _of("qbroker-lines"), ids=_ids(_of("qbroker-lines")))
-async def test_the_ask_lines_are_answered_by_the_example_rules(snippet, auto, redis_server):
-    """README's `qbroker ask -q "Deploy now?" -o yes -o no` exited 8 against deploy/rules.example.toml."""
+async def test_the_ask_lines_are_answered(snippet, auto, redis_server):
+    """Every `qbroker ask` line of the docs runs as written and is answered."""
     asks = [argv for argv in _qbroker_lines(snippet.code) if argv[:1] == ["ask"]]
     if not asks:
         pytest.skip("no qbroker ask here")

@@ -130,6 +130,16 @@ async def _refused(attempt: Callable[[Redis], Awaitable[Any]], server: RedisServ
         pytest.param(lambda r: r.xtrim(P + "audit", maxlen=0), id="14-erase-the-audit"),
         pytest.param(lambda r: r.set(P + "audit:head", "1-0 forged"), id="14-move-the-audit-chain-head"),
         pytest.param(lambda r: r.xrange(P + "audit"), id="13-read-the-audit"),
+        pytest.param(lambda r: r.xrange(P + "audit:human"), id="13-read-the-audits-human-record"),
+        pytest.param(
+            lambda r: r.xadd(P + "audit:human", {"event": "answered", "rid": "r1", "by": "alice"}),
+            id="14-write-the-audits-human-record",
+        ),
+        pytest.param(lambda r: r.xtrim(P + "audit:human", maxlen=0), id="14-erase-the-audits-human-record"),
+        pytest.param(lambda r: r.set(P + "audit:human:head", "1-0 forged"), id="14-move-the-human-records-head"),
+        pytest.param(
+            lambda r: r.set(P + "audit:automatic", "7"), id="14-keep-the-holders-decisions-out-of-the-human-record"
+        ),
         pytest.param(
             lambda r: r.hset(P + "approvals:r1", mapping={"alice": '{"approving":true}', "bob": '{"approving":true}'}),
             id="25-forge-the-approvals-of-a-quorum",

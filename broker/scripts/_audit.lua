@@ -7,9 +7,36 @@
 -- in '<stream key>:head' (the same hash tag: the same slot), written here only, in the same script as the entry.
 -- prev comes first so that no one can know what is hashed before the entry is written (docs/security.md).
 -- fakeredis has no redis.sha1hex: there chain is '' and `qbroker audit verify` reports the entries unchained.
+-- A person's decision (event answered, cancelled, vote, remembered, forgotten: broker/audit.py HUMAN_EVENTS) is
+-- also copied, same id and fields, into the human record '<stream key>:human', capped alike, which nothing else
+-- enters: no volume of asker-caused entries (withdrawn, expired, away, ...) trims it. Its entries carry (before
+-- chain, so hashed) hprev, the record's head before it ('<stream key>:human:head'), chaining the decisions on their
+-- own, and hcap, the cap it was written under: only that XADD trims the record, which leaves at least hcap entries,
+-- so a record that names a trimmed predecessor and holds fewer was cut (verify reports it).
+-- An automatic provider (qbroker auto) writes its epoch to '<stream key>:automatic' when it takes the lease: an entry
+-- of that epoch is its settlement, no person's, and stays out of the record (an asker's volume of them would fill it).
+-- The copy is a pcall: a record that refuses it (an id at or below its last) never fails the decision; verify
+-- reports a decision missing from its record.
+local audit_human_events = {answered = true, cancelled = true, vote = true, remembered = true, forgotten = true}
 local function audit_append(key, maxlen, ...)
   local head_key = key .. ':head'
   local fields = {'prev', redis.call('GET', head_key) or '', ...}
+  local human = fields[3] == 'event' and audit_human_events[fields[4]]
+  local automatic = human and redis.call('GET', key .. ':automatic')
+  if automatic then
+    for i = 5, #fields - 1, 2 do
+      if fields[i] == 'epoch' and tostring(fields[i + 1]) == automatic then
+        human = false
+      end
+    end
+  end
+  local human_key = key .. ':human'
+  if human then
+    fields[#fields + 1] = 'hprev'
+    fields[#fields + 1] = redis.call('GET', human_key .. ':head') or ''
+    fields[#fields + 1] = 'hcap'
+    fields[#fields + 1] = maxlen
+  end
   local parts = {}
   for i = 1, #fields do
     local value = fields[i]
@@ -28,5 +55,8 @@ local function audit_append(key, maxlen, ...)
   fields[#fields + 1] = chain
   local id = redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', unpack(fields))
   redis.call('SET', head_key, id .. ' ' .. chain)
+  if human and type(redis.pcall('XADD', human_key, 'MAXLEN', '~', maxlen, id, unpack(fields))) == 'string' then
+    redis.call('SET', human_key .. ':head', id .. ' ' .. chain)
+  end
   return id
 end

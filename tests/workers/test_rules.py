@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from msgspec.structs import replace
 
@@ -99,18 +102,75 @@ def test_invalid_rules_name_the_line(text, line, message):
     assert message in str(error.value)
 
 
-def test_the_example_rules_answer_the_readme_question():
-    """Issue 16: the shipped example's default cancelled everything, so README's `qbroker ask` exited 8."""
-    from pathlib import Path
+ROOT = Path(__file__).resolve().parents[2]
+GRANTS = ("select", "approve", "custom", "first")
+"""the actions that answer a question; ``cancel`` refuses and ``skip`` answers nothing"""
 
-    from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest
 
-    path = Path(__file__).resolve().parents[2] / "deploy" / "rules.example.toml"
-    rules = parse_rules(path.read_text(), str(path))
+def _rules_blocks(path: Path) -> list[tuple[str, str]]:
+    """The rules a shipped file holds: the file itself, or each ```toml block of a markdown file."""
+    text = path.read_text()
+    if path.suffix == ".toml":
+        return [(str(path.relative_to(ROOT)), text)]
+    if path.suffix == ".md":
+        blocks = re.findall(r"^```toml\n(.*?)^```", text, re.M | re.S)
+        return [(f"{path.relative_to(ROOT)} block {n}", b) for n, b in enumerate(blocks) if "[[policy]]" not in b]
+    pytest.fail(f"{path.relative_to(ROOT)} holds rules this test cannot read: teach it to")
+
+
+def shipped_rules() -> list[tuple[str, str]]:
+    """Every rules file and docs snippet of rules shipped: deploy/, examples/, docs/, the README."""
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    files += [p for d in ("deploy", "examples") for p in sorted((ROOT / d).rglob("*")) if p.is_file()]
+    found = []
+    for path in files:
+        if "node_modules" in path.parts or path.suffix in (".pyc",):
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        if "[[rule]]" in text or re.search(r"^\[default\]", text, re.M):
+            found += [(name, b) for name, b in _rules_blocks(path) if "[[rule]]" in b or "[default]" in b]
+    return found
+
+
+def test_every_shipped_rule_that_answers_requires_a_verified_agent():
+    """Row 8: `deploy/rules.example.toml` (mounted by docker-compose) refused by claimed agent id and answered
+    the rest with the first option, so anyone claiming another id got a deploy approved. A claimed id may be
+    refused; only an attested one (`verified = true`) may be answered, and no default answers."""
+    shipped = shipped_rules()
+    names = {name for name, _ in shipped}
+    assert "deploy/rules.example.toml" in names and any(n.startswith("docs/cli.md") for n in names)
+    for name, text in shipped:
+        rules = parse_rules(text, name)
+        for rule in rules.rules:
+            if rule.action in GRANTS:
+                assert rule.verified is True, f"{name}: the rule at line {rule.line} answers a claimed agent id"
+        assert rules.default.action not in GRANTS, f"{name}: the default answers ({rules.default.action})"
+
+
+def test_the_example_rules_answer_attested_agents_only():
+    """Issue 16 made the example's default answer README's `qbroker ask` (the first option); that approved a
+    deploy for anyone claiming an id. Now a claimed ask is cancelled with a reason that says why."""
+    from broker import AskUserQuestionItem, AskUserQuestionOption, PlanReviewIntent
+
+    rules = parse_rules((ROOT / "deploy" / "rules.example.toml").read_text(), "rules.example.toml")
     options = (AskUserQuestionOption(label="yes"), AskUserQuestionOption(label="no"))
     item = AskUserQuestionItem(id="q1", question="Deploy now?", options=options)
-    decision = rules.decide("default", AskUserQuestionRequest(questions=(item,)))
-    assert decision.cancel is None and decision.answer is not None
-    assert decision.answer.answers[0].selected == ("yes",)
-    from_ci = rules.decide("default", AskUserQuestionRequest(questions=(item,), agent="ci-42"))
-    assert from_ci.cancel is not None  # destructive steps from CI agents still need a human
+    for agent, verified in ((None, False), ("builder", False), ("builder", True)):
+        decision = rules.decide("default", AskUserQuestionRequest(questions=(item,), agent=agent), verified=verified)
+        assert decision.answer is None and decision.cancel and "human" in decision.cancel
+    review = replace(
+        item,
+        question="Plan ok?",
+        detail="the plan",
+        options=(AskUserQuestionOption(label="Approve"), AskUserQuestionOption(label="Reject")),
+        intent=PlanReviewIntent(approve="Approve"),
+    )
+    claimed = rules.decide("default", AskUserQuestionRequest(questions=(review,), agent="builder"))
+    assert claimed.cancel is not None
+    attested = rules.decide("default", AskUserQuestionRequest(questions=(review,), agent="builder"), verified=True)
+    assert attested.answer is not None and attested.answer.answers[0].selected == ("Approve",)
+    from_ci = rules.decide("default", AskUserQuestionRequest(questions=(item,), agent="ci-42"), verified=True)
+    assert from_ci.cancel is not None and "human" in from_ci.cancel  # destructive steps from CI need a human

@@ -70,8 +70,9 @@ async def _serve_forever(broker: Broker, rules: Rules, policies: Policies, name:
     while True:
         try:
             # A policy decides by the asking agent: it must see each asker, never one card for several.
+            # Its settlements are no person's decisions: automatic keeps them out of the audit's human record.
             async with broker.provider(
-                name, standby=not args.no_standby, on_standby=on_standby, coalesce=False
+                name, standby=not args.no_standby, on_standby=on_standby, coalesce=False, automatic=True
             ) as provider:
                 backoff.reset()
                 say(f"holding the lease of {broker.namespace} as {name} (epoch {provider.epoch})")

@@ -38,6 +38,11 @@ def format_report(report: AuditReport) -> str:
         lines.append("no trusted checkpoint seals any of it")
     if report.unsealed:
         lines.append(f"{report.unsealed} entries after it not yet sealed (chained, not signed yet)")
+    if report.human_entries:
+        lines.append(
+            f"{report.human_entries} decision(s) of people in the human record, from {report.human_first}"
+            f" ({report.human_kept} from before the audit's first entry)"
+        )
     if report.findings:
         lines.append(f"TAMPERED: {len(report.findings)} finding(s)")
         lines.append(_findings(report))
