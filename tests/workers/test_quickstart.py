@@ -27,7 +27,9 @@ from redis.exceptions import AuthenticationError, RedisError
 
 from tests.redis_server import free_port
 from workers.answering.web.keys import WebKeys, digest
+from workers.asking.gateway.tokens import Tokens
 from workers.exits import EXIT_STATUS
+from workers.operating.quickstart.stack import _agent_token
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
@@ -261,6 +263,15 @@ async def test_a_quickstart_killed_outright_leaves_no_process_and_no_key_file(tm
         await asyncio.wait_for(quickstart.communicate(), 20)
         assert await _none_alive(children, within=20) == set()
         assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_kept_directorys_earlier_token_stops_working_at_the_next_start(tmp_path: Path) -> None:
+    """Like the password, the token is new at each start: one printed in an earlier session asks no more."""
+    _, earlier = _agent_token(tmp_path, "agent")
+    tokens_file, token = _agent_token(tmp_path, "agent")
+    tokens = Tokens(tokens_file)
+    assert tokens.agent_for(token) == "agent"
+    assert tokens.agent_for(earlier) is None
 
 
 async def _orphan_page(port: int) -> asyncio.Server:
