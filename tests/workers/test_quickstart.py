@@ -29,7 +29,6 @@ from tests.redis_server import free_port
 from workers.answering.web.keys import WebKeys, digest
 from workers.asking.gateway.tokens import Tokens
 from workers.exits import EXIT_STATUS
-from workers.operating.quickstart.stack import _agent_token
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
@@ -265,8 +264,38 @@ async def test_a_quickstart_killed_outright_leaves_no_process_and_no_key_file(tm
         assert list((tmp_path / "tmp").iterdir()) == []
 
 
+def _of_this_test(tmp_path: Path) -> set[int]:
+    """The processes whose environment carries this test's TMPDIR: what its quickstart started, wherever they went."""
+    marker = b"\0TMPDIR=" + str(tmp_path / "tmp").encode() + b"\0"
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marker in b"\0" + (entry / "environ").read_bytes() and _alive(int(entry.name)):
+                    found.add(int(entry.name))
+    return found
+
+
+async def test_a_signal_during_the_start_stops_what_started_and_nothing_is_said_to_run(tmp_path: Path) -> None:
+    quickstart = await _quickstart(tmp_path, *_ports(), "--dir", str(tmp_path / "qs"))
+    try:
+        async with asyncio.timeout(20):
+            while not (tmp_path / "qs" / "web.log").exists():  # the page is starting, not yet answering
+                await asyncio.sleep(0.02)
+        quickstart.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(quickstart.communicate(), 30)
+        assert quickstart.returncode == 0
+        assert "running" not in out.decode() and "Password" not in out.decode()
+        assert await _none_alive(_of_this_test(tmp_path) - {os.getpid()}, within=5) == set()
+    finally:
+        for pid in _of_this_test(tmp_path) - {os.getpid()}:
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_a_kept_directorys_earlier_token_stops_working_at_the_next_start(tmp_path: Path) -> None:
     """Like the password, the token is new at each start: one printed in an earlier session asks no more."""
+    from workers.operating.quickstart.stack import _agent_token
+
     _, earlier = _agent_token(tmp_path, "agent")
     tokens_file, token = _agent_token(tmp_path, "agent")
     tokens = Tokens(tokens_file)

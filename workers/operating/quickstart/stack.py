@@ -146,6 +146,49 @@ def _role_files(directory: Path, redis: PrivateRedis, namespace: str, keys: Mapp
     return tuple(files)
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Gateway:
+    url: str
+    token: str = field(repr=False)
+    public_file: Path
+    """the gateway's own public key, which the page pins: it shows the gateway's asks as verified"""
+    args: list[str]
+    env: dict[str, str] = field(repr=False)
+
+
+def _gateway(directory: Path, agent: str, port: int, asker_url: str, trusted_keys_file: Path) -> _Gateway:
+    """``qbroker gateway`` on ``127.0.0.1:port`` as the asker, with a new token for ``agent`` and its own key."""
+    attest_key, attest_public = _key_pair(directory, "gateway")
+    tokens_file, token = _agent_token(directory, agent)
+    args = ["gateway", "--tokens-file", str(tokens_file), "--attest-key-file", str(attest_key)]
+    return _Gateway(
+        url=f"http://127.0.0.1:{port}",
+        token=token,
+        public_file=attest_public,
+        args=[*args, "--host", "127.0.0.1", "--port", str(port)],
+        env={"QBROKER_REDIS_URL": asker_url, "QBROKER_TRUSTED_KEYS_FILE": str(trusted_keys_file)},
+    )
+
+
+async def _spawn(args: list[str], env: dict[str, str], log_path: Path) -> asyncio.subprocess.Process:
+    """``qbroker ARGS`` in a session of its own (Ctrl-C and SIGHUP reach quickstart only), logging to ``log_path``."""
+    log_file = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "workers",
+            *args,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            env=env,
+            start_new_session=True,
+        )
+    finally:
+        os.close(log_file)
+
+
 @contextlib.asynccontextmanager
 async def team(
     *,
@@ -215,15 +258,10 @@ async def team(
             "QBROKER_TRUSTED_KEYS_FILE": str(public_file),
             "QBROKER_WEB_USERS": str(users_file),
         }
-        gateway_url, token = None, ""
+        gateway: _Gateway | None = None
         if gateway_port is not None:
-            attest_key, attest_public = _key_pair(directory, "gateway")
-            web_env["QBROKER_GATEWAY_KEYS_FILE"] = str(attest_public)  # the page shows its agents as verified
-            tokens_file, token = _agent_token(directory, agent)
-            gateway_url = f"http://127.0.0.1:{gateway_port}"
-            gateway_args = ["gateway", "--tokens-file", str(tokens_file), "--host", "127.0.0.1"]
-            gateway_args += ["--port", str(gateway_port), "--attest-key-file", str(attest_key)]
-            gateway_env = {"QBROKER_REDIS_URL": role_urls["asker"], "QBROKER_TRUSTED_KEYS_FILE": str(public_file)}
+            gateway = _gateway(directory, agent, gateway_port, role_urls["asker"], public_file)
+            web_env["QBROKER_GATEWAY_KEYS_FILE"] = str(gateway.public_file)  # the page shows its agents as verified
         web_args = ["web", "--host", host, "--port", str(port), "--name", f"web@{socket.gethostname()}"]
         commands.append(("web", web_args, web_env))
         if worker:
@@ -231,29 +269,16 @@ async def team(
             if binary is not None:  # its user may write arq's queue under the namespace's name only
                 worker_env["QBROKER_ARQ_QUEUE"] = f"qbroker:{namespace}"
             commands.append(("worker", ["worker"], worker_env))
-        if gateway_url is not None:
-            commands.append(("gateway", gateway_args, gateway_env))
+        if gateway is not None:
+            commands.append(("gateway", gateway.args, gateway.env))
         for name, args, env in commands:
             log_path = directory / f"{name}.log"
-            log_file = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                process = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-m",
-                    "workers",
-                    *args,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=log_file,
-                    stderr=log_file,
-                    env=base | env,
-                    start_new_session=True,
-                )
-            finally:
-                os.close(log_file)
+            process = await _spawn(args, base | env, log_path)
             processes.append(process)
             logs.append(log_path)
             await guard.watch(process.pid)
         page = f"http://{page_host}:{port}"
+        gateway_url = gateway.url if gateway else None
         await _wait_healthy([page, *([gateway_url] if gateway_url else [])], processes, logs)
         yield Team(
             redis_description=redis_description or (redis_url or "").split("@")[-1],
@@ -267,7 +292,7 @@ async def team(
             trusted_keys_file=public_file,
             gateway_url=gateway_url,
             agent=agent,
-            gateway_token=token,
+            gateway_token=gateway.token if gateway else "",
             role_files=role_files,
             logs=tuple(logs),
             processes=tuple(processes),
@@ -356,10 +381,10 @@ def _say(text: str, *, error: bool = False) -> None:
         print(text, file=sys.stderr if error else sys.stdout, flush=True)
 
 
-async def _session(options: dict[str, object]) -> int:
+async def _session(started: contextlib.AbstractAsyncContextManager[Team]) -> int:
     """Start the team, say so, and run until one of its processes stops by itself (1)."""
     try:
-        async with team(**options) as running:  # type: ignore[arg-type]
+        async with started as running:
             _say(banner(running))
             waits = {asyncio.ensure_future(p.wait()): p for p in running.processes}
             try:
@@ -399,7 +424,7 @@ async def serve(
     stop = asyncio.Event()
     for signum in _STOP_SIGNALS:
         loop.add_signal_handler(signum, stop.set)
-    options: dict[str, object] = dict(
+    started = team(
         redis_url=redis_url,
         namespace=namespace,
         host=host,
@@ -411,7 +436,7 @@ async def serve(
         redis_port=redis_port,
         agent=agent,
     )
-    session = asyncio.ensure_future(_session(options))
+    session = asyncio.ensure_future(_session(started))
     stopping = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait([session, stopping], return_when=asyncio.FIRST_COMPLETED)
