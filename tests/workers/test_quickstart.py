@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -151,8 +152,8 @@ async def _running(tmp_path: Path, *args: str) -> AsyncIterator[tuple[asyncio.su
             os.kill(pid, signal.SIGKILL)
 
 
-async def _page_answers(page: str, password: str, label: str) -> None:
-    """alice signs in and answers the first request with ``label``."""
+async def _page_answers(page: str, password: str, label: str) -> dict[str, Any]:
+    """alice signs in and answers the first request with ``label``; returns the request as the page showed it."""
     async with httpx.AsyncClient(base_url=page, timeout=5) as client:
         wrong = await client.post("/api/session", json={"user": "alice", "password": password + "x"})
         assert wrong.status_code == 401
@@ -166,6 +167,7 @@ async def _page_answers(page: str, password: str, label: str) -> None:
         answers = [{"id": request["questions"][0]["id"], "selected": [label]}]
         answered = await client.post(f"/api/requests/{request['id']}/answer", json={"answers": answers})
         assert answered.status_code == 200, answered.text
+        return request
 
 
 async def test_an_ask_through_the_exported_gateway_settings_is_answered_on_the_page(tmp_path: Path) -> None:
@@ -183,7 +185,9 @@ async def test_an_ask_through_the_exported_gateway_settings_is_answered_on_the_p
             sys.executable, "-m", "workers", "ask", "-q", "Deploy now?", "-o", "yes", "-o", "no", "--timeout", "30",
             cwd=ROOT, env=_env(tmp_path) | asker_env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
-        await _page_answers(page, password, "yes")
+        shown = await _page_answers(page, password, "yes")
+        # the token decided the agent, and the page pins the gateway's key: the id shows as verified
+        assert shown["verified"] and [a["agent"] for a in shown["askers"]] == ["agent"]
         out, err = await asyncio.wait_for(ask.communicate(), 20)
         assert ask.returncode == 0, err.decode()
         assert json.loads(out)["answers"][0]["selected"] == ["yes"]
