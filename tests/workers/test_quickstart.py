@@ -241,8 +241,9 @@ async def test_the_keys_live_in_a_private_directory(tmp_path: Path) -> None:
         files = _files(banner)
         assert files.is_relative_to(tmp_path / "tmp") and (files / f"{NS}.key").exists()
         assert files.stat().st_mode & 0o777 == 0o700
-        modes = {f.name: f.stat().st_mode & 0o777 for f in files.iterdir() if f.is_file()}
-        assert modes == dict.fromkeys(modes, 0o600)
+        modes = {str(f.relative_to(files)): f.stat().st_mode & 0o777 for f in files.rglob("*")}
+        assert {"redis/users.acl", "gateway/attest.key", "users.toml", "gateway.tokens", "asker.env"} <= set(modes)
+        assert modes == {name: 0o700 if (files / name).is_dir() else 0o600 for name in modes}
 
 
 @pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)

@@ -83,6 +83,7 @@ class PrivateRedis:
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C and a closed terminal's SIGHUP reach quickstart only
+            umask=0o077,  # its log and anything else it writes: for its owner only
         )
         return self.process
 

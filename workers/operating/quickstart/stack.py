@@ -158,7 +158,8 @@ class _Gateway:
 
 def _gateway(directory: Path, agent: str, port: int, asker_url: str, trusted_keys_file: Path) -> _Gateway:
     """``qbroker gateway`` on ``127.0.0.1:port`` as the asker, with a new token for ``agent`` and its own key."""
-    attest_key, attest_public = _key_pair(directory, "gateway")
+    (directory / "gateway").mkdir(mode=0o700, exist_ok=True)  # apart from NS.key, whatever the namespace's name
+    attest_key, attest_public = _key_pair(directory / "gateway", "attest")
     tokens_file, token = _agent_token(directory, agent)
     args = ["gateway", "--tokens-file", str(tokens_file), "--attest-key-file", str(attest_key)]
     return _Gateway(
@@ -184,6 +185,7 @@ async def _spawn(args: list[str], env: dict[str, str], log_path: Path) -> asynci
             stderr=log_file,
             env=env,
             start_new_session=True,
+            umask=0o077,
         )
     finally:
         os.close(log_file)
