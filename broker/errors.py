@@ -25,6 +25,7 @@ __all__ = [
     "NO_SIGNING_KEY",
     "NO_TRUSTED_KEY",
     "NO_TOKENS",
+    "PORT_IN_USE",
     "UNAUTHENTICATED",
     "UNKNOWN_ASK",
     "BROKER_UNAVAILABLE",
@@ -61,6 +62,8 @@ NO_TOKENS: Final = "NO_TOKENS"
 """an HTTP listener beyond loopback with no bearer tokens to check callers against"""
 NOT_APPROVER: Final = "NOT_APPROVER"
 """a quorum policy covers the request and this person is not one of its approvers (broker/quorum.py)"""
+PORT_IN_USE: Final = "PORT_IN_USE"
+"""``qbroker quickstart``: a port it would listen on is taken (another process, a stack left running)"""
 
 ERROR_CODES: Final = frozenset(
     {
@@ -84,6 +87,7 @@ ERROR_CODES: Final = frozenset(
         UNKNOWN_ASK,
         NO_TOKENS,
         NOT_APPROVER,
+        PORT_IN_USE,
     }
 )
 

@@ -35,4 +35,5 @@ EXIT_STATUS: Final[Mapping[str, int]] = {
     "UNKNOWN_ASK": 20,
     "NO_TOKENS": 21,
     "NOT_APPROVER": 22,
+    "PORT_IN_USE": 23,
 }
