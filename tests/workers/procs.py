@@ -14,7 +14,8 @@ from tests.helpers import SIGNING_KEY
 
 def env_for(url: str, namespace: str, **extra: str) -> dict[str, str]:
     """The environment of a qbroker process: the tests' Redis, namespace and keys, and ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_")}
+    # Nor Claude Code's: a hook under test decides interactive or headless by CLAUDE_CODE_ENTRYPOINT.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QBROKER_", "CLAUDE_CODE_"))}
     env.update(
         QBROKER_REDIS_URL=url,
         QBROKER_NAMESPACE=namespace,

@@ -21,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "'Allow TOOL: ...?' (Allow / Allow and remember / Deny; an 'Other' note denies and is shown to Claude). "
         "PreToolUse of AskUserQuestion: Claude's questions, answered through updatedInput; of ExitPlanMode: a plan "
         "review. Prints the event's decision JSON on stdout; nothing for other events (they pass through). When "
-        "nobody can answer (NO_PROVIDER, a timeout, Redis unavailable) Claude Code asks locally.",
+        "nobody can answer (NO_PROVIDER, a timeout, Redis unavailable) Claude Code asks locally; in a headless session "
+        "(claude -p, the Agent SDK) the call is denied with the coded reason instead.",
     )
     parser.add_argument(
         "--timeout",
@@ -36,6 +37,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=("ask", "deny"),
         default="ask",
         help="when nobody answers in time or no provider runs (default ask: Claude Code asks locally)",
+    )
+    parser.add_argument(
+        "--session",
+        choices=("auto", "interactive", "headless"),
+        default="auto",
+        help="whether Claude Code can show its own dialog (default auto: headless when CLAUDE_CODE_ENTRYPOINT is "
+        "sdk-*, as for claude -p and the Agent SDK). Headless, a call nobody on the team decides is denied with the "
+        "coded reason as the message Claude reads, since Claude Code would deny it without one",
+    )
+    parser.add_argument(
+        "--headless",
+        choices=("deny", "wait"),
+        default="deny",
+        help="in a headless session, when no provider runs or Redis is unreachable: deny at once with the reason "
+        "(default), or keep asking until --timeout",
     )
     parser.add_argument(
         "--local-grace",

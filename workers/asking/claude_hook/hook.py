@@ -38,21 +38,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import signal
 import sys
+from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
 from redis.exceptions import RedisError
 
 from broker import AskUserQuestionAnswer, UserQuestionError
-from broker.errors import ASK_CANCELLED, BROKER_UNAVAILABLE
+from broker.errors import ASK_CANCELLED, BROKER_UNAVAILABLE, NO_PROVIDER
 from workers.asking.claude_hook.local import Transcript
 from workers.asking.claude_hook.questions import Asking, HookPayload, Verdict, asking_for, shows_whole
 from workers.settings import Settings
 
-__all__ = ["ASKED_BEFORE_USE", "agent_id_for", "hook", "hook_output", "key_for"]
+__all__ = ["ASKED_BEFORE_USE", "agent_id_for", "hook", "hook_output", "is_headless", "key_for"]
 
 PERMISSION_REQUEST: Final = "PermissionRequest"
 PRE_TOOL_USE: Final = "PreToolUse"
@@ -193,6 +195,20 @@ async def _ask_gateway(
         )
 
 
+_HEADLESS_ENTRYPOINTS: Final = "sdk"
+"""``CLAUDE_CODE_ENTRYPOINT`` starts so in sessions that cannot show a dialog (``sdk-cli``: claude -p; ``sdk-py``,
+``sdk-ts``: the Agent SDK); ``cli`` is the interactive terminal"""
+_STILL_NOBODY: Final = frozenset({NO_PROVIDER, BROKER_UNAVAILABLE})
+"""what ``--headless wait`` asks again after: nobody could take the question yet"""
+
+
+def is_headless(session: str, environ: Mapping[str, str]) -> bool:
+    """Whether Claude Code can show no dialog of its own: ``--session``, else what Claude Code's environment says."""
+    if session != "auto":
+        return session == "headless"
+    return environ.get("CLAUDE_CODE_ENTRYPOINT", "").startswith(_HEADLESS_ENTRYPOINTS)
+
+
 def _say(message: str) -> None:
     print(f"qbroker claude-hook: {message}", file=sys.stderr, flush=True)
 
@@ -225,11 +241,24 @@ async def hook(args: argparse.Namespace) -> int:
     if asking is None:
         _say(f"the {payload.tool_name} input is not the shape it expects: Claude Code asks locally")
         return _print(event, Verdict("ask", f"question-broker could not read the {payload.tool_name} input"))
+    headless = is_headless(args.session, os.environ)
     transcript = Transcript.of(payload)
-    local = _Local(transcript, args.local_grace)
+    # Headless, there is no dialog to hand the call back to: the team may answer until the timeout.
+    local = _Local(transcript, None if headless else args.local_grace)
     key = key_for(payload, transcript.tool_use_id if transcript is not None else None)
+    deadline = asyncio.get_running_loop().time() + args.timeout
     try:
-        answer = await _ask(settings, asking, agent_id_for(payload, args.agent), args.timeout, local, key)
+        while True:
+            try:
+                left = deadline - asyncio.get_running_loop().time()
+                answer = await _ask(settings, asking, agent_id_for(payload, args.agent), left, local, key)
+                break
+            except UserQuestionError as error:
+                left = deadline - asyncio.get_running_loop().time()
+                if not (headless and args.headless == "wait" and error.code in _STILL_NOBODY and left > 1):
+                    raise
+                _say(f"{error.code}: asking again (--headless wait; {left:.0f} s left)")
+                await asyncio.sleep(min(2.0, left - 1))
     except UserQuestionError as error:
         if local.decided:  # Claude Code already applied the local decision: it reads nothing more from us
             _say("answered in Claude Code first: the team's question is withdrawn")
@@ -244,11 +273,16 @@ async def hook(args: argparse.Namespace) -> int:
                 event, Verdict("deny", f"the user dismissed the question in question-broker: {error.message}")
             )
         _say(str(error))
-        return _print(event, Verdict(args.on_unavailable, f"question-broker: {error.code}: {error.message}"))
-    return _print(event, asking.verdict(answer))
+        verdict = Verdict(args.on_unavailable, f"question-broker: {error.code}: {error.message}")
+        return _print(event, verdict, headless=headless)
+    return _print(event, asking.verdict(answer), headless=headless)
 
 
-def _print(event: str, verdict: Verdict) -> int:
+def _print(event: str, verdict: Verdict, *, headless: bool = False) -> int:
+    if headless and verdict.behavior == "ask":
+        # Claude Code denies an undecided call in a session that cannot prompt, telling the model nothing: deny
+        # it here, with the reason as the message the model reads.
+        verdict = Verdict("deny", f"{verdict.reason} (a headless Claude Code session: nobody can answer locally)")
     sys.stdout.write(json.dumps(hook_output(event, verdict), ensure_ascii=False) + "\n")
     sys.stdout.flush()
     return 0
