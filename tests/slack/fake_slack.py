@@ -55,6 +55,9 @@ class FakeSlack:
     acks: dict[str, dict[str, Any]] = field(default_factory=dict)
     """envelope id -> the ack the app sent for it"""
     _envelopes: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    rate_limited: dict[str, int] = field(default_factory=dict)
+    """method -> how many of its next calls are answered 429 with ``Retry-After`` (recorded as ``method:429``)"""
+    retry_after_s: int = 2
 
     @property
     def api_url(self) -> str:
@@ -138,6 +141,12 @@ class FakeSlack:
         for name in ("blocks", "view"):  # form-encoded calls carry these as JSON strings
             if isinstance(args.get(name), str):
                 args[name] = json.loads(args[name])
+        if self.rate_limited.get(method, 0) > 0:  # Slack's rate limit: the client is to wait Retry-After seconds
+            self.rate_limited[method] -= 1
+            self.calls.append((f"{method}:429", args))
+            return JSONResponse(
+                {"ok": False, "error": "ratelimited"}, status_code=429, headers={"Retry-After": str(self.retry_after_s)}
+            )
         self.calls.append((method, args))
         channel = str(args.get("channel", ""))
         channel_id = channel if channel.startswith("C") else "C" + channel.lstrip("#").upper()

@@ -277,6 +277,31 @@ async def test_an_unmapped_slack_user_is_refused_and_the_card_stays(web, slack, 
     assert (await asyncio.wait_for(asked, 10)).answers[0].selected == ("no",)
 
 
+@pytest.mark.parametrize("socket_mode", [False, True], ids=["request-url", "socket-mode"])
+async def test_a_click_is_acknowledged_before_a_rate_limited_web_api_takes_the_reply(
+    start_slack_web, slack, make_broker, socket_mode
+) -> None:
+    """Slack shows the clicker an error when the ack takes over 3 s: nothing the Web API does may hold it up.
+
+    chat.postEphemeral answers 429 (Retry-After 2) twice, as Slack's rate limit does: the ack must not wait
+    for the retries (it took 5.7 s). Judged by order, not by a clock: the ack is in before the post lands.
+    """
+    web = await start_slack_web(socket_mode=socket_mode)
+    asker = await make_broker()
+    asked = asking(asker, one_question("yes", "no"))
+    posted = await card(slack)
+    slack.rate_limited["chat.postEphemeral"] = 2
+    click = block_actions(posted, "qb_pick_0", user="UMALLORY")
+    if socket_mode:
+        await slack.ack_of(await slack.envelope(click))
+    else:
+        assert (await post(web, click)).status_code == 200
+    assert not slack.made("chat.postEphemeral"), "the ack waited for the Web API"
+    await ephemeral(slack, "UMALLORY", "not mapped")  # told all the same, once Slack takes it
+    assert len(slack.made("chat.postEphemeral:429")) == 2
+    assert not asked.done()
+
+
 async def test_a_card_that_times_out_is_updated_in_place(web, slack, make_broker) -> None:
     asker = await make_broker()
     asked = asking(asker, one_question("yes", "no"), timeout=1.5)

@@ -61,6 +61,10 @@ _WITHDRAWN = {
 }
 _HOLDING_EVERY_S = 0.5
 """how often Socket Mode checks whether this server still holds a lease (connects or lets go)"""
+_BEFORE_THE_ACK_S = 2.0
+"""the most a Web API call made before acking a click may take: Slack shows the clicker an error past 3 s"""
+_TELLS_QUEUED = 1000
+"""ephemeral replies waiting for the Web API (a rate limit); past this the oldest is dropped, logged"""
 Response = tuple[int, dict[str, Any] | None]
 
 
@@ -84,6 +88,8 @@ class SlackFace:
         self._via_slack: dict[str, str] = {}
         """request id -> who is settling it from Slack right now (the card then says "in Slack")"""
         self._emails: dict[str, str | None] = {}
+        self._tells: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue(_TELLS_QUEUED)
+        """(channel, Slack user, text) to post after the click's ack: acking never waits on the Web API"""
 
     def __repr__(self) -> str:
         return f"SlackFace(channel={self.config.channel!r}, namespaces={list(self.services)!r})"  # no secrets
@@ -91,7 +97,12 @@ class SlackFace:
     # -- posting --------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Follow every provider's changes and keep the Slack messages in step, until cancelled."""
+        """Follow every provider's changes and keep the Slack messages in step, and tell clickers, until cancelled."""
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self._telling(), name="qb-slack-tell")
+            await self._following()
+
+    async def _following(self) -> None:
         while True:
             queue: asyncio.Queue[Event | None] = asyncio.Queue(QUEUE_SIZE * len(self.services))
             async with AsyncExitStack() as subscriptions:
@@ -286,7 +297,8 @@ class SlackFace:
         if user is None and self.config.needs_email:
             if slack_user not in self._emails:
                 try:
-                    info = await self.client.users_info(user=slack_user)
+                    async with asyncio.timeout(_BEFORE_THE_ACK_S):  # the click waits for it
+                        info = await self.client.users_info(user=slack_user)
                     self._emails[slack_user] = (info.get("user") or {}).get("profile", {}).get("email")
                 except _SLACK_DOWN as error:
                     log.warning("cannot read Slack user %s: %s", slack_user, error)
@@ -294,13 +306,24 @@ class SlackFace:
             user = self.config.user_of(slack_user, self._emails[slack_user])
         return user
 
-    async def _tell(self, channel: str | None, slack_user: str, text: str) -> None:
+    def _tell(self, channel: str | None, slack_user: str, text: str) -> None:
+        """Queue a reply for the clicker, posted after the ack (a rate-limited post retries for seconds)."""
         if not channel:
             return
-        try:
-            await self.client.chat_postEphemeral(channel=channel, user=slack_user, text=text)
-        except _SLACK_DOWN as error:
-            log.warning("cannot tell %s in Slack: %s", slack_user, error)
+        if self._tells.full():
+            dropped = self._tells.get_nowait()
+            log.warning("too many Slack replies waiting: %s is not told %r", dropped[1], dropped[2])
+        self._tells.put_nowait((channel, slack_user, text))
+
+    async def _telling(self) -> None:
+        while True:
+            channel, slack_user, text = await self._tells.get()
+            try:
+                await self.client.chat_postEphemeral(channel=channel, user=slack_user, text=text)
+            except _SLACK_DOWN as error:
+                log.warning("cannot tell %s in Slack: %s", slack_user, error)
+            finally:
+                self._tells.task_done()
 
     async def _action(self, payload: dict[str, Any], slack_user: str) -> Response:
         action = (payload.get("actions") or [{}])[0]
@@ -309,9 +332,7 @@ class SlackFace:
             return 200, None  # a link, or a tick in a checkbox: nothing to answer yet
         user = await self._user(slack_user)
         if user is None:
-            await self._tell(
-                channel, slack_user, "You are not mapped to a question-broker user, so you cannot answer here."
-            )
+            self._tell(channel, slack_user, "You are not mapped to a question-broker user, so you cannot answer here.")
             return 200, None
         try:
             ref = json.loads(action["value"])
@@ -330,7 +351,9 @@ class SlackFace:
                 else other_modal(card, metadata)
             )
             try:
-                await self.client.views_open(trigger_id=payload["trigger_id"], view=modal)
+                # Before the ack, and a trigger is good for 3 s anyway: a modal Slack is slow to take is given up.
+                async with asyncio.timeout(_BEFORE_THE_ACK_S):
+                    await self.client.views_open(trigger_id=payload["trigger_id"], view=modal)
             except (*_SLACK_DOWN, KeyError) as error:
                 log.warning("cannot open a Slack modal: %s", error)
             return 200, None
@@ -406,10 +429,10 @@ class SlackFace:
         """Settle (or vote) as ``user``, exactly as the page does; tell them in Slack what came of it."""
         if not cancel and answer is None:
             if service.pending_request(request_id) is not None:
-                await self._tell(channel, slack_user, "That click does not fit this card: answer it on the web.")
+                self._tell(channel, slack_user, "That click does not fit this card: answer it on the web.")
                 return 200, None
             late = await service.settled_how(request_id)  # gone meanwhile: say who was first
-            await self._tell(channel, slack_user, _late_text(late))
+            self._tell(channel, slack_user, _late_text(late))
             return 200, None
         self._via_slack[request_id] = user
         result: AskUserQuestionAnswer | Tally | None = None
@@ -421,11 +444,11 @@ class SlackFace:
         except UserQuestionError as error:
             self._via_slack.pop(request_id, None)
             text = _late_text(error) if isinstance(error, AlreadySettled) else f"Not taken: {error}"
-            await self._tell(channel, slack_user, text)
+            self._tell(channel, slack_user, text)
             return 200, None
         if isinstance(result, Tally) and result.decided is None:
             self._via_slack.pop(request_id, None)
-            await self._tell(channel, slack_user, "Your vote is recorded; the card waits for more approvals.")
+            self._tell(channel, slack_user, "Your vote is recorded; the card waits for more approvals.")
         return 200, None
 
 
