@@ -142,12 +142,13 @@ def _reply(selected: tuple[str, ...] = (), custom: str | None = None) -> Any:
 @pytest.mark.parametrize(
     ("payload", "question", "labels", "in_detail"),
     [
-        pytest.param(BASH, "Allow Bash: `rm -rf build`?", ("Allow", "Allow and remember", "Deny"),
+        pytest.param(BASH, "Allow Bash: `rm -rf build`?", ("Allow", "Allow and remember", "Deny", "Deny and stop"),
                      "Remove the build directory", id="bash"),
-        pytest.param(EDIT, "Allow Edit: `/home/u/project/app.py`?", ("Allow", "Deny"), '"new_string": "x = 2"',
+        pytest.param(EDIT, "Allow Edit: `/home/u/project/app.py`?", ("Allow", "Deny", "Deny and stop"),
+                     '"new_string": "x = 2"',
                      id="edit-no-suggestion"),
         pytest.param(MCP, "Allow mcp__github__create_issue: `{\"body\": \"It 'breaks'\", \"title\": \"Bug\"}`?",
-                     ("Allow", "Allow and remember", "Deny"), '"title": "Bug"', id="mcp-tool"),
+                     ("Allow", "Allow and remember", "Deny", "Deny and stop"), '"title": "Bug"', id="mcp-tool"),
     ],
 )  # fmt: skip
 async def test_permission_request_allowed(make_broker, redis_server, namespace, payload, question, labels, in_detail):
@@ -164,6 +165,16 @@ async def test_permission_request_allowed(make_broker, redis_server, namespace, 
 async def test_deny_tells_claude(make_broker, redis_server, namespace):
     _, out = await _hook_answered_by(make_broker, redis_server, namespace, BASH, _reply(("Deny",)))
     assert _permission(out) == {"behavior": "deny", "message": "denied by the user through question-broker"}
+
+
+async def test_deny_and_stop_interrupts_claude(make_broker, redis_server, namespace):
+    """A person who wants the agent stopped, not just this call refused: Claude Code's ``interrupt: true``."""
+    _, out = await _hook_answered_by(make_broker, redis_server, namespace, BASH, _reply(("Deny and stop",)))
+    assert _permission(out) == {
+        "behavior": "deny",
+        "message": "denied by the user through question-broker, who stopped Claude",
+        "interrupt": True,
+    }
 
 
 async def test_a_note_denies_and_tells_claude_why(make_broker, redis_server, namespace):

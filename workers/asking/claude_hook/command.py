@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "claude-hook",
         help="a Claude Code hook (PermissionRequest; PreToolUse of AskUserQuestion, ExitPlanMode): ask the provider",
         description="Read a Claude Code hook payload on stdin and ask the namespace's provider. PermissionRequest: "
-        "'Allow TOOL: ...?' (Allow / Allow and remember / Deny; an 'Other' note denies and is shown to Claude). "
+        "'Allow TOOL: ...?' (Allow / Allow and remember / Deny / Deny and stop; an 'Other' note denies and is shown "
+        "to Claude). "
         "PreToolUse of AskUserQuestion: Claude's questions, answered through updatedInput; of ExitPlanMode: a plan "
         "review. Prints the event's decision JSON on stdout; nothing for other events (they pass through). When "
         "nobody can answer (NO_PROVIDER, a timeout, Redis unavailable) Claude Code asks locally; in a headless session "

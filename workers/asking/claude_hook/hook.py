@@ -102,6 +102,8 @@ def hook_output(event: str, verdict: Verdict) -> dict[str, Any]:
     decision: dict[str, Any] = {"behavior": verdict.behavior}
     if verdict.behavior == "deny":
         decision["message"] = verdict.reason
+        if verdict.interrupt:
+            decision["interrupt"] = True
     if verdict.behavior == "allow" and verdict.updated_input is not None:
         decision["updatedInput"] = verdict.updated_input
     if verdict.behavior == "allow" and verdict.updated_permissions:

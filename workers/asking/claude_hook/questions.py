@@ -7,7 +7,8 @@ Three kinds of call, three questions (shapes from Claude Code's hooks reference)
   (a multi-select's labels joined with ", "; typed "Other" text as it is).
 - ``ExitPlanMode``: a plan review (intent plan-review, the plan as the detail); approving lets the tool
   run, a note or "Keep planning" denies it with the note for Claude.
-- any other tool: "Allow Bash: `rm -rf build`?" (Allow / Allow and remember / Deny). "Allow and
+- any other tool: "Allow Bash: `rm -rf build`?" (Allow / Allow and remember / Deny / Deny and stop: a deny
+  that also interrupts Claude, ``interrupt: true``). "Allow and
   remember" is offered where Claude Code itself suggests an allow rule (``permission_suggestions``)
   or for an MCP tool (a rule for that tool), and is written back as ``updatedPermissions``. The
   tool input is offered for editing with Allow: allowed with an edit, the call runs with the edit
@@ -48,6 +49,7 @@ __all__ = [
     "ALLOW_REMEMBER",
     "APPROVE",
     "DENY",
+    "DENY_STOP",
     "HookPayload",
     "Verdict",
     "Asking",
@@ -59,6 +61,7 @@ __all__ = [
 ALLOW: Final = "Allow"
 ALLOW_REMEMBER: Final = "Allow and remember"
 DENY: Final = "Deny"
+DENY_STOP: Final = "Deny and stop"
 APPROVE: Final = "Approve"
 KEEP_PLANNING: Final = "Keep planning"
 QUESTION_ID: Final = "permission"
@@ -115,6 +118,8 @@ class Verdict:
     reason: str
     updated_input: dict[str, Any] | None = None
     updated_permissions: list[dict[str, Any]] | None = None
+    interrupt: bool = False
+    """a deny that also stops Claude (PermissionRequest's ``interrupt: true``): the person chose to"""
 
 
 @dataclass(frozen=True)
@@ -163,6 +168,8 @@ class Asking:
             )
         if item.selected == (DENY,):
             return Verdict("deny", "denied by the user through question-broker")
+        if item.selected == (DENY_STOP,):
+            return Verdict("deny", "denied by the user through question-broker, who stopped Claude", interrupt=True)
         return Verdict("ask", "the user skipped the question in question-broker")
 
     def _questions_verdict(self, answer: AskUserQuestionAnswer) -> Verdict:
@@ -388,6 +395,7 @@ def _permission(
             )
         )
     options.append(AskUserQuestionOption(label=DENY, description="block it; type a note instead to tell Claude why"))
+    options.append(AskUserQuestionOption(label=DENY_STOP, description="block it and stop Claude: it waits for you"))
     item = AskUserQuestionItem(
         id=QUESTION_ID,
         question=f"Allow {payload.tool_name}: `{summary}`" + (f" in `{payload.cwd}`?" if whole else "?"),
