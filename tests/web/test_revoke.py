@@ -78,7 +78,7 @@ async def sign_in(client: httpx.AsyncClient, user: str, password: str | None = N
 
 @asynccontextmanager
 async def signed_in(web: WebProcess, user: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=web.url, timeout=5) as client:
+    async with httpx.AsyncClient(base_url=web.url, timeout=STREAM_ENDS_WITHIN + 5) as client:
         response = await sign_in(client, user)
         assert response.status_code == 200, response.text
         client.headers["X-CSRF-Token"] = response.json()["csrf"]
@@ -101,6 +101,8 @@ async def test_a_user_removed_from_the_file_is_signed_out_and_cannot_sign_in_aga
             refused = await sign_in(fresh, "bob")
         assert refused.status_code == 401 and refused.json()["code"] == "UNAUTHENTICATED"
         assert await session_status(alice) == 200  # nobody else is signed out
+        rewrite(users_file, users_toml("alice", "bob"))  # his very line back: the old session stays ended
+        assert await session_status(bob) == 401
 
 
 async def test_a_user_added_later_can_sign_in(web: WebProcess, users_file: Path) -> None:
@@ -167,6 +169,20 @@ async def test_an_open_event_stream_of_a_removed_user_ends(web: WebProcess, user
                     pass
             assert not alices.is_closed
         assert await session_status(alice) == 200
+
+
+async def test_a_tokens_open_stream_ends_when_where_it_may_answer_changed(web: WebProcess, users_file: Path) -> None:
+    """A token has no session to end: its stream ends so that it is opened again for the namespaces of now."""
+    async with httpx.AsyncClient(base_url=web.url, headers=BEARER, timeout=STREAM_ENDS_WITHIN + 5) as client:
+        async with client.stream("GET", "/api/events") as events:
+            lines = events.aiter_lines()
+            while not (await anext(lines)).startswith("event: snapshot"):
+                pass
+            rewrite(users_file, users_toml("alice", "bob", extra='[namespaces]\nci-bot = ["elsewhere"]\n'))
+            async with asyncio.timeout(STREAM_ENDS_WITHIN):
+                async for _ in lines:
+                    pass
+        assert (await client.get("/api/session")).json()["namespaces"] == []  # the token holds, for nowhere here
 
 
 @pytest.mark.parametrize("how", ["malformed", "unreadable", "not-utf8"])

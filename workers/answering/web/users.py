@@ -16,7 +16,6 @@ lets nobody in (the ``--token`` flags still hold: they are not in the file).
 
 from __future__ import annotations
 
-import logging
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -28,8 +27,6 @@ from workers.answering.slack.config import slack_users
 from workers.answering.web.config import ConfigError, Credentials, credentials_from
 
 __all__ = ["USERS_FILE_INVALID", "UsersFile", "unmet_policies"]
-
-log = logging.getLogger(__name__)
 
 USERS_FILE_INVALID = "USERS_FILE_INVALID"
 """logged when a running server's users file turns unreadable, malformed or gone"""
