@@ -16,6 +16,9 @@ The users file (``--users-file``) maps broker users to Slack users, by member id
     alice = "U012ALICE"
     bob = "bob@example.com"          # matched through users.info (scope users:read.email)
 
+A running ``qbroker web`` reads the users file again when it changes: a mapping removed stops that
+Slack user at their next click, one added may answer at once.
+
 ``socket_mode = true`` takes the clicks over a Socket Mode connection (no public URL) instead of
 the request URL.
 
@@ -34,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ChannelRule", "SlackConfig", "SlackConfigError", "load_slack_config"]
+__all__ = ["ChannelRule", "SlackConfig", "SlackConfigError", "load_slack_config", "slack_users"]
 
 _RULE_KEYS = frozenset({"channel", "namespace", "priority", "agent"})
 _TOP_KEYS = frozenset({"channel", "route", "api_url", "socket_mode"})
@@ -68,7 +71,8 @@ class SlackConfig:
     api_url: str = "https://slack.com/api/"
     """the Web API's base URL (a test's fake server, or a proxy)"""
     users: Mapping[str, str] = field(default_factory=dict)
-    """Slack member id or email (lower case) -> broker user"""
+    """Slack member id or email (lower case) -> broker user; ``qbroker web`` gives a view of its users
+    file that reads the file again when it changed, so each click is judged by the mapping of now"""
     socket_mode: bool = False
     """take the clicks over a Socket Mode connection (authenticated by ``app_token``), not only the request URL"""
     app_token: str = field(default="", repr=False)
@@ -99,13 +103,35 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
     raise SlackConfigError(f"{where}: a string or a list of strings")
 
 
+def slack_users(data: Mapping[str, Any], source: str) -> dict[str, str]:
+    """``[slack]`` of a parsed users file: Slack member id or email (lower case) -> broker user."""
+    table = data.get("slack", {})
+    if not isinstance(table, dict) or not all(isinstance(v, str) and v for v in table.values()):
+        raise SlackConfigError(f"{source}: [slack] maps broker users to a Slack member id or email")
+    users: dict[str, str] = {}
+    for user, slack in table.items():
+        key = slack.lower() if "@" in slack else slack
+        if key in users:
+            raise SlackConfigError(f"{source}: [slack] gives {slack!r} to both {users[key]} and {user}")
+        users[key] = user
+    return users
+
+
 def load_slack_config(
-    path: Path, users_file: Path | None, *, bot_token: str, signing_secret: str, app_token: str = ""
+    path: Path,
+    users_file: Path | None,
+    *,
+    bot_token: str,
+    signing_secret: str,
+    app_token: str = "",
+    users: Mapping[str, str] | None = None,
 ) -> SlackConfig:
+    """The Slack settings of ``path``; who each Slack user is from ``users`` when given (a live view),
+    else from ``users_file``'s ``[slack]``, read once."""
     try:
         data = tomllib.loads(path.read_text())
-        users_data = tomllib.loads(users_file.read_text()) if users_file is not None else {}
-    except (OSError, tomllib.TOMLDecodeError) as error:
+        users_data = tomllib.loads(users_file.read_text()) if users_file is not None and users is None else {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise SlackConfigError(f"cannot read the Slack settings: {error}") from error
     unknown = set(data) - _TOP_KEYS
     if unknown:
@@ -140,15 +166,8 @@ def load_slack_config(
                 },
             )
         )
-    table = users_data.get("slack", {})
-    if not isinstance(table, dict) or not all(isinstance(v, str) and v for v in table.values()):
-        raise SlackConfigError(f"{users_file}: [slack] maps broker users to a Slack member id or email")
-    users: dict[str, str] = {}
-    for user, slack in table.items():
-        key = slack.lower() if "@" in slack else slack
-        if key in users:
-            raise SlackConfigError(f"{users_file}: [slack] gives {slack!r} to both {users[key]} and {user}")
-        users[key] = user
+    if users is None:
+        users = slack_users(users_data, str(users_file))
     api_url = data.get("api_url", "https://slack.com/api/")
     if not isinstance(api_url, str) or not api_url.startswith(("http://", "https://")):
         raise SlackConfigError(f"{path}: api_url is an http(s) URL")

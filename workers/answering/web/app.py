@@ -10,6 +10,7 @@ and every response, refusals and crashes included, carries the security headers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -28,7 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from broker import AskUserQuestionAnswer, Broker, Tally, UserQuestionError
+from broker import AskUserQuestionAnswer, Broker, Policies, Tally, UserQuestionError
 from broker.attachments import is_digest
 from broker.errors import BROKER_UNAVAILABLE
 from workers.answering.web.auth import Auth, Identity, check_same_origin
@@ -41,6 +42,7 @@ from workers.answering.web.remembered import list_remembered, parse_remember, re
 from workers.answering.web.service import QUEUE_SIZE, Event, WebProvider
 from workers.answering.web.sessions import SessionStore
 from workers.answering.web.throttle import Throttle
+from workers.answering.web.users import UsersFile, unmet_policies
 from workers.answering.web.window import PageWindow
 
 if TYPE_CHECKING:
@@ -59,6 +61,11 @@ _MAX_BODY = 1024 * 1024
 _KEEPALIVE_S = 15.0
 _SESSION_CHECK_S = 1.0
 """how long the change stream waits for Redis to confirm the session before each event"""
+_USERS_FILE_EVERY_S = 1.0
+"""how often the server looks at its users file besides each request (one stat): an open change stream
+of a person removed meanwhile ends within about this long, even while nobody else asks anything"""
+_RECHECK: Event = {"type": "keepalive"}
+"""put on every open change stream when the users file changed: the stream checks its session at once"""
 _STATUS_OF_CODE = {
     "BAD_ANSWER": 422,
     "NOT_PENDING": 409,
@@ -176,6 +183,25 @@ def _routed(event: Event, services: dict[str, WebProvider], user: str) -> Event 
     return event if service.may_see(event, user) else None
 
 
+def _users_changed(users: UsersFile, policies: Policies, streams: set[asyncio.Queue[Event | None]]) -> None:
+    """The users file changed: every open change stream checks its session now, not at its next event."""
+    log.info("read the users file %s again", users.path)
+    for problem in unmet_policies(policies):
+        log.warning("the users file %s changed: %s", users.path, problem)
+    for queue in streams:
+        with contextlib.suppress(asyncio.QueueFull):  # a full queue has events coming, each checked
+            queue.put_nowait(_RECHECK)
+
+
+async def _watch_users_file(users: UsersFile) -> None:
+    """Look at the users file once a second besides at every request, for the open streams' sake.
+
+    There is no portable way to be told of a change to a file, and one stat a second is nothing."""
+    while True:
+        await asyncio.sleep(_USERS_FILE_EVERY_S)
+        users.refresh()
+
+
 async def _on_redis_down(request: Request, error: Exception) -> Response:
     log.warning("%s %s: Redis unavailable: %s", request.method, request.url.path, error)
     body = {"name": "WebError", "code": "BROKER_UNAVAILABLE", "message": "the broker's Redis is unavailable"}
@@ -256,9 +282,14 @@ def create_app(config: WebConfig) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if not config.credentials:
+        if not config.credentials.current():
             log.warning("no users or tokens configured: nobody can sign in")
+        streams: set[asyncio.Queue[Event | None]] = set()
+        app.state.streams = streams
+        users = config.credentials if isinstance(config.credentials, UsersFile) else None
         async with AsyncExitStack() as stack:
+            if users is not None:
+                stack.callback(users.on_change(lambda _: _users_changed(users, config.policies, streams)))
             services: dict[str, WebProvider] = {}
             for namespace in config.namespaces:
                 broker = await stack.enter_async_context(
@@ -296,6 +327,8 @@ def create_app(config: WebConfig) -> Starlette:
                     tasks.create_task(service.run(), name=f"qb-web-provider-{namespace}")
                     for namespace, service in services.items()
                 ]
+                if users is not None:
+                    serving.append(tasks.create_task(_watch_users_file(users), name="qb-web-users-file"))
                 if app.state.slack is not None:
                     serving.append(tasks.create_task(app.state.slack.run(), name="qb-web-slack"))
                     if config.slack and config.slack.socket_mode:
@@ -496,6 +529,7 @@ def create_app(config: WebConfig) -> Starlette:
         auth = auth_of(request)
         identity = await auth.identify(request)
         mine = services_of(request, identity)
+        streams: set[asyncio.Queue[Event | None]] = request.app.state.streams
 
         async def still_signed_in() -> bool:
             # While Redis is away it cannot tell, and nothing new is delivered meanwhile: the stream
@@ -505,12 +539,14 @@ def create_app(config: WebConfig) -> Starlette:
                 return True
             try:
                 async with asyncio.timeout(_SESSION_CHECK_S):
-                    await auth.identify(request)
+                    now = await auth.identify(request)
             except WebError:
-                return False  # signed out, revoked or expired meanwhile: the stream ends
+                return False  # signed out, revoked, expired or removed meanwhile: the stream ends
             except (RedisConnectionError, RedisTimeoutError, UserQuestionError, TimeoutError):
                 return True
-            return True
+            # A token has no session to end: its stream ends when where it may answer changed, so
+            # that the client opens one for the namespaces of now.
+            return now.namespaces == identity.namespaces
 
         async def stream() -> AsyncIterator[str]:
             queue: asyncio.Queue[Event | None] = asyncio.Queue(QUEUE_SIZE * max(1, len(mine)))
@@ -521,6 +557,8 @@ def create_app(config: WebConfig) -> Starlette:
                     await subscriptions.enter_async_context(
                         service.subscribe(queue, user=identity.user, window=config.page_window)
                     )
+                streams.add(queue)
+                subscriptions.callback(streams.discard, queue)
                 yield "retry: 1000\n\n"
                 while True:
                     try:

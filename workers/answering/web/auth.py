@@ -5,12 +5,14 @@ session itself (user, CSRF token) lives in Redis (see ``sessions``). Every
 state-changing request made with the cookie must echo the session's CSRF token in
 ``X-CSRF-Token`` (the page reads it from ``GET /api/session``); requests with a bearer
 token carry no ambient credential and need no CSRF token. Failed sign-ins and token
-guesses are throttled (see ``throttle``).
+guesses are throttled (see ``throttle``). Each request is judged by the users file as it is
+now: a session ends at its next request once its person was removed or changed there.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,7 +20,7 @@ from urllib.parse import urlsplit
 from starlette.requests import Request
 from starlette.responses import Response
 
-from workers.answering.web.config import WebConfig
+from workers.answering.web.config import Credentials, WebConfig
 from workers.answering.web.errors import WebError, unauthenticated
 from workers.answering.web.sessions import SessionRecord, SessionStore
 from workers.answering.web.throttle import Throttle, client_address
@@ -28,6 +30,8 @@ __all__ = ["COOKIE", "Auth", "Identity", "check_same_origin"]
 COOKIE = "qb_session"
 CSRF_HEADER = "x-csrf-token"
 _MAX_NAME = 200
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,26 +52,27 @@ class Auth:
 
     async def identify(self, request: Request) -> Identity:
         """The caller, or 401 (429 when this address guessed too many tokens)."""
+        credentials = self.config.credentials.current()
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() == "bearer" and token:
             address = self.address(request)
             await self.throttle.check_token(address)
-            owner = self.config.credentials.token_owner(token.strip())
+            owner = credentials.token_owner(token.strip())
             if owner is None:
                 await self.throttle.token_failed(address)
                 raise unauthenticated("unknown token")
-            return Identity(owner, None, self._allowed(owner))
-        record = await self._session(request)
+            return Identity(owner, None, self._allowed(credentials, owner))
+        record = await self._session(request, credentials)
         if record is None:
             raise unauthenticated()
-        return self.identity_of(record)
+        return Identity(record.user, record.csrf, self._allowed(credentials, record.user))
 
     def identity_of(self, record: SessionRecord) -> Identity:
-        return Identity(record.user, record.csrf, self._allowed(record.user))
+        return Identity(record.user, record.csrf, self._allowed(self.config.credentials.current(), record.user))
 
-    def _allowed(self, name: str) -> tuple[str, ...]:
-        return self.config.credentials.allowed(name, self.config.namespaces)
+    def _allowed(self, credentials: Credentials, name: str) -> tuple[str, ...]:
+        return credentials.allowed(name, self.config.namespaces)
 
     async def identify_for_change(self, request: Request) -> Identity:
         """The caller of a state-changing request: a cookie session must pass the CSRF check."""
@@ -92,31 +97,38 @@ class Auth:
         user = named[:_MAX_NAME] if isinstance(named, str) and "token" not in fields else None
         await self.throttle.take_sign_in(user, address)
         owner: str | None = None
+        credentials = self.config.credentials.current()
         token, password = fields.get("token"), fields.get("password")
         if isinstance(token, str):
-            owner = self.config.credentials.token_owner(token)
+            owner = credentials.token_owner(token)
         elif user is not None and isinstance(password, str):
-            owner = user if self.config.credentials.check_password(user, password) else None
-        if owner is None:
+            owner = user if credentials.check_password(user, password) else None
+        grant = None if owner is None else credentials.grant(owner)
+        if owner is None or grant is None:
             raise unauthenticated("wrong user name, password or token")
         await self.throttle.give_back_sign_in(user, address)
-        return await self.sessions.create(owner, address=address, agent=request.headers.get("user-agent", ""))
+        return await self.sessions.create(
+            owner, grant=grant, address=address, agent=request.headers.get("user-agent", "")
+        )
 
     async def sign_out(self, request: Request) -> None:
         cookie = request.cookies.get(COOKIE)
         if cookie:
             await self.sessions.end(cookie)
 
-    async def _session(self, request: Request) -> SessionRecord | None:
+    async def _session(self, request: Request, credentials: Credentials) -> SessionRecord | None:
         cookie = request.cookies.get(COOKIE)
         if not cookie:
             return None
         record = await self.sessions.get(cookie)
         if record is None:
             return None
-        credentials = self.config.credentials
-        if record.user not in credentials.users and record.user not in credentials.tokens:
-            return None  # removed from the configuration since
+        if record.grant != credentials.grant(record.user):
+            # Removed or changed in the users file since it signed in: the session ends (on every
+            # server; they read the same file), not only this request.
+            await self.sessions.end(cookie)
+            log.info("ended a session of %s: the users file no longer says what it said at sign-in", record.user)
+            return None
         return record
 
     def set_cookie(self, response: Response, cookie: str) -> None:

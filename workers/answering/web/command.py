@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import getpass
 import logging
 import os
@@ -26,6 +27,7 @@ from workers.settings import add_arguments as add_shared_arguments
 if TYPE_CHECKING:
     from workers.answering.slack.config import SlackConfig
     from workers.answering.web.config import WebConfig
+    from workers.answering.web.users import UsersFile
 
 __all__ = ["add_arguments", "register", "run"]
 
@@ -135,9 +137,10 @@ def _log_json(args: argparse.Namespace) -> bool:
 async def run(args: argparse.Namespace) -> int:
     from broker import Broker, UserQuestionError, load_policies
     from broker.signing import SigningKey
-    from workers.answering.web.config import ConfigError, WebConfig, hash_password, load_credentials
+    from workers.answering.web.config import ConfigError, CredentialSource, WebConfig, hash_password, load_credentials
     from workers.answering.web.render import safe_url
     from workers.answering.web.throttle import parse_networks
+    from workers.answering.web.users import UsersFile
     from workers.exits import EXIT_STATUS
 
     if args.hash_password:
@@ -153,10 +156,17 @@ async def run(args: argparse.Namespace) -> int:
     if getattr(args, "web_command", None) == "sessions":
         return await _sessions(args, settings)
     try:
-        credentials = load_credentials(args.users_file, args.token)
-        policies = load_policies(args.policy_file, groups=_groups(args.users_file))
+        users = (
+            None
+            if args.users_file is None
+            else UsersFile(args.users_file, args.token, slack=bool(getattr(args, "slack_config", None)))
+        )
+        credentials: CredentialSource = users or load_credentials(None, args.token)
+        policies = load_policies(args.policy_file, groups=credentials.current().groups)
+        if users is not None:  # the users file's groups as they are at each vote, the policy file's as read now
+            policies = dataclasses.replace(policies, groups=users.groups(_policy_groups(args.policy_file)))
         proxies = parse_networks(args.trusted_proxy)
-        slack = _slack(args)
+        slack = _slack(args, users)
         if not 1 <= args.page_window <= 1000:
             raise ConfigError(f"--page-window {args.page_window} is not 1 to 1000")
         if args.public_url and not safe_url(args.public_url):
@@ -167,7 +177,7 @@ async def run(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError, UserQuestionError) as error:  # PolicyError is a ValueError
         print(f"qbroker web: {error}", file=sys.stderr)
         return 2
-    if not credentials and not getattr(args, "allow_no_users", False):
+    if not credentials.current() and not getattr(args, "allow_no_users", False):
         # Nobody could sign in, yet it would take the namespace's lease from (or before) a page people use.
         print(
             "qbroker web: NO_USERS: no users and no tokens, so nobody could sign in: give --users-file FILE"
@@ -265,8 +275,9 @@ async def _sessions(args: argparse.Namespace, settings: Settings) -> int:
         return 0 if ended or args.all else 1
 
 
-def _slack(args: argparse.Namespace) -> SlackConfig | None:
-    """The Slack face's settings, its secrets read from the environment here, at the edge."""
+def _slack(args: argparse.Namespace, users: UsersFile | None) -> SlackConfig | None:
+    """The Slack face's settings, its secrets read from the environment here, at the edge; who each
+    Slack user is from the users file as it is at each click."""
     from workers.answering.slack.config import load_slack_config
 
     if getattr(args, "slack_config", None) is None:
@@ -283,19 +294,16 @@ def _slack(args: argparse.Namespace) -> SlackConfig | None:
         bot_token=os.environ.get("QBROKER_SLACK_BOT_TOKEN", ""),
         signing_secret=os.environ.get("QBROKER_SLACK_SIGNING_SECRET", ""),
         app_token=os.environ.get("QBROKER_SLACK_APP_TOKEN", ""),
+        users=None if users is None else users.slack_users(),
     )
 
 
-def _groups(users_file: Path | None) -> dict[str, frozenset[str]]:
-    """``[groups]`` of the users file (read again: load_credentials keeps only what signs in)."""
+def _policy_groups(policy_file: Path | None) -> dict[str, frozenset[str]]:
+    """``[groups]`` of the policy file itself (they win over the users file's, as ``load_policies`` merges them)."""
     import tomllib
 
     from broker.quorum import load_groups
-    from workers.answering.web.config import ConfigError
 
-    if users_file is None:
+    if policy_file is None:
         return {}
-    try:
-        return load_groups(tomllib.loads(users_file.read_text()), str(users_file))
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"cannot read users file {users_file}: {error}") from error
+    return load_groups(tomllib.loads(policy_file.read_text()), str(policy_file))  # load_policies read it just now

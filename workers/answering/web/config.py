@@ -14,6 +14,8 @@ Who may sign in comes from a TOML users file and/or ``--token NAME=TOKEN`` flags
 
 Without a ``[namespaces]`` table everyone may answer in every namespace the server serves;
 with one, a name may answer only in the namespaces listed for it (none when it is not listed).
+``[groups]`` (docs/approvals.md) and ``[slack]`` (docs/slack.md) live in the same file. A running
+server reads it again when it changes (``workers.answering.web.users``).
 """
 
 from __future__ import annotations
@@ -21,16 +23,29 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import json
 import secrets
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from broker import Policies
+from broker.quorum import load_groups
 from workers.answering.slack.config import SlackConfig
 from workers.answering.web.throttle import Network, ThrottleLimits
 
-__all__ = ["ConfigError", "Credentials", "WebConfig", "hash_password", "load_credentials", "verify_password"]
+__all__ = [
+    "ConfigError",
+    "CredentialSource",
+    "Credentials",
+    "WebConfig",
+    "credentials_from",
+    "hash_password",
+    "load_credentials",
+    "verify_password",
+]
 
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
 
@@ -73,10 +88,39 @@ class Credentials:
     tokens: dict[str, str] = field(default_factory=dict, repr=False)
     namespaces: dict[str, tuple[str, ...]] | None = None
     """who may answer where (``[namespaces]``); ``None``: everyone everywhere served"""
+    groups: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """``[groups]`` of the users file (docs/approvals.md)"""
+    _grants: dict[str, str | None] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.users:
             _unknown_user_hash()  # computed now, not on the first unknown name (which would cost two)
+
+    def current(self) -> Credentials:
+        """These credentials (a fixed set; a ``UsersFile`` gives the file's as it is now)."""
+        return self
+
+    def grant(self, name: str) -> str | None:
+        """What a session of ``name`` is bound to: a digest of all the file says ``name`` is and may do
+        (password hash, token, namespaces, groups); ``None`` when ``name`` may not sign in at all.
+
+        A session keeps the grant it signed in with, and ends at its next request once they differ:
+        a removed user, a changed password, groups or namespaces (the page learns who it is and where
+        it may answer when it signs in)."""
+        if name not in self._grants:
+            self._grants[name] = self._digest(name)
+        return self._grants[name]
+
+    def _digest(self, name: str) -> str | None:
+        if name not in self.users and name not in self.tokens:
+            return None
+        entry = [
+            self.users.get(name),
+            self.tokens.get(name),
+            None if self.namespaces is None else sorted(self.namespaces.get(name, ())),
+            sorted(group for group, members in self.groups.items() if name in members),
+        ]
+        return hashlib.sha256(json.dumps(entry).encode()).hexdigest()
 
     def check_password(self, user: str, password: str) -> bool:
         """One scrypt whether or not ``user`` exists, so timing does not tell which names do."""
@@ -104,27 +148,44 @@ class Credentials:
         return bool(self.users or self.tokens)
 
 
+class CredentialSource(Protocol):
+    """Who may sign in now: ``Credentials`` (fixed) or a ``UsersFile`` (read again when it changes)."""
+
+    def current(self) -> Credentials: ...
+
+
 def load_credentials(users_file: Path | None, tokens: list[str]) -> Credentials:
+    """The credentials of a users file (read once) and ``--token`` flags."""
+    data: dict[str, Any] = {}
+    if users_file is not None:
+        try:
+            data = tomllib.loads(users_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+            raise ConfigError(f"cannot read users file {users_file}: {error}") from error
+    return credentials_from(data, str(users_file), tokens)
+
+
+def credentials_from(data: Mapping[str, Any], source: str, tokens: list[str]) -> Credentials:
+    """The credentials a parsed users file (``source`` names it in errors) and ``--token`` flags give."""
     users: dict[str, str] = {}
     named_tokens: dict[str, str] = {}
     namespaces: dict[str, tuple[str, ...]] | None = None
-    if users_file is not None:
-        try:
-            data = tomllib.loads(users_file.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as error:
-            raise ConfigError(f"cannot read users file {users_file}: {error}") from error
-        for section, target in (("users", users), ("tokens", named_tokens)):
-            table = data.get(section, {})
-            if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
-                raise ConfigError(f"{users_file}: [{section}] maps names to strings")
-            target.update(table)
-        if "namespaces" in data:
-            table = data["namespaces"]
-            if not isinstance(table, dict) or not all(
-                isinstance(v, list) and all(isinstance(n, str) for n in v) for v in table.values()
-            ):
-                raise ConfigError(f"{users_file}: [namespaces] maps names to lists of namespaces")
-            namespaces = {name: tuple(v) for name, v in table.items()}
+    for section, target in (("users", users), ("tokens", named_tokens)):
+        table = data.get(section, {})
+        if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+            raise ConfigError(f"{source}: [{section}] maps names to strings")
+        target.update(table)
+    if "namespaces" in data:
+        table = data["namespaces"]
+        if not isinstance(table, dict) or not all(
+            isinstance(v, list) and all(isinstance(n, str) for n in v) for v in table.values()
+        ):
+            raise ConfigError(f"{source}: [namespaces] maps names to lists of namespaces")
+        namespaces = {name: tuple(v) for name, v in table.items()}
+    try:
+        groups = load_groups(data, source)
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
     for spec in tokens:
         name, sep, token = spec.partition("=")
         if not sep or not name or len(token) < 16:
@@ -133,7 +194,7 @@ def load_credentials(users_file: Path | None, tokens: list[str]) -> Credentials:
     for name, token in named_tokens.items():
         if len(token) < 16:
             raise ConfigError(f"token of {name!r} is shorter than 16 characters")
-    return Credentials(users=users, tokens=named_tokens, namespaces=namespaces)
+    return Credentials(users=users, tokens=named_tokens, namespaces=namespaces, groups=groups)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,7 +207,8 @@ class WebConfig:
     name: str = "web"
     host: str = "127.0.0.1"
     port: int = 8080
-    credentials: Credentials = field(default_factory=Credentials)
+    credentials: CredentialSource = field(default_factory=Credentials)
+    """who may sign in: a ``UsersFile`` (``--users-file``, read again when it changes) or fixed ``Credentials``"""
     secure_cookies: bool = False
     session_max_age: float = 12 * 3600
     lease_ttl: float = 10.0

@@ -3,8 +3,9 @@
 The cookie holds only a random id (256 bits). Redis keeps the session under the digest
 of that id (``qb:{ns}:web:session:<digest>``), as one JSON string with a PX TTL, and
 lists the digests in a sorted set (``qb:{ns}:web:sessions``, no SCAN needed), so a
-session ends when it expires, when its person signs out, or when an operator revokes
-it (``qbroker web sessions revoke``); and reading Redis (or the listing) gives nobody a
+session ends when it expires, when its person signs out, when an operator revokes it
+(``qbroker web sessions revoke``) or when the users file no longer says what it said of its
+person at sign-in (``SessionRecord.grant``); and reading Redis (or the listing) gives nobody a
 usable cookie.
 """
 
@@ -34,6 +35,9 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
     address: str = ""
     agent: str = ""
     """the browser's User-Agent, cut short (to recognise a session in the listing)"""
+    grant: str = ""
+    """what the users file said of ``user`` at sign-in (``Credentials.grant``): once it says otherwise,
+    the session ends. A session made before grants existed has none, and ends at its next request."""
 
 
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,7 +59,9 @@ class SessionStore:
     def __init__(self, call: Call, keys: WebKeys, *, max_age: float, clock: Callable[[], float] = time.time) -> None:
         self._call, self._keys, self._max_age_ms, self._clock = call, keys, int(max_age * 1000), clock
 
-    async def create(self, user: str, *, address: str = "", agent: str = "") -> tuple[str, SessionRecord]:
+    async def create(
+        self, user: str, *, grant: str = "", address: str = "", agent: str = ""
+    ) -> tuple[str, SessionRecord]:
         """A new session for ``user``: the cookie value and the record."""
         cookie = secrets.token_urlsafe(32)
         record = SessionRecord(
@@ -64,6 +70,7 @@ class SessionStore:
             created_ms=int(self._clock() * 1000),
             address=address[:100],
             agent=agent[:120],
+            grant=grant,
         )
         session_digest = digest(cookie)
         await self._call("SET", self._keys.session(session_digest), _encoder.encode(record), "PX", self._max_age_ms)
