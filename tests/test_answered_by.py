@@ -93,7 +93,9 @@ async def test_a_sealed_answer_whose_by_the_agent_rewrote_is_not_an_answer(
     async def replay(outcome: str) -> None:
         digest = hashlib.sha1(encode(one_question())).hexdigest()
         await redis.set(asker.keys.durable(None, "deploy-1"), old)
-        await redis.hset(f"{k}req:{old}", mapping={"state": "answered", "digest": digest, "request": "x", "client": "c"})
+        await redis.hset(
+            f"{k}req:{old}", mapping={"state": "answered", "digest": digest, "request": "x", "client": "c"}
+        )
         await redis.set(f"{k}ans:{old}", outcome)
 
     await replay(rewritten)

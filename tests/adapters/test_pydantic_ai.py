@@ -21,7 +21,14 @@ from pydantic_ai import (
     ToolDenied,
 )
 from pydantic_ai.capabilities import HandleDeferredToolCalls
-from pydantic_ai.messages import DeferredToolResultsEvent, ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import (
+    DeferredToolResultsEvent,
+    ModelMessage,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
