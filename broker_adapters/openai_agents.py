@@ -144,9 +144,9 @@ def _asked_again(call: ToolCall, edits: Edits) -> ToolCall:
         return call
     closest = min(approved, key=lambda edit: (len(_differences(edit, call.args)), _canonical(edit)))
     note = (
-        f"**Asked again:** a call of {call.tool_name} was approved with edited arguments, and the model called it "
-        "again with other arguments than those approved, so this call is asked about anew. It differs from the "
-        "approved edit in:\n\n" + "\n".join(f"- {line}" for line in _differences(closest, call.args))
+        f"**Asked again:** a call of {call.tool_name} was approved with edited arguments, to run when the model "
+        "calls it with exactly those; this call's arguments differ from that edit, so it is asked about anew. "
+        "It differs in:\n\n" + "\n".join(f"- {line}" for line in _differences(closest, call.args))
     )
     return dataclasses.replace(call, notes=(*call.notes, note))
 
@@ -214,7 +214,9 @@ async def approve(
             edits.discard(edit)  # one approval, one call
             state.approve(item)  # what the human approved, edited, on an earlier card
         else:
-            asking.append((item, _asked_again(call, edits)))
+            asking.append((item, call))
+    # Only then: an edit whose own call came in this batch waits for no other call.
+    asking = [(item, _asked_again(call, edits)) for item, call in asking]
     if not asking:
         return state
     ask_key = f"openai-agents:{key}" if key else None

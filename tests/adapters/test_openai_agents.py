@@ -305,3 +305,29 @@ async def test_an_approved_edit_lets_one_call_run_not_every_later_identical_one(
                                run_config=OFFLINE)  # fmt: skip
     assert result.final_output == "done" and ran == ["build/cache", "build/cache"]
     assert [q.questions[0].id for q in person.seen] == ["c1", "c3"]
+
+
+@pytest.mark.timeout(30)
+async def test_the_edits_own_call_in_a_batch_takes_it_and_the_other_call_is_asked_as_usual(human, agent):
+    """The model re-issues the edited call beside another call of the tool: the exact one runs, and the other
+    card does not claim to differ from an edit that got its call."""
+    ran: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    person = await human(_edit_then_approve({"path": "build/cache"}))
+    model = ScriptedModel(
+        [call("delete_file", {"path": "build/"}, "c1")],
+        [call("delete_file", {"path": "logs/"}, "c2"), call("delete_file", {"path": "build/cache"}, "c3")],
+        [text("done")],
+    )
+    result = await adapter.run(
+        Agent(name="cleaner", model=model, tools=[delete_file]), "clean", asker=agent, run_config=OFFLINE
+    )
+    assert result.final_output == "done" and sorted(ran) == ["build/cache", "logs/"]
+    assert [q.questions[0].id for q in person.seen] == ["c1", "c2"]
+    assert "Asked again" not in (person.seen[1].questions[0].detail or "")
