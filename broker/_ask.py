@@ -33,7 +33,7 @@ from .errors import (
     CALLER_NOT_LIVE,
     UserQuestionError,
 )
-from .types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_outcome, encode
+from .types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, answered, decode_outcome, encode
 from .validation import check_answer
 
 if TYPE_CHECKING:
@@ -365,7 +365,8 @@ class _Ask:
             return await self._waterfall(answerers, index + 1)
 
         answer = await answerers[index](self.request, next_answerer)
-        return check_answer(self.request, answer, self.broker.limits)
+        # An answer passed on as the provider's seal named it keeps the name; one of the answerer's own has none.
+        return answered(check_answer(self.request, answer, self.broker.limits), answer.answered_by or "")
 
     async def remote(self) -> AskUserQuestionAnswer:
         """The end of the chain: enqueue for the namespace's provider and wait."""
@@ -439,7 +440,7 @@ class _Ask:
             if decided is not None:
                 broker.remembered_answers += 1
                 broker.last_remembered_by = decision_setters(list(reply[3]) if len(reply) > 3 else [])
-                return decided
+                return answered(decided, ", ".join(broker.last_remembered_by))
             # No trusted key signed what the lookup found for this request: a human answers, as a new request.
             broker._rejected(self.request_id, "a remembered decision", "asking a human instead")
             self.request_id = broker._request_ids.next()
@@ -657,11 +658,14 @@ def _outcome_of(future: asyncio.Future[str]) -> str | None:
     return None
 
 
-def _settled(outcome: str, decoded: Outcome | None = None) -> AskUserQuestionAnswer:
-    """The answer an outcome holds, or its error raised (``decoded``: ``outcome`` already decoded)."""
-    decoded = decoded if decoded is not None else decode_outcome(outcome)
+def _settled(outcome: str, verified: Outcome | None = None) -> AskUserQuestionAnswer:
+    """The answer an outcome holds, or its error raised (``verified``: ``outcome`` as ``accepts`` decoded and
+    verified it; only then does the answer name who answered, as its seal says)."""
+    decoded = verified if verified is not None else decode_outcome(outcome)
     if decoded.error is not None:
         raise UserQuestionError.from_payload(decoded.error)
     if decoded.answer is None:
         raise UserQuestionError("the outcome holds neither an answer nor an error", BROKER_UNAVAILABLE)
-    return decoded.answer
+    if verified is None or verified.proof is None:
+        return decoded.answer
+    return answered(decoded.answer, verified.proof.by)

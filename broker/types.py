@@ -248,10 +248,30 @@ class AskUserQuestionAnswerItem(_Wire, frozen=True, kw_only=True, rename="camel"
         return not self.selected and self.custom is None
 
 
-class AskUserQuestionAnswer(_Wire, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
-    """The human's answer: one item per question, in question order."""
+class AskUserQuestionAnswer(_Wire, frozen=True, kw_only=True, rename="camel", omit_defaults=True, dict=True):
+    """The human's answer: one item per question, in question order.
+
+    ``answered_by``: who answered, as the answering side sealed it (not a field: never on the wire,
+    never compared).
+    """
 
     answers: tuple[AskUserQuestionAnswerItem, ...]
+
+    @property
+    def answered_by(self) -> str | None:
+        """Who answered, as the seal the asker verified names them (a provider's ``by``; for a remembered
+        decision, who set it). None for an answer no verified seal names anyone for: built by hand, made
+        by an in-process answerer, or settled without a ``by``. Set by the broker only (``answered``)."""
+        by: str | None = self.__dict__.get("_answered_by")
+        return by
+
+
+def answered(answer: AskUserQuestionAnswer, by: str) -> AskUserQuestionAnswer:
+    """``answer`` naming ``by`` as who answered ('' names nobody): the broker's own, for a seal it verified."""
+    if by:
+        # Kept beside the fields (the Struct's __dict__): equality, hashing and encoding stay the seeds'.
+        answer.__dict__["_answered_by"] = by
+    return answer
 
 
 def _decode_hook(type_: type, obj: Any) -> Any:

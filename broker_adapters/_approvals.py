@@ -125,6 +125,8 @@ class Verdict:
     note: str | None = None
     edited: dict[str, Any] | None = None
     """the arguments as the human edited them (approved calls only; None: run them as they were)"""
+    by: str | None = None
+    """who decided, as the answer's verified seal names them (``AskUserQuestionAnswer.answered_by``)"""
 
     @property
     def skipped(self) -> bool:
@@ -273,17 +275,19 @@ async def _attach(
 def verdicts(answer: AskUserQuestionAnswer) -> dict[str, Verdict]:
     """Approve approves; Deny, a note ("Other": shown to the model) or a skip denies."""
     result = {}
+    by = answer.answered_by
     for item in answer.answers:
         if item.custom is not None:
-            result[item.id] = Verdict(False, f"The user denied this call: {item.custom}", note=item.custom)
+            result[item.id] = Verdict(False, f"The user denied this call: {item.custom}", note=item.custom, by=by)
         elif item.selected == (APPROVE,):
             message = "approved by the user" + (" with edited arguments" if item.edited is not None else "")
-            result[item.id] = Verdict(True, message, choice=APPROVE, edited=item.edited)
+            result[item.id] = Verdict(True, message, choice=APPROVE, edited=item.edited, by=by)
         elif item.selected:
             # another approving label (Accept, say) keeps its edit for the adapter that offered it
-            result[item.id] = Verdict(False, "The user denied this call.", choice=item.selected[0], edited=item.edited)
+            denied = "The user denied this call."
+            result[item.id] = Verdict(False, denied, choice=item.selected[0], edited=item.edited, by=by)
         else:
-            result[item.id] = Verdict(False, "The user skipped this approval; the call did not run.")
+            result[item.id] = Verdict(False, "The user skipped this approval; the call did not run.", by=by)
     return result
 
 

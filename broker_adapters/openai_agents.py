@@ -20,16 +20,20 @@ Edits: the SDK cannot run an approved call with other arguments (it refuses a ca
 arguments changed: "Model reused a tool call ID for a different invocation"). The closest it
 offers is a rejection whose message the model reads: an edited approval rejects the call with
 the edited arguments in the message, asking the model to call the tool again with exactly those,
-and ``run`` (or ``approve(..., edits=...)``) approves that call without asking again, since the
-human approved exactly it. A model that calls with anything else is asked about as usual.
+and ``run`` (or ``approve(..., edits=...)``) approves that call, once, without asking again, since
+the human approved exactly it. A model that calls with anything else is asked about as usual, and
+that card says the call differs from the approved edit, and where (a real model may not copy the
+arguments exactly).
 
 Requires ``question-broker[openai-agents]``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from agents import Agent, FunctionTool, Runner, RunResult, RunState, ToolApprovalItem, function_tool
@@ -112,6 +116,41 @@ def _edited_message(name: str, edited: dict[str, Any]) -> str:
     )
 
 
+def _shown(value: Any) -> str:
+    """A value as compact JSON on one line, cut to 200 characters, that cannot close a code span."""
+    text = _canonical(value).replace("`", "'")
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _differences(approved: Any, called: Mapping[str, Any] | str) -> list[str]:
+    """Where ``called`` differs from the ``approved`` edit, one line per argument (or one for the whole)."""
+    if not isinstance(approved, dict) or not isinstance(called, Mapping):
+        return [f"the arguments: approved `{_shown(approved)}`, called with `{_shown(called)}`"]
+    lines = []
+    for name in sorted(set(approved) | set(called)):
+        if name in approved and name in called and _canonical(approved[name]) == _canonical(called[name]):
+            continue
+        was = f"approved `{_shown(approved[name])}`" if name in approved else "not in the approved edit"
+        now = f"called with `{_shown(called[name])}`" if name in called else "left out"
+        shown_name = str(name).replace("`", "'")[:80]
+        lines.append(f"`{shown_name}`: {was}, {now}")
+    return lines
+
+
+def _asked_again(call: ToolCall, edits: Edits) -> ToolCall:
+    """``call``, saying where it differs from the edit the human approved of its tool, if one waits for it."""
+    approved = [json.loads(args) for name, args in edits if name == call.tool_name]
+    if not approved:
+        return call
+    closest = min(approved, key=lambda edit: (len(_differences(edit, call.args)), _canonical(edit)))
+    note = (
+        f"**Asked again:** a call of {call.tool_name} was approved with edited arguments, to run when the model "
+        "calls it with exactly those; this call's arguments differ from that edit, so it is asked about anew. "
+        "It differs in:\n\n" + "\n".join(f"- {line}" for line in _differences(closest, call.args))
+    )
+    return dataclasses.replace(call, notes=(*call.notes, note))
+
+
 def _call(n: int, item: ToolApprovalItem) -> ToolCall:
     """One approval as a question; shell commands and patches shown as such, not as their JSON."""
     raw = _plain(item.raw_item)
@@ -161,17 +200,23 @@ async def approve(
     re-attaches to the cards already shown, or collects the answers given meanwhile.
 
     ``edits``: a set this call adds the human's edited approvals to, and approves calls from
-    without asking (the model calling again with exactly the edited arguments); ``run`` keeps one.
+    without asking (the model calling again with exactly the edited arguments: each edit approves
+    one call, and is then taken out); ``run`` keeps one. A call of an edited tool with other
+    arguments is asked about, its card saying where it differs from the edit.
     """
     state, items = _interruptions(pending)
     edits = edits if edits is not None else set()
     calls = [_call(n, item) for n, item in enumerate(items)]
     asking = []
     for item, call in zip(items, calls, strict=True):
-        if (call.tool_name, _canonical(call.args)) in edits:
+        edit = (call.tool_name, _canonical(call.args))
+        if edit in edits:
+            edits.discard(edit)  # one approval, one call
             state.approve(item)  # what the human approved, edited, on an earlier card
         else:
             asking.append((item, call))
+    # Only then: an edit whose own call came in this batch waits for no other call.
+    asking = [(item, _asked_again(call, edits)) for item, call in asking]
     if not asking:
         return state
     ask_key = f"openai-agents:{key}" if key else None

@@ -9,7 +9,8 @@ the agent (``CallDeferred()``, external tools). The human decides the first two 
   question as the tool asked it) and returns the ``DeferredToolResults`` for them. Deny, a
   skip or a note typed as "Other" denies (``ToolDenied``, the note is what the model reads);
   a question dismissed by the human is a ``ToolFailed`` the model sees, an approval dismissed
-  a denial. Other ask errors (timeout, no provider) are raised: nothing was decided.
+  a denial. Other ask errors (timeout, no provider) are raised: nothing was decided. The results
+  name who answered each call (``answered_by``) as the broker verified it from the answer's seal.
 - ``handler(asker)``: the same, inside the run, for ``HandleDeferredToolCalls``: the run goes
   on without stopping; on an ask error the calls stay unresolved and the run ends with them
   as its ``DeferredToolRequests`` output, to continue later.
@@ -144,6 +145,10 @@ async def decide(
         )
     for part in questions:
         results.calls[part.tool_call_id] = _question_result(decided[part.tool_call_id])
+    for part in [*requests.approvals, *questions]:
+        by = decided[part.tool_call_id].by
+        if by:  # as the broker verified it: Pydantic AI does not check who answers
+            results.answered_by[part.tool_call_id] = by
     return results
 
 

@@ -31,3 +31,14 @@ def test_the_package_exports_the_whole_contract() -> None:
     for name in ("Broker", "Agent", "Provider", "PendingRequest", "UserQuestionError", "HarnessError",
                  "AskUserQuestionRequest", "AskUserQuestionAnswer", "PlanReviewIntent", "UnknownIntent"):  # fmt: skip
         assert name in broker.__all__
+
+
+def test_who_answered_is_public_and_off_the_wire() -> None:
+    """``AskUserQuestionAnswer.answered_by`` (tests/test_answered_by.py): read-only, not a field, so the
+    answer's JSON, its schema and its equality stay the seeds'."""
+    answer = broker.AskUserQuestionAnswer(answers=())
+    assert isinstance(vars(broker.AskUserQuestionAnswer).get("answered_by"), property)
+    assert answer.answered_by is None
+    assert "answered_by" not in broker.AskUserQuestionAnswer.__struct_fields__
+    with pytest.raises(AttributeError):
+        answer.answered_by = "mallory"  # type: ignore[misc]

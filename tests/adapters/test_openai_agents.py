@@ -238,3 +238,96 @@ async def test_always_approve_is_written_back_to_the_run(human, agent):
     assert ran == ["build/", "logs/"]
     assert len(person.seen) == 1  # the second call was not asked about
     assert "later calls" in str((person.seen[0].questions[0].options or ())[1].description)
+
+
+def _edit_then_approve(edited: dict[str, Any]) -> Any:
+    """The first card approved with ``edited`` arguments; every later one approved as it stands."""
+    answered: list[str] = []
+
+    def respond(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
+        item = request.questions[0]
+        edit = None if answered else edited
+        answered.append(item.id)
+        return AskUserQuestionAnswer(
+            answers=(AskUserQuestionAnswerItem(id=item.id, selected=("Approve",), edited=edit),)
+        )
+
+    return respond
+
+
+@pytest.mark.timeout(30)
+async def test_a_reissued_call_other_than_the_approved_edit_is_asked_again_saying_what_differed(human, agent):
+    """A real model may not re-issue the call with exactly the edited arguments: its card says so."""
+    ran: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def delete_file(path: str, recursive: bool = False) -> str:
+        """Delete a file."""
+        ran.append(f"{path} {recursive}")
+        return f"deleted {path}"
+
+    person = await human(_edit_then_approve({"path": "build/cache", "recursive": False}))
+    model = ScriptedModel(
+        [call("delete_file", {"path": "build/", "recursive": False}, "c1")],
+        [call("delete_file", {"path": "build/cache/", "recursive": True}, "c2")],  # not quite what was approved
+        [text("done")],
+    )
+    result = await adapter.run(Agent(name="cleaner", model=model, tools=[delete_file]), "clean", asker=agent,
+                               run_config=OFFLINE)  # fmt: skip
+    assert result.final_output == "done" and ran == ["build/cache/ True"]
+    assert len(person.seen) == 2  # asked again
+    again = person.seen[1].questions[0].detail or ""
+    assert "Asked again" in again and "approved with edited arguments" in again
+    assert '`path`: approved `"build/cache"`, called with `"build/cache/"`' in again
+    assert "`recursive`: approved `false`, called with `true`" in again
+    assert "Asked again" not in (person.seen[0].questions[0].detail or "")
+
+
+@pytest.mark.timeout(30)
+async def test_an_approved_edit_lets_one_call_run_not_every_later_identical_one(human, agent):
+    """One approval, one call (invariant 14): the model's second call with the edited arguments is asked about."""
+    ran: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    person = await human(_edit_then_approve({"path": "build/cache"}))
+    model = ScriptedModel(
+        [call("delete_file", {"path": "build/"}, "c1")],
+        [call("delete_file", {"path": "build/cache"}, "c2")],  # the edit, as approved: runs without a card
+        [call("delete_file", {"path": "build/cache"}, "c3")],  # and once more: a new card
+        [text("done")],
+    )
+    result = await adapter.run(Agent(name="cleaner", model=model, tools=[delete_file]), "clean", asker=agent,
+                               run_config=OFFLINE)  # fmt: skip
+    assert result.final_output == "done" and ran == ["build/cache", "build/cache"]
+    assert [q.questions[0].id for q in person.seen] == ["c1", "c3"]
+
+
+@pytest.mark.timeout(30)
+async def test_the_edits_own_call_in_a_batch_takes_it_and_the_other_call_is_asked_as_usual(human, agent):
+    """The model re-issues the edited call beside another call of the tool: the exact one runs, and the other
+    card does not claim to differ from an edit that got its call."""
+    ran: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    person = await human(_edit_then_approve({"path": "build/cache"}))
+    model = ScriptedModel(
+        [call("delete_file", {"path": "build/"}, "c1")],
+        [call("delete_file", {"path": "logs/"}, "c2"), call("delete_file", {"path": "build/cache"}, "c3")],
+        [text("done")],
+    )
+    result = await adapter.run(
+        Agent(name="cleaner", model=model, tools=[delete_file]), "clean", asker=agent, run_config=OFFLINE
+    )
+    assert result.final_output == "done" and sorted(ran) == ["build/cache", "logs/"]
+    assert [q.questions[0].id for q in person.seen] == ["c1", "c2"]
+    assert "Asked again" not in (person.seen[1].questions[0].detail or "")

@@ -21,7 +21,14 @@ from pydantic_ai import (
     ToolDenied,
 )
 from pydantic_ai.capabilities import HandleDeferredToolCalls
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import (
+    DeferredToolResultsEvent,
+    ModelMessage,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
@@ -249,6 +256,43 @@ async def test_the_in_run_path_decides_without_stopping_the_run(human, agent):
     result = await subject.run("go")
     assert result.output == "done" and ran == ["drop users"]
     assert _returns(result)["t-ask"] == "eu"
+
+
+@pytest.mark.timeout(30)
+async def test_the_results_name_who_answered_as_the_broker_verified_it(human, agent):
+    """``DeferredToolResults.answered_by``: the provider's ``by``, from the seal the asker verified."""
+    await human(_answer_mixed)
+    result = await adapter.run(_mixed_agent([]), "go", asker=agent)  # stops: an external call waits too
+    assert isinstance(result.output, DeferredToolRequests)
+    decided = await adapter.decide(result.output, agent)
+    assert decided.answered_by == {"t-drop": "test-human", "t-ask": "test-human"}
+
+
+@pytest.mark.timeout(30)
+async def test_the_in_run_path_reports_who_answered(human, agent):
+    """Pydantic AI reports a handler's ``answered_by`` in its ``DeferredToolResultsEvent``."""
+    await human(_answer_mixed)
+    reported: dict[str, str] = {}
+
+    async def external(ctx: RunContext[None], requests: DeferredToolRequests) -> DeferredToolResults:
+        return DeferredToolResults(calls={"t-lookup": "team-db"})
+
+    subject = _mixed_agent(
+        [],
+        capabilities=[
+            HandleDeferredToolCalls(handler=adapter.handler(agent)),
+            HandleDeferredToolCalls(handler=external),
+        ],
+    )
+    async with subject.iter("go") as run:
+        async for node in run:
+            if Agent.is_call_tools_node(node):
+                async with node.stream(run.ctx) as events:
+                    async for event in events:
+                        if isinstance(event, DeferredToolResultsEvent):
+                            reported.update(event.results.answered_by)
+    assert run.result is not None and run.result.output == "done"
+    assert reported == {"t-drop": "test-human", "t-ask": "test-human"}
 
 
 @pytest.mark.timeout(30)
