@@ -28,6 +28,7 @@ from workers.answering.web.history import find_settlement, outcome_json
 from workers.answering.web.keys import WebKeys
 from workers.answering.web.paging import Arrivals
 from workers.answering.web.render import asking_view, plan_review, readonly_view, request_view, safe_url
+from workers.inert import inert
 from workers.metrics import lease_acquired, lease_lost
 
 __all__ = ["QUEUE_SIZE", "AlreadySettled", "Event", "Status", "WebProvider"]
@@ -200,7 +201,7 @@ class WebProvider:
         questions = pending.request.questions
         return {
             "id": pending.request_id,
-            "agent": pending.agent_id,
+            "agent": None if pending.agent_id is None else inert(pending.agent_id),  # as the built view shows it
             **asking_view(pending),
             "questions": [{"planReview": plan_review(item, len(questions))} for item in questions],
         }
@@ -575,7 +576,7 @@ class WebProvider:
                 questions = [
                     {
                         "id": item.id,
-                        "question": item.question,
+                        "question": inert(item.question),
                         "approve": (plan_review(item, count) or {}).get("approve"),
                     }
                     for item in pending.request.questions
