@@ -45,7 +45,8 @@ _PRIORITY = {"urgent": ":rotating_light: urgent", "normal": "normal", "low": "lo
 
 def escape(text: str) -> str:
     """Asker text made inert in ``mrkdwn``: no mentions, no links, no ``<!here>``, nothing that steers."""
-    return inert(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = inert(text)
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _plain(text: str, limit: int = _LABEL) -> dict[str, Any]:
