@@ -78,7 +78,23 @@ class _Settled:
     """the accepted answer as JSON-ready data, when it was answered"""
 
     def view(self) -> Event:
-        return {"state": self.state, "by": self.by, "answer": self.answer}
+        """What pages are told of it: the answer's labels and text as a page shows them (``workers.inert``)."""
+        return {"state": self.state, "by": self.by, "answer": _shown_answer(self.answer)}
+
+
+def _shown_answer(answer: Any) -> Any:
+    if not isinstance(answer, dict) or not isinstance(answer.get("answers"), list):
+        return answer
+    items = []
+    for item in answer["answers"]:
+        if isinstance(item, dict):
+            item = dict(item)
+            if isinstance(item.get("selected"), list):
+                item["selected"] = [inert(label) if isinstance(label, str) else label for label in item["selected"]]
+            if isinstance(item.get("custom"), str):
+                item["custom"] = inert(item["custom"])
+        items.append(item)
+    return {**answer, "answers": items}
 
 
 class AlreadySettled(UserQuestionError):
