@@ -102,7 +102,8 @@ class Terminal:
         """characters of the shown question's detail and arguments not shown yet (v shows them)"""
 
     def say(self, message: str, style: str = "bold yellow") -> None:
-        self.console.print(message, style=style, markup=False)
+        # inert: a refusal's message may quote what an asker wrote (a label, an id)
+        self.console.print(inert(message), style=style, markup=False)
 
     async def ask(self, message: str, *, free: bool = False) -> str:
         """A line typed at the prompt; ``free``: free text, where only ``/handover`` hands the request on."""
