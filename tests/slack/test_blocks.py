@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from broker import AskUserQuestionRequest, PendingRequest
+from broker import AskUserQuestionItem, AskUserQuestionRequest, PendingRequest
 from tests.helpers import question
-from workers.answering.slack.blocks import card_blocks, escape
+from workers.answering.slack.blocks import card_blocks, escape, plan_chunks
 from workers.answering.slack.config import SlackConfigError, load_slack_config
 
 
@@ -108,3 +108,97 @@ def test_the_docs_show_the_block_kit_a_card_becomes() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "slack.md").read_text()
     shown = re.search(r"<!-- block-kit-sample -->\n```json\n(.*?)\n```", doc, re.S)
     assert shown is not None and json.loads(shown.group(1)) == made
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    return []
+
+
+def _made(request: AskUserQuestionRequest, view: dict[str, Any] | None = None) -> list[Any]:
+    pending: PendingRequest = _Pending(request)  # type: ignore[assignment]
+    return card_blocks(pending, view or {"priority": "normal"}, "ns", "https://qb.example/")
+
+
+def _button(blocks: list[Any], text: str) -> dict[str, Any]:
+    return next(e for b in blocks if b["type"] == "actions" for e in b["elements"] if e["text"]["text"] == text)
+
+
+def test_asker_text_cannot_steer_the_card_or_its_modals() -> None:
+    """Control characters, escape sequences and bidi overrides show as escapes (workers.inert), never raw."""
+    from broker import AskUserQuestionOption
+    from workers.answering.slack.blocks import other_modal
+    from workers.inert import steers
+
+    evil = "\x1b[2J\x1bM\u202e\u2066"
+    item = AskUserQuestionItem(
+        id="q1",
+        question="Steer " + evil,
+        header="H" + evil,
+        detail="detail " + evil,
+        options=(AskUserQuestionOption(label="yes" + evil), AskUserQuestionOption(label="no")),
+    )
+    request = AskUserQuestionRequest(questions=(item,))
+    blocks = _made(request, {"priority": "normal", "askers": [{"agent": "agent" + evil}]})
+    pending: PendingRequest = _Pending(request)  # type: ignore[assignment]
+    texts = _strings(blocks) + _strings(other_modal(pending, "{}"))
+    assert not [text for text in texts if steers(text)]
+    shown = "\n".join(texts)
+    for field in ("Steer ", "H", "detail ", "yes", "agent"):
+        assert field + "\\x1b[2J\\x1bM\\u202e\\u2066" in shown
+
+
+def _approval(arguments: dict[str, Any]) -> AskUserQuestionRequest:
+    from broker import Editable
+
+    item = question("call", "Approve", "Deny")
+    item = AskUserQuestionItem(
+        id=item.id,
+        question=item.question,
+        options=item.options,
+        editable=Editable(arguments=arguments, approve="Approve"),
+    )
+    return AskUserQuestionRequest(questions=(item,))
+
+
+def test_the_arguments_an_approval_runs_are_in_the_card() -> None:
+    blocks = _made(_approval({"cmd": "rm -rf build/\u202e"}))
+    shown = "\n".join(_strings(blocks))
+    assert '"cmd": "rm -rf build/\\u202e"' in shown
+    assert "confirm" not in _button(blocks, "Approve")  # all of it shown: one click approves
+
+
+def test_arguments_the_card_cannot_hold_say_how_much_is_not_shown_and_approving_takes_a_confirmation() -> None:
+    request = _approval({"a": "top", "z": "x" * 5000 + "END"})
+    blocks = _made(request)
+    shown = "\n".join(_strings(blocks))
+    assert '"a": "top"' in shown and "END" not in shown
+    unseen = re.search(r"(\d+) characters of what this approves are not shown here", shown)
+    assert unseen is not None and int(unseen.group(1)) > 2000
+    assert "whole in this message's thread" in shown and "https://qb.example/" in json.dumps(blocks)
+    confirm = _button(blocks, "Approve")["confirm"]
+    assert unseen.group(1) in confirm["text"]["text"] and confirm["confirm"]["text"]
+    assert "confirm" not in _button(blocks, "Deny")  # declining the unseen needs no second step
+    pending: PendingRequest = _Pending(request)  # type: ignore[assignment]
+    assert "END" in "".join(plan_chunks(pending))  # the whole arguments, in the thread
+
+
+def test_approving_a_plan_the_card_cuts_takes_a_confirmation() -> None:
+    from broker import PlanReviewIntent
+
+    item = question(
+        "plan", "Approve", "Refuse", detail="# Plan\n" + "step\n" * 1000, intent=PlanReviewIntent(approve="Approve")
+    )
+    blocks = _made(AskUserQuestionRequest(questions=(item,)))
+    assert "characters of what this approves are not shown here" in "\n".join(_strings(blocks))
+    approve = next(e for b in blocks if b["type"] == "actions" for e in b["elements"] if e["action_id"] == "qb_approve")
+    assert "confirm" in approve
+    short = _made(AskUserQuestionRequest(questions=(question("plan", "Approve", "Refuse", detail="# Plan\n1. do it",
+                                                              intent=PlanReviewIntent(approve="Approve")),)))  # fmt: skip
+    approve = next(e for b in short if b["type"] == "actions" for e in b["elements"] if e["action_id"] == "qb_approve")
+    assert "confirm" not in approve

@@ -408,3 +408,31 @@ async def test_only_the_lease_holder_holds_the_socket_mode_connection(start_slac
     posted = await card(slack)
     await slack.envelope(block_actions(posted, "qb_pick_0", user="UALICE"))
     assert (await asyncio.wait_for(asked, 10)).answers[0].selected == ("yes",)
+
+
+async def test_submit_with_nothing_ticked_is_not_a_skip(web, slack, make_broker) -> None:
+    """Only a person's explicit skip is a skip: Submit with a question left unticked answers nothing."""
+    asker = await make_broker()
+    asked = asking(asker, AskUserQuestionRequest(questions=(question("q1", "a", "b"), question("q2", "c", "d"))))
+    posted = await card(slack)
+    await post(web, block_actions(posted, "qb_submit", user="UALICE", ticked={"qbq_0": [1]}))
+    await ephemeral(slack, "UALICE", "Nothing is picked for")
+    await asyncio.sleep(0.3)
+    assert not asked.done()
+    await post(web, block_actions(posted, "qb_submit", user="UALICE", ticked={"qbq_0": [1], "qbq_1": [0]}))
+    answer = await asyncio.wait_for(asked, 10)
+    assert [item.selected for item in answer.answers] == [("b",), ("c",)]
+
+
+async def test_other_with_a_question_left_blank_is_not_a_skip(web, slack, make_broker) -> None:
+    asker = await make_broker()
+    asked = asking(asker, AskUserQuestionRequest(questions=(question("q1", "a", "b"), question("q2", "c", "d"))))
+    posted = await card(slack)
+    await post(web, block_actions(posted, "qb_other", user="UALICE", ticked={"qbq_0": [0]}))
+    (opened,) = await slack.wait_for("views.open")
+    response = await post(web, view_submission(opened["view"], user="UALICE", texts={"qbt_0": "", "qbt_1": ""}))
+    assert response.json()["errors"] == {"qbt_1": "Write an answer, or pick one on the card first."}
+    assert not asked.done()
+    response = await post(web, view_submission(opened["view"], user="UALICE", texts={"qbt_1": "mine"}))
+    answer = await asyncio.wait_for(asked, 10)
+    assert [(item.selected, item.custom) for item in answer.answers] == [(("a",), None), ((), "mine")]

@@ -142,8 +142,8 @@ async def test_answer_with_a_token_is_audited(
     asked = asking(asker, one_question("yes", "no", agent=None))
     request = await wait_request(client)
     assert request["questions"][0]["options"] == [
-        {"label": "yes", "description": None},
-        {"label": "no", "description": None},
+        {"label": "yes", "text": "yes", "description": None},
+        {"label": "no", "text": "no", "description": None},
     ]
     response = await client.post(
         f"/api/requests/{request['id']}/answer",

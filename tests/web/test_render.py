@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from broker import AskUserQuestionItem, AskUserQuestionOption, PlanReviewIntent, UnknownIntent
-from workers.answering.web.render import plan_review, render_markdown
+from workers.answering.web.render import plan_review, render_markdown, request_view
 
 
 @pytest.mark.parametrize(
@@ -57,8 +59,12 @@ def item(
 
 
 def test_plan_review_card_when_the_conditions_hold() -> None:
-    assert plan_review(item("Refuse", "Approve"), 1) == {"approve": "Approve", "refuse": "Refuse"}
-    assert plan_review(item("Approve"), 1) == {"approve": "Approve", "refuse": None}
+    assert plan_review(item("Refuse", "Approve"), 1) == {
+        "approve": "Approve", "refuse": "Refuse", "approveText": "Approve", "refuseText": "Refuse",
+    }  # fmt: skip
+    assert plan_review(item("Approve"), 1) == {
+        "approve": "Approve", "refuse": None, "approveText": "Approve", "refuseText": None,
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -87,3 +93,70 @@ def test_history_orders_the_two_streams_asker_first_within_a_millisecond() -> No
     later = ("1700000000001-0", {"event": "expired", "_source": "audit"})
     ordered = sorted([later, answered, withdrew, asked], key=_when)
     assert [fields["event"] for _, fields in ordered] == ["asked", "withdrawn", "answered", "expired"]
+
+
+def test_every_text_a_page_shows_is_inert_and_a_label_keeps_its_bytes_to_answer_with() -> None:
+    """Control characters and bidi overrides reach a page as escapes (workers.inert): plain fields, the
+    markdown detail, the plan's buttons, the arguments; ``label`` stays the value an answer sends."""
+    from broker import AskUserQuestionRequest, Editable
+    from workers.answering.web.render import readonly_view
+    from workers.inert import steers
+
+    evil = "\x1b[2J\x1bM\u202e"
+    question = AskUserQuestionItem(
+        id="q1",
+        question="Q" + evil,
+        header="H" + evil,
+        detail="**D**" + evil,
+        options=(
+            AskUserQuestionOption(label="Approve" + evil, description="d" + evil),
+            AskUserQuestionOption(label="No"),
+        ),
+        intent=PlanReviewIntent(approve="Approve" + evil),
+        editable=Editable(arguments={"cmd": "rm" + evil}, approve="Approve" + evil),
+    )
+    pending = _Pending(AskUserQuestionRequest(questions=(question,), agent="agent" + evil))
+    view = request_view(pending)  # type: ignore[arg-type]
+    [shown] = view["questions"]
+    assert shown["options"][0]["label"] == "Approve" + evil and shown["planReview"]["approve"] == "Approve" + evil
+    values = {"label", "approve", "arguments"}  # the bytes an answer sends back, never shown as they are
+    leaks = [text for text in _strings(view, values) if steers(text)]
+    assert leaks == []
+    assert shown["question"] == "Q\\x1b[2J\\x1bM\\u202e" and "D</strong>\\x1b[2J" in shown["detailHtml"]
+    assert shown["options"][0]["text"] == "Approve\\x1b[2J\\x1bM\\u202e"
+    assert shown["editable"]["argumentsText"] == '{\n  "cmd": "rm\\u001b[2J\\u001bM\\u202e"\n}'
+    assert view["agent"] == "agent\\x1b[2J\\x1bM\\u202e"
+    listed = readonly_view("r1", pending.request, 0)
+    assert [text for text in _strings(listed, set()) if steers(text)] == []
+
+
+class _Pending:
+    """What ``request_view`` reads of a ``PendingRequest``."""
+
+    def __init__(self, request: Any) -> None:
+        from broker import Asker
+
+        self.request, self.request_id, self.agent_id, self.priority = request, "r1", request.agent, "normal"
+        self.created_ms, self.asker_away, self.rememberable = 0, False, True
+        self.askers = (Asker(agent_id=request.agent, request_id="r1", verified=False),)
+
+
+def _strings(value: Any, skip: set[str]) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for key, item in value.items() if key not in skip for text in _strings(item, skip)]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item, skip)]
+    return []
+
+
+def test_a_settled_answer_pages_are_told_of_shows_its_labels_inert() -> None:
+    """A late click's note and a removed card's note say what was answered: a label an asker wrote, made inert."""
+    from workers.answering.web.service import _Settled
+
+    answer = {"answers": [{"id": "q1", "selected": ["yes\u202eon"], "custom": None}, {"id": "q2", "selected": [],
+              "custom": "x\x1b[2J"}]}  # fmt: skip
+    shown = _Settled("answered", "bob", answer).view()["answer"]["answers"]
+    assert [(item["selected"], item["custom"]) for item in shown] == [(["yes\\u202eon"], None), ([], "x\\x1b[2J")]
+    assert answer["answers"][0]["selected"] == ["yes\u202eon"]  # what was kept is not changed

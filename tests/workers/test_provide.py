@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import shlex
 import shutil
@@ -14,7 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 from msgspec.structs import replace
 
-from broker import AskUserQuestionOption, AskUserQuestionRequest, UserQuestionError
+from broker import AskUserQuestionAnswer, AskUserQuestionOption, AskUserQuestionRequest, UserQuestionError
 from broker._keys import Keys
 from tests.helpers import answer, one_question, plan_review, question
 from tests.workers.procs import run_qbroker
@@ -426,3 +427,138 @@ async def test_a_take_over_is_told_at_the_prompt_and_the_terminal_hands_over_aft
     release.set()
     assert await asyncio.wait_for(taking, 10) == "web-1"
     await screen.expect("Answering namespace", count=2)  # the page let go: the terminal serves again
+
+
+@pytest.mark.timeout(40)
+async def test_handing_a_question_on_at_a_take_over_leaves_it_pending_for_the_page(
+    screen, make_broker, redis_server, namespace
+):
+    """Issue: pressing s at the take-over prompt sent ``{"selected": []}`` and the asker exited 0.
+
+    A lone question is not skippable; h hands it on unanswered, and the page that asked answers it."""
+    page = await make_broker(lease_ttl=1.0)
+    asking = asyncio.create_task(
+        run_qbroker("ask", "--question", "Deploy now?", "--option", "yes", "--option", "no",
+                    url=redis_server.url, namespace=namespace, limit=35)
+    )  # fmt: skip
+    await screen.expect("Choice:")
+    assert "s: skip" not in screen.text()  # one question: nothing to skip it in favour of
+
+    async def take() -> AskUserQuestionAnswer:
+        async with page.provider("web-1") as provider:
+            pending = await anext(aiter(provider))
+            return await pending.answer(answer(("q1", ("no",), None)), by="alice")
+
+    taking = asyncio.create_task(take())
+    await page.request_handover("web-1", by="alice")
+    await screen.expect("alice asks to take over for web-1")
+    assert "h: hand it to web-1 unanswered" in " ".join(screen.text().split())  # rich wraps at the width
+    screen.send("s")
+    await screen.expect("Choice:", count=2)
+    await asyncio.sleep(0.5)
+    assert not asking.done()  # s did not answer it: `qbroker ask` still waits
+    screen.send("h")
+    await screen.expect("Handed on unanswered")
+    assert await asyncio.wait_for(taking, 15) == answer(("q1", ("no",), None))
+    status, out, err = await asyncio.wait_for(asking, 15)
+    assert status == 0, err
+    assert json.loads(out) == {"answers": [{"id": "q1", "selected": ["no"]}]}  # the page's answer, not a skip
+    await screen.expect("Handed the lease to web-1; standing by.")
+
+
+async def test_a_multi_select_confirmed_with_nothing_picked_is_not_a_skip(screen, make_broker):
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(question("m", "a", "b", multi=True),))))
+    await screen.expect("Toggle:")
+    screen.send("")  # Enter with nothing toggled
+    await screen.expect("Toggle:", count=2)
+    await asyncio.sleep(0.3)
+    assert not asking.done()
+    screen.send("2", "")
+    await screen.expect("Send:")
+    screen.send("")
+    assert await asyncio.wait_for(asking, 10) == answer(("m", ("b",), None))
+
+
+async def test_asker_text_cannot_steer_the_terminal(screen, make_broker):
+    """Escape sequences (ESC M, ESC E, CSI, OSC) and bidi overrides show as escapes, never act."""
+    evil = "\x1bM\x1bE\x1b[2J\x1b]0;pwned\x07"
+    options = (
+        AskUserQuestionOption(label="yes\u202eon", description="d\x1b[31mred"),
+        AskUserQuestionOption(label="no"),
+    )
+    item = replace(question("q1", header="H\x1bM", detail=f"detail {evil} \u2066x\u2069"), options=options)
+    item = replace(item, question=f"Delete {evil}?")
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
+    await screen.expect("Choice:")
+    text = screen.text()
+    assert "Delete \\x1bM\\x1bE\\x1b[2J\\x1b]0;pwned\\x07?" in text
+    assert "H\\x1bM" in text and "detail \\x1bM" in text and "\\u2066x\\u2069" in text
+    assert "1. yes\\u202eon — d\\x1b[31mred" in text
+    screen.send("1")
+    await screen.expect("Send:")
+    screen.send("")
+    assert await asyncio.wait_for(asking, 10) == answer(
+        ("q1", ("yes\u202eon",), None)
+    )  # the label itself is the answer
+
+
+async def test_the_arguments_an_approval_runs_are_shown_with_the_question(screen, make_broker):
+    from broker import Editable
+
+    item = replace(question("call", "Approve", "Deny"), editable=Editable(arguments={"cmd": "rm -rf build/\u202e"},
+                                                                          approve="Approve"))  # fmt: skip
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
+    await screen.expect("Choice:")
+    assert '"cmd": "rm -rf build/\\u202e"' in screen.text()  # shown without asking, as JSON that parses back
+    screen.send("1")
+    await screen.expect("Send:")
+    screen.send("")
+    await screen.expect("Answer sent.")
+    assert await asyncio.wait_for(asking, 10) == answer(("call", ("Approve",), None))
+
+
+async def test_approving_arguments_not_all_shown_says_how_much_and_takes_a_confirmation(screen, make_broker):
+    from broker import Editable
+
+    long = "x" * 5000
+    item = replace(question("call", "Approve", "Deny"), editable=Editable(arguments={"a": "top", "z": long + "END"},
+                                                                          approve="Approve"))  # fmt: skip
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
+    await screen.expect("Choice:")
+    text = " ".join(screen.text().split())
+    assert '"a": "top"' in text and "END" not in text
+    assert "characters of the arguments are not shown (v shows them whole, as does the web page)" in text
+    screen.send("1")
+    await screen.expect("Approve without seeing")
+    screen.send("n")  # anything but yes goes back
+    await screen.expect("Choice:", count=2)
+    assert not asking.done()
+    screen.send("1")
+    await screen.expect("Approve without seeing", count=2)
+    screen.send("yes")
+    await screen.expect("Send:")
+    screen.send("")
+    await screen.expect("Answer sent.")
+    assert await asyncio.wait_for(asking, 10) == answer(("call", ("Approve",), None))
+
+
+async def test_after_v_shows_the_whole_arguments_approving_needs_no_confirmation(screen, make_broker):
+    from broker import Editable
+
+    item = replace(question("call", "Approve", "Deny"), editable=Editable(arguments={"z": "x" * 5000 + "END"},
+                                                                          approve="Approve"))  # fmt: skip
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
+    await screen.expect("Choice:")
+    screen.send("v")
+    await screen.expect("END")
+    screen.send("1")
+    await screen.expect("Send:")
+    screen.send("")
+    await screen.expect("Answer sent.")
+    assert "Approve without seeing" not in screen.text()
+    assert await asyncio.wait_for(asking, 10) == answer(("call", ("Approve",), None))

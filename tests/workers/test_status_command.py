@@ -103,3 +103,16 @@ async def test_status_says_who_is_alive_the_worker_and_standbys_with_their_time_
         status, out, err = await run_qbroker("status", url=redis_server.url, namespace=namespace)
         assert "worker        worker@host:42 (" in out.decode() and "s left)" in out.decode(), out
         waiting.cancel()
+async def test_status_shows_what_askers_wrote_inert(make_broker, redis_server, namespace):
+    """An agent id and a key are asker text: escape sequences and bidi overrides show as escapes."""
+    broker = await make_broker()
+    evil = "\x1b[2J\x1bM\u202e"
+    async with broker.provider("desk") as provider, broker.agent("agent" + evil):
+        task = asyncio.create_task(broker.ask(one_question(agent="agent" + evil), key="key\u202e"))
+        await asyncio.wait_for(anext(aiter(provider)), 5)
+        status, out, err = await run_qbroker("status", url=redis_server.url, namespace=namespace)
+        assert status == 0, err
+        assert b"\x1b" not in out and "\u202e".encode() not in out
+        text = out.decode()
+        assert "agent\\x1b[2J\\x1bM\\u202e" in text and "key\\u202e" in text
+        task.cancel()

@@ -19,8 +19,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "provide",
         help="answer questions at this terminal",
         description="Hold the namespace's provider lease (standing by while another provider holds "
-        "it) and present each request here: options by number, o for Other, s to skip a "
-        "question, c to cancel the request. Ctrl-C (or Ctrl-D) quits and hands the lease on.",
+        "it) and present each request here: options by number, o for Other, s to skip one question "
+        "of several, c to cancel the request, v to view a long detail or arguments whole; when a page asks "
+        "to take over, h hands the shown request to it unanswered. Ctrl-C (or Ctrl-D) quits and hands the "
+        "lease on.",
     )
     parser.add_argument("--name", metavar="NAME", help="this provider's name (default USER@HOST:PID)")
     parser.add_argument(

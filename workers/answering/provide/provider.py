@@ -15,6 +15,7 @@ from broker.errors import BAD_ANSWER, DUPLICATE_PROVIDER, LEASE_LOST, NOT_APPROV
 from broker.quorum import load_groups, load_policies, revoke_covered
 from workers._redis import Backoff, describe, redis_trouble
 from workers.exits import EXIT_STATUS
+from workers.inert import inert
 from workers.settings import Settings
 
 if TYPE_CHECKING:
@@ -88,8 +89,9 @@ async def _serve_forever(broker: Broker, terminal: Terminal, name: str, *, stand
             if step == "quit":  # said once the block has released the lease
                 terminal.say("Stopped; the lease is handed on.")
                 return 0
+            terminal.handing_to = None
             if step == "handover" and provider.handover is not None:
-                terminal.say(f"Handed the lease to {provider.handover.to}; standing by.", "bold yellow")
+                terminal.say(f"Handed the lease to {inert(provider.handover.to)}; standing by.", "bold yellow")
                 if not standby:
                     return 0
                 continue
@@ -185,9 +187,11 @@ async def _present(provider: Provider, terminal: Terminal, pending: PendingReque
         done, _ = await asyncio.wait({showing, withdrawn, lost, handover}, return_when=asyncio.FIRST_COMPLETED)
         if done == {handover} and provider.handover is not None:  # told once; the question stays
             asked = provider.handover
+            # Handing over never answers: h leaves the request pending, and the provider that asked gets it.
+            terminal.handing_to = asked.to
             terminal.say(
-                f"{asked.by or 'someone'} asks to take over for {asked.to}: finish or skip this question,"
-                " then this terminal stands by."
+                f"{inert(asked.by or 'someone')} asks to take over for {inert(asked.to)}: answer this request here,"
+                f" or h: hand it to {inert(asked.to)} unanswered; then this terminal stands by."
             )
             await asyncio.wait({showing, withdrawn, lost}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -207,6 +211,9 @@ async def _present(provider: Provider, terminal: Terminal, pending: PendingReque
         decision = showing.result()
     except Quit:
         return "quit"
+    if decision.handed_on:
+        terminal.say("Handed on unanswered: it waits for the provider taking over.", "green")
+        return "handover"
     return await _settle(provider, terminal, pending, decision)
 
 

@@ -31,6 +31,7 @@ from broker import (
     UserQuestionError,
     check_answer,
 )
+from workers.inert import inert, inert_json
 
 __all__ = ["Decision", "Quit", "Terminal", "is_plan_review"]
 
@@ -40,6 +41,11 @@ _SKIP = ("s", "/skip")
 _CANCEL = ("c", "/cancel")
 _OTHER = ("o", "/other")
 _EDIT = ("e", "/edit")
+_VIEW = ("v", "/view")
+_HAND_ON = ("h", "/handover")
+
+SHOWN = 2000
+"""characters of a detail (or of an approval's arguments) shown with the question; v shows the rest"""
 
 
 @dataclass(frozen=True)
@@ -50,10 +56,16 @@ class Decision:
     cancelled: bool = False
     remember: Remember | None = None
     """also remember the answer (for this agent or the namespace), atomically with sending it"""
+    handed_on: bool = False
+    """neither: the human handed the request on unanswered (to the provider that asked for the lease)"""
 
 
 class _Cancel(Exception):
     """The human cancelled the whole request."""
+
+
+class _HandOn(Exception):
+    """The human handed the request on, unanswered."""
 
 
 class Quit(Exception):
@@ -84,15 +96,24 @@ class Terminal:
             session: PromptSession[str] = PromptSession()
             prompt = session.prompt_async
         self._prompt = prompt
+        self.handing_to: str | None = None
+        """the provider that asked for the lease: while set, h hands the shown request to it unanswered"""
+        self._unseen = 0
+        """characters of the shown question's detail and arguments not shown yet (v shows them)"""
 
     def say(self, message: str, style: str = "bold yellow") -> None:
-        self.console.print(message, style=style, markup=False)
+        # inert: a refusal's message may quote what an asker wrote (a label, an id)
+        self.console.print(inert(message), style=style, markup=False)
 
-    async def ask(self, message: str) -> str:
+    async def ask(self, message: str, *, free: bool = False) -> str:
+        """A line typed at the prompt; ``free``: free text, where only ``/handover`` hands the request on."""
         try:
-            return (await self._prompt(message)).strip()
+            text = (await self._prompt(message)).strip()
         except (EOFError, KeyboardInterrupt):
             raise Quit from None
+        if self.handing_to is not None and (text == _HAND_ON[1] or (not free and text.lower() == _HAND_ON[0])):
+            raise _HandOn
+        return text
 
     async def present(self, pending: PendingRequest, queued: int) -> Decision:
         """Show the request and collect the answer (or a cancel)."""
@@ -108,6 +129,8 @@ class Terminal:
             return Decision(answer=answer, remember=await self._remember(pending, answer))
         except _Cancel:
             return Decision(cancelled=True)
+        except _HandOn:  # never an answer: the request stays pending for the next provider
+            return Decision(handed_on=True)
 
     async def _remember(self, pending: PendingRequest, answer: AskUserQuestionAnswer) -> Remember | None:
         """Offer "and don't ask again": for the asking agent, or for the whole namespace."""
@@ -137,10 +160,14 @@ class Terminal:
     def _banner(self, pending: PendingRequest, queued: int) -> None:
         waited = max(0.0, time.time() - pending.created_ms / 1000)
         # verified: a gateway this terminal pins vouched for the id; claimed: the asker names itself
-        who = f"agent {pending.agent_id} ({_identity(pending.verified)})" if pending.agent_id else "an agentless asker"
+        who = (
+            f"agent {inert(pending.agent_id)} ({_identity(pending.verified)})"
+            if pending.agent_id
+            else "an agentless asker"
+        )
         askers = pending.askers
         if len(askers) > 1:
-            named = (f"{a.agent_id} ({_identity(a.verified)})" if a.agent_id else "agentless" for a in askers)
+            named = (f"{inert(a.agent_id)} ({_identity(a.verified)})" if a.agent_id else "agentless" for a in askers)
             who = f"{len(askers)} agents ({', '.join(named)})"
         more = f" · {queued} more waiting" if queued else ""
         away = " · asker away" if pending.asker_away else ""
@@ -155,37 +182,86 @@ class Terminal:
 
     def _heading(self, item: AskUserQuestionItem, index: int, total: int) -> None:
         counter = f"[{index}/{total}] " if total > 1 else ""
-        header = f"{item.header} · " if item.header else ""
+        header = f"{inert(item.header)} · " if item.header else ""
         self.console.print(f"{counter}{header}", style="bold cyan", markup=False, end="")
-        self.console.print(item.question, style="bold", markup=False)
+        self.console.print(inert(item.question), style="bold", markup=False)
+        self._unseen = 0
         if item.detail:
-            self.console.print(Markdown(item.detail), style="dim")
+            self._detail(item.detail, "the text", style="dim")
+        if item.editable is not None:
+            self.console.print("Arguments it runs with:", style="bold", markup=False)
+            self._long(inert_json(item.editable.arguments), "the arguments")
+
+    def _detail(self, detail: str, what: str, style: str = "") -> None:
+        shown = inert(detail)
+        self.console.print(Markdown(shown[:SHOWN]), style=style)
+        self._cut(len(shown), what)
+
+    def _long(self, text: str, what: str) -> None:
+        self.console.print(text[:SHOWN], markup=False, soft_wrap=True)
+        self._cut(len(text), what)
+
+    def _cut(self, length: int, what: str) -> None:
+        if length > SHOWN:
+            more = length - SHOWN
+            self._unseen += more
+            self.say(f"… {more} more characters of {what} are not shown (v shows them whole, as does the web page).")
+
+    def _view_all(self, item: AskUserQuestionItem) -> None:
+        """Everything the question carries, whole: its detail and the arguments an approval runs with."""
+        if item.detail:
+            self.console.print(Markdown(inert(item.detail)))
+        if item.editable is not None:
+            self.console.print(inert_json(item.editable.arguments), markup=False, soft_wrap=True)
+        self._unseen = 0
+
+    async def _seen(self, item: AskUserQuestionItem, labels: tuple[str, ...], approve: str | None) -> bool:
+        """Whether picking ``labels`` may go: approving what was not shown takes a typed yes."""
+        if not self._unseen or (approve is not None and approve not in labels):
+            return True
+        self.say(
+            f"Approve without seeing {self._unseen} characters of what it approves? Type yes (v shows them first)."
+        )
+        text = (await self.ask("Approve unseen: ")).lower()
+        if text in _VIEW:
+            self._view_all(item)
+            return False
+        return text == "yes"
 
     def _options(self, item: AskUserQuestionItem, chosen: set[str] | None = None) -> None:
         for number, option in enumerate(item.options or (), start=1):
             mark = "" if chosen is None else ("[x] " if option.label in chosen else "[ ] ")
-            line = f"  {mark}{number}. {option.label}"
+            line = f"  {mark}{number}. {inert(option.label)}"
             if option.description:
-                line += f" — {option.description}"
+                line += f" — {inert(option.description)}"
             self.console.print(line, markup=False)
 
     async def _question(self, item: AskUserQuestionItem, index: int, total: int) -> AskUserQuestionAnswerItem:
+        # A skip is an answer ("skipped while the rest of the batch was answered"): offered only in a batch.
         self._heading(item, index, total)
         if not item.options:
-            return await self._free_text(item)
+            return await self._free_text(item, total > 1)
         if item.multi_select:
-            return await self._multi(item)
-        return await self._single(item)
+            return await self._multi(item, total > 1)
+        return await self._single(item, total > 1)
 
-    async def _free_text(self, item: AskUserQuestionItem) -> AskUserQuestionAnswerItem:
-        self.say("Type your answer; /skip skips this question, /cancel cancels the request.", "dim")
+    def _hand_on_hint(self) -> str:
+        return f"; h: hand it to {inert(self.handing_to)} unanswered" if self.handing_to is not None else ""
+
+    async def _free_text(self, item: AskUserQuestionItem, optional: bool) -> AskUserQuestionAnswerItem:
+        skip = "/skip skips this question, " if optional else ""
+        self.say(f"Type your answer; {skip}/cancel cancels the request.", "dim")
         while True:
-            text = await self.ask("Answer: ")
-            if text == "/skip":
+            text = await self.ask("Answer: ", free=True)
+            if text == "/skip" and optional:
                 return AskUserQuestionAnswerItem(id=item.id, selected=())
             if text == "/cancel":
                 raise _Cancel
-            if text:
+            if text == "/view":
+                self._view_all(item)
+            elif text == "/skip":
+                self.say("This question is the whole request: answer it, or /cancel.")
+            elif text:
                 return AskUserQuestionAnswerItem(id=item.id, selected=(), custom=text)
 
     def _pick(self, item: AskUserQuestionItem, text: str) -> str | None:
@@ -194,13 +270,15 @@ class Terminal:
         return None
 
     async def _other(self) -> str | None:
-        text = await self.ask("Other (empty to go back): ")
+        text = await self.ask("Other (empty to go back): ", free=True)
         return text or None
 
-    async def _single(self, item: AskUserQuestionItem) -> AskUserQuestionAnswerItem:
+    async def _single(self, item: AskUserQuestionItem, optional: bool) -> AskUserQuestionAnswerItem:
         self._options(item)
-        edit = f"e: edit the arguments and {item.editable.approve}, " if item.editable else ""
-        self.say(f"Pick a number; {edit}o: Other (free text), s: skip this question, c: cancel the request.", "dim")
+        edit = f"e: edit the arguments and {inert(item.editable.approve)}, " if item.editable else ""
+        skip = "s: skip this question, " if optional else ""
+        view = "v: view it whole, " if self._unseen else ""
+        self.say(f"Pick a number; {edit}{view}o: Other (free text), {skip}c: cancel the request.", "dim")
         while True:
             text = (await self.ask("Choice: ")).lower()
             if text in _EDIT and item.editable is not None:
@@ -208,24 +286,34 @@ class Terminal:
                     return edited
                 continue
             if (label := self._pick(item, text)) is not None:
-                return AskUserQuestionAnswerItem(id=item.id, selected=(label,))
+                if await self._seen(item, (label,), _approving(item)):
+                    return AskUserQuestionAnswerItem(id=item.id, selected=(label,))
+                continue
+            if text in _VIEW:
+                self._view_all(item)
+                continue
             if text in _OTHER and (custom := await self._other()) is not None:
                 return AskUserQuestionAnswerItem(id=item.id, selected=(), custom=custom)  # replaces the choice
-            if text in _SKIP:
+            if text in _SKIP and optional:
                 return AskUserQuestionAnswerItem(id=item.id, selected=())
             if text in _CANCEL:
                 raise _Cancel
-            if text not in _OTHER:
-                self.say(f"Type a number from 1 to {len(item.labels)}, or o, s, c.")
+            if text in _SKIP:
+                self.say(
+                    f"This question is the whole request: pick an answer, or c to cancel it{self._hand_on_hint()}."
+                )
+            elif text not in _OTHER:
+                self.say(f"Type a number from 1 to {len(item.labels)}, or o, {'s, ' if optional else ''}c.")
 
     async def _edit(self, item: AskUserQuestionItem) -> AskUserQuestionAnswerItem | None:
         """The arguments edited as one line of JSON, checked as the provider will; None: back to the choice."""
         assert item.editable is not None
         approve = item.editable.approve
-        self.console.print(json.dumps(item.editable.arguments, ensure_ascii=False), markup=False, soft_wrap=True)
-        self.say(f"Type the arguments as one line of JSON ({approve} goes with them); empty goes back.", "dim")
+        self.console.print(inert_json(item.editable.arguments, indent=None), markup=False, soft_wrap=True)
+        self._unseen = 0  # shown whole: what an edit approves is what the human typed
+        self.say(f"Type the arguments as one line of JSON ({inert(approve)} goes with them); empty goes back.", "dim")
         while True:
-            text = await self.ask("Arguments: ")
+            text = await self.ask("Arguments: ", free=True)
             if not text:
                 return None
             try:
@@ -246,20 +334,30 @@ class Terminal:
                 continue
             return picked
 
-    async def _multi(self, item: AskUserQuestionItem) -> AskUserQuestionAnswerItem:
+    async def _multi(self, item: AskUserQuestionItem, optional: bool) -> AskUserQuestionAnswerItem:
         chosen: set[str] = set()
         custom: str | None = None
         self._options(item, chosen)
-        self.say("Toggle with numbers (e.g. 1 3); o: add Other text; Enter: confirm; s: skip; c: cancel.", "dim")
+        skip = " s: skip;" if optional else ""
+        self.say(f"Toggle with numbers (e.g. 1 3); o: add Other text; Enter: confirm;{skip} c: cancel.", "dim")
         while True:
             text = (await self.ask("Toggle: ")).lower()
             if not text:
                 selected = tuple(label for label in item.labels if label in chosen)
-                return AskUserQuestionAnswerItem(id=item.id, selected=selected, custom=custom)
-            if text in _SKIP:
+                if not selected and custom is None:  # nothing picked is a skip, which only s says
+                    self.say(f"Nothing is picked: toggle a number, o for Other{', s to skip' if optional else ''}"
+                             f", or c to cancel{self._hand_on_hint()}.")  # fmt: skip
+                    continue
+                if await self._seen(item, selected, _approving(item)):
+                    return AskUserQuestionAnswerItem(id=item.id, selected=selected, custom=custom)
+                continue
+            if text in _SKIP and optional:
                 return AskUserQuestionAnswerItem(id=item.id, selected=())
             if text in _CANCEL:
                 raise _Cancel
+            if text in _VIEW:
+                self._view_all(item)
+                continue
             if text in _OTHER:
                 custom = await self._other()
             else:
@@ -270,28 +368,45 @@ class Terminal:
                 chosen.symmetric_difference_update(label for label in picks if label is not None)
             self._options(item, chosen)
             if custom is not None:
-                self.console.print(f"  Other: {custom}", markup=False)
+                self.console.print(f"  Other: {inert(custom)}", markup=False)
 
     async def _plan_review(self, item: AskUserQuestionItem) -> Decision:
         assert isinstance(item.intent, PlanReviewIntent) and item.detail is not None
         approve = item.intent.approve
-        self.console.print(f"Plan review · {item.header or ''}".rstrip(" ·"), style="bold magenta", markup=False)
-        self.console.print(item.question, style="bold", markup=False)
-        self.console.print(Markdown(item.detail))
+        header = inert(item.header or "")
+        self.console.print(f"Plan review · {header}".rstrip(" ·"), style="bold magenta", markup=False)
+        self.console.print(inert(item.question), style="bold", markup=False)
+        self._unseen = 0
+        self._detail(item.detail, "the plan")
         choices = [approve, *(label for label in item.labels if label != approve)]
         for number, label in enumerate(choices, start=1):
             verdict = "approve" if label == approve else "decline"
-            self.console.print(f"  {number}. {label} ({verdict})", markup=False)
+            self.console.print(f"  {number}. {inert(label)} ({verdict})", markup=False)
         chat = len(choices) + 1
         self.console.print(f"  {chat}. Chat about it (cancel: the agent asks again after talking)", markup=False)
         while True:
             text = await self.ask("Verdict: ")
             if text.isdigit() and 1 <= int(text) <= len(choices):
-                picked = AskUserQuestionAnswerItem(id=item.id, selected=(choices[int(text) - 1],))
-                return Decision(answer=AskUserQuestionAnswer(answers=(picked,)))
+                label = choices[int(text) - 1]
+                if await self._seen(item, (label,), approve):
+                    picked = AskUserQuestionAnswerItem(id=item.id, selected=(label,))
+                    return Decision(answer=AskUserQuestionAnswer(answers=(picked,)))
+                continue
+            if text.lower() in _VIEW:
+                self._view_all(item)
+                continue
             if text == str(chat) or text.lower() in _CANCEL:
                 return Decision(cancelled=True)
-            self.say(f"Type a number from 1 to {chat}.")
+            self.say(f"Type a number from 1 to {chat}{', or v to view the plan whole' if self._unseen else ''}.")
+
+
+def _approving(item: AskUserQuestionItem) -> str | None:
+    """The label that approves what the question carries; None: any pick may (a plain question says not which)."""
+    if item.editable is not None:
+        return item.editable.approve
+    if isinstance(item.intent, PlanReviewIntent):
+        return item.intent.approve
+    return None
 
 
 def _identity(verified: bool) -> str:

@@ -2,10 +2,15 @@
 
 Everything an asker wrote is untrusted: it goes into ``mrkdwn`` with ``&``, ``<`` and ``>``
 escaped, so a question cannot mention ``<!channel>``, a user or a disguised link; button and
-option texts are ``plain_text``. Every interactive element carries the namespace and the
-request id (``value`` / ``private_metadata``): a click reaching any server of the namespace
-finds its card again, and nothing in Slack's state is trusted beyond naming what was clicked
-(the answer is checked by the provider like one from the page).
+option texts are ``plain_text``; and every text passes ``workers.inert`` (control characters and
+bidi overrides shown as escapes). An approval's arguments are shown in the card; what the card
+cannot hold (a long plan, long arguments) is posted whole in its thread, the card says how many
+characters it does not show, and its approving buttons then ask for a confirmation.
+
+Every interactive element carries the namespace and the request id (``value`` /
+``private_metadata``): a click reaching any server of the namespace finds its card again, and
+nothing in Slack's state is trusted beyond naming what was clicked (the answer is checked by the
+provider like one from the page).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 
 from broker import AskUserQuestionItem, PendingRequest
 from workers.answering.web.render import plan_review
+from workers.inert import inert, inert_json
 
 __all__ = [
     "MAX_CHOICES",
@@ -30,18 +36,21 @@ __all__ = [
 MAX_CHOICES = 10
 """Slack's limit for checkboxes and radio buttons; a question with more is answered on the page"""
 PLAN_INLINE = 2800
-"""a plan longer than this (a section holds 3000) is cut in the card and posted whole in its thread"""
+"""a plan (or an approval's arguments) longer than this (a section holds 3000) is cut in the card and posted
+whole in its thread"""
 _LABEL = 75
 """Slack's limit for a button's or an option's plain text"""
 _PRIORITY = {"urgent": ":rotating_light: urgent", "normal": "normal", "low": "low"}
 
 
 def escape(text: str) -> str:
-    """Asker text made inert in ``mrkdwn``: no mentions, no links, no ``<!here>``."""
+    """Asker text made inert in ``mrkdwn``: no mentions, no links, no ``<!here>``, nothing that steers."""
+    text = inert(text)
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _plain(text: str, limit: int = _LABEL) -> dict[str, Any]:
+    text = inert(text)
     return {"type": "plain_text", "text": text if len(text) <= limit else text[: limit - 1] + "…", "emoji": False}
 
 
@@ -86,25 +95,64 @@ def quorum_line(quorum: dict[str, Any]) -> str:
     return escape(" · ".join(parts))
 
 
-def _question_text(item: AskUserQuestionItem) -> str:
+def _question_text(item: AskUserQuestionItem) -> tuple[str, int]:
+    """The question's section, and how many characters of it the card does not show."""
     header = f"*{escape(item.header)}*\n" if item.header else ""
     text = header + escape(item.question)
+    unseen = 0
     if item.detail:
         detail = escape(item.detail)
         if len(detail) > PLAN_INLINE:
-            detail = detail[:PLAN_INLINE] + "…\n_(the whole text is in this message's thread)_"
+            unseen = len(detail) - PLAN_INLINE
+            detail = (
+                detail[:PLAN_INLINE] + f"…\n_({unseen} more characters: the whole text is in this message's thread)_"
+            )
         text += "\n" + detail
-    return text[:3000]
+    return text[:3000], unseen + max(0, len(text) - 3000)
+
+
+def _arguments(item: AskUserQuestionItem) -> str:
+    """The arguments an approval runs with, as the card and its thread show them."""
+    return "" if item.editable is None else escape(inert_json(item.editable.arguments))
+
+
+def _arguments_block(item: AskUserQuestionItem, index: int) -> tuple[dict[str, Any], int]:
+    arguments = _arguments(item)
+    shown, unseen = arguments[:PLAN_INLINE], max(0, len(arguments) - PLAN_INLINE)
+    more = f"\n_({unseen} more characters: the whole arguments are in this message's thread)_" if unseen else ""
+    text = f"*Arguments it runs with:*\n```{shown}```{more}"
+    return {"type": "section", "block_id": f"qba_{index}", "text": {"type": "mrkdwn", "text": text}}, unseen
 
 
 def plan_chunks(pending: PendingRequest) -> list[str]:
-    """The details too long for the card, whole, in pieces a thread reply can hold."""
+    """The details and arguments too long for the card, whole, in pieces a thread reply can hold."""
     chunks: list[str] = []
     for item in pending.request.questions:
-        detail = escape(item.detail or "")
-        if len(detail) > PLAN_INLINE:
-            chunks.extend(detail[i : i + 2900] for i in range(0, len(detail), 2900))
+        for text, fence in ((escape(item.detail or ""), ""), (_arguments(item), "```")):
+            if len(text) > PLAN_INLINE:
+                chunks.extend(f"{fence}{text[i : i + 2900]}{fence}" for i in range(0, len(text), 2900))
     return chunks
+
+
+def _confirm(unseen: int, approve: str) -> dict[str, Any]:
+    """The second step approving what the card does not show takes (Slack's confirmation dialog)."""
+    return {
+        "title": _plain("Approve what is not shown?", 100),
+        "text": _plain(
+            f"{unseen} characters of what this approves are not shown in the card (they are in its thread"
+            " and on the web page). Approve without reading them?",
+            300,
+        ),
+        "confirm": _plain(approve, 30),
+        "deny": _plain("Back", 30),
+    }
+
+
+def _approving(item: AskUserQuestionItem, review: dict[str, Any] | None) -> str | None:
+    """The label that approves; None: any pick may (a plain question does not say which)."""
+    if review is not None:
+        return str(review["approve"])
+    return item.editable.approve if item.editable is not None else None
 
 
 def card_blocks(pending: PendingRequest, view: dict[str, Any], namespace: str, web_url: str = "") -> list[Any]:
@@ -112,10 +160,19 @@ def card_blocks(pending: PendingRequest, view: dict[str, Any], namespace: str, w
     questions = pending.request.questions
     ref = _ref(namespace, pending.request_id)
     blocks: list[Any] = [_context(view, namespace)]
+    unseen = 0
     for index, item in enumerate(questions):
-        blocks.append(
-            {"type": "section", "block_id": f"qbx_{index}", "text": {"type": "mrkdwn", "text": _question_text(item)}}
-        )
+        text, cut = _question_text(item)
+        unseen += cut
+        blocks.append({"type": "section", "block_id": f"qbx_{index}", "text": {"type": "mrkdwn", "text": text}})
+        if item.editable is not None:
+            block, cut = _arguments_block(item, index)
+            unseen += cut
+            blocks.append(block)
+    if unseen:
+        where = "in this message's thread" + (" and on the web page" if web_url else "")
+        note = f"*{unseen} characters of what this approves are not shown here*: they are whole {where}."
+        blocks.append({"type": "context", "block_id": "qb_unseen", "elements": [{"type": "mrkdwn", "text": note}]})
     if view.get("quorum"):
         blocks.append(
             {
@@ -127,14 +184,21 @@ def card_blocks(pending: PendingRequest, view: dict[str, Any], namespace: str, w
     too_many = any(len(item.labels) > MAX_CHOICES for item in questions)
     review = plan_review(questions[0], len(questions))
     actions: list[Any] = []
+    approve = _approving(questions[0], review) if len(questions) == 1 else None
+
+    def confirmed(button: dict[str, Any], label: str | None) -> dict[str, Any]:
+        if unseen and (approve is None or label == approve):
+            button["confirm"] = _confirm(unseen, label or "Submit")
+        return button
+
     if review is not None:
-        actions.append(_button(review["approve"], "qb_approve", ref, "primary"))
+        actions.append(confirmed(_button(review["approve"], "qb_approve", ref, "primary"), review["approve"]))
         actions.append(_button("Decline with a note…", "qb_decline", ref, "danger"))
     elif too_many:
         pass  # more choices than Slack shows: answered on the page (linked below)
     elif len(questions) == 1 and not questions[0].multi_select and questions[0].labels:
         for o, label in enumerate(questions[0].labels):
-            actions.append(_button(label, f"qb_pick_{o}", _ref(namespace, pending.request_id, o=o)))
+            actions.append(confirmed(_button(label, f"qb_pick_{o}", _ref(namespace, pending.request_id, o=o)), label))
     else:
         for index, item in enumerate(questions):
             if not item.labels:
@@ -147,7 +211,7 @@ def card_blocks(pending: PendingRequest, view: dict[str, Any], namespace: str, w
             }
             blocks.append({"type": "actions", "block_id": f"qbq_{index}", "elements": [element]})
         if any(item.labels for item in questions):
-            actions.append(_button("Submit", "qb_submit", ref, "primary"))
+            actions.append(confirmed(_button("Submit", "qb_submit", ref, "primary"), None))
     if review is None and not too_many:
         actions.append(_button("Other…", "qb_other", ref))
         actions.append(_button("Dismiss", "qb_dismiss", ref))

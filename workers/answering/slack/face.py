@@ -361,6 +361,13 @@ class SlackFace:
             return await self._answering(
                 service, pending, None, user, slack_user, channel, cancel=f"{user} dismissed the question in Slack"
             )
+        if action_id == "qb_submit" and card is not None:
+            picked = _picked(payload, card)
+            unpicked = [item.question for i, item in enumerate(card.request.questions) if not picked[str(i)]]
+            if unpicked:  # nothing picked would answer a skip, which nobody chose here
+                text = f"Nothing is picked for “{escape(unpicked[0])}”: pick an answer (Other… for your own words)."
+                await self._tell(channel, slack_user, text + " A question is skipped only on the web page.")
+                return 200, None
         answer = _answer_of(action_id, ref, payload, card)
         return await self._answering(service, pending, answer, user, slack_user, channel)
 
@@ -408,8 +415,11 @@ class SlackFace:
                     items.append(AskUserQuestionAnswerItem(id=item.id, selected=chosen, custom=text))
                 elif text:
                     items.append(AskUserQuestionAnswerItem(id=item.id, selected=(), custom=text))
-                else:
+                elif chosen:
                     items.append(AskUserQuestionAnswerItem(id=item.id, selected=chosen))
+                else:  # nothing picked, nothing written: a skip nobody chose
+                    error = "Write an answer, or pick one on the card first."
+                    return 200, {"response_action": "errors", "errors": {f"qbt_{index}": error}}
         status, errors = await self._answering(
             service, request_id, AskUserQuestionAnswer(answers=tuple(items)), user, slack_user, channel
         )

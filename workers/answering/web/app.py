@@ -44,6 +44,7 @@ from workers.answering.web.sessions import SessionStore
 from workers.answering.web.throttle import Throttle
 from workers.answering.web.users import UsersFile, unmet_policies
 from workers.answering.web.window import PageWindow
+from workers.inert import inert
 
 if TYPE_CHECKING:
     from workers.answering.slack.face import SlackFace
@@ -507,7 +508,8 @@ def create_app(config: WebConfig) -> Starlette:
         for service in services_of(request, identity):
             text = await service.broker.attachment(digest)
             if text is not None:
-                return JSONResponse({"sha256": digest, "size": len(text.encode()), "text": text})
+                # size: of the bytes the digest names; text: as a page shows it (workers.inert)
+                return JSONResponse({"sha256": digest, "size": len(text.encode()), "text": inert(text)})
         raise WebError(404, "NOT_FOUND", "no such attachment (it expires with its question)")
 
     async def decisions(request: Request) -> Response:

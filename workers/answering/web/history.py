@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker import Broker
+from workers.inert import inert
 
 __all__ = ["TERMINAL", "find_settlement", "outcome_json", "read_history"]
 
@@ -91,9 +92,9 @@ def _entry(
         given = answers.pop(item.get("id"), {})
         question = {
             "id": item.get("id"),
-            "question": item.get("question"),
-            "selected": given.get("selected", []),
-            "custom": given.get("custom"),
+            "question": _shown(item.get("question")),
+            "selected": _shown_all(given.get("selected", [])),
+            "custom": _shown(given.get("custom")),
             "edited": given.get("edited"),
         }
         approve = _approve_label(item)
@@ -106,8 +107,8 @@ def _entry(
             {
                 "id": qid,
                 "question": None,
-                "selected": given.get("selected", []),
-                "custom": given.get("custom"),
+                "selected": _shown_all(given.get("selected", [])),
+                "custom": _shown(given.get("custom")),
                 "edited": given.get("edited"),
             }
         )
@@ -125,10 +126,19 @@ def _entry(
         "by": by,
         "remembered": remembered,
         "provider": fields.get("provider") or None,
-        "agent": (request.get("agent") if isinstance(request, dict) else None) or fields.get("agent") or None,
-        "message": message if isinstance(message, str) else None,
+        "agent": _shown((request.get("agent") if isinstance(request, dict) else None) or fields.get("agent") or None),
+        "message": _shown(message) if isinstance(message, str) else None,
         "questions": questions,
     }
+
+
+def _shown(text: Any) -> Any:
+    """Asker text as a page shows it (``workers.inert``); anything else as it is."""
+    return inert(text) if isinstance(text, str) else text
+
+
+def _shown_all(texts: Any) -> Any:
+    return [_shown(text) for text in texts] if isinstance(texts, list) else texts
 
 
 async def read_history(

@@ -14,6 +14,7 @@ import msgspec
 from broker import Remember, UserQuestionError
 from broker.errors import BAD_REQUEST
 from workers.answering.web.service import WebProvider
+from workers.inert import inert
 
 __all__ = ["DEFAULT_TTL", "list_remembered", "parse_remember", "revoke_remembered"]
 
@@ -40,7 +41,12 @@ async def list_remembered(services: list[WebProvider]) -> dict[str, Any]:
     for service in services:
         broker = service.broker
         for decision in await broker.decisions():
-            decisions.append({**msgspec.to_builtins(decision), "namespace": broker.namespace})
+            listed = msgspec.to_builtins(decision)
+            for name in ("question", "header", "agent"):  # asker text, as a page shows it
+                if isinstance(listed.get(name), str):
+                    listed[name] = inert(listed[name])
+            listed["selected"] = [inert(label) for label in listed.get("selected") or ()]
+            decisions.append({**listed, "namespace": broker.namespace})
         seconds, micros = await broker.commands.call("TIME")
         now_ms = int(seconds) * 1000 + int(micros) // 1000
     decisions.sort(key=lambda d: d["atMs"], reverse=True)

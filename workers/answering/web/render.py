@@ -3,7 +3,9 @@
 Everything an asker wrote is untrusted. Plain fields (question, header, labels,
 descriptions, agent) go out as JSON strings that the page puts in with ``textContent``;
 ``detail`` is markdown, rendered here with raw HTML disabled and then sanitised, links
-limited to safe schemes.
+limited to safe schemes. Every text a page shows passes ``workers.inert`` first (control
+characters and bidi overrides shown as escapes); a label keeps its own bytes as the value an
+answer sends (``label``) beside what is shown (``text``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import nh3
 from markdown_it import MarkdownIt
 
 from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, PendingRequest, PlanReviewIntent
+from workers.inert import inert, inert_json
 
 __all__ = ["plan_review", "readonly_view", "render_markdown", "request_view", "safe_url"]
 
@@ -62,7 +65,12 @@ def plan_review(item: AskUserQuestionItem, count: int) -> dict[str, Any] | None:
     if item.detail is None or item.multi_select or len(labels) > 2 or intent.approve not in labels:
         return None
     refuse = next((label for label in labels if label != intent.approve), None)
-    return {"approve": intent.approve, "refuse": refuse}
+    return {
+        "approve": intent.approve,
+        "refuse": refuse,
+        "approveText": inert(intent.approve),
+        "refuseText": None if refuse is None else inert(refuse),
+    }
 
 
 def _intent_kind(item: AskUserQuestionItem) -> str | None:
@@ -77,14 +85,14 @@ def _intent_kind(item: AskUserQuestionItem) -> str | None:
 def _item_view(item: AskUserQuestionItem, count: int) -> dict[str, Any]:
     return {
         "id": item.id,
-        "question": item.question,
-        "header": item.header,
-        "detailHtml": None if item.detail is None else render_markdown(item.detail),
+        "question": inert(item.question),
+        "header": None if item.header is None else inert(item.header),
+        "detailHtml": None if item.detail is None else render_markdown(inert(item.detail)),
         "options": _options_view(item.options or ()),
         "multiSelect": item.multi_select,
         "intent": _intent_kind(item),
         "planReview": plan_review(item, count),
-        "editable": None if item.editable is None else msgspec.to_builtins(item.editable),
+        "editable": None if item.editable is None else _editable_view(item),
         "attachment": None if item.attachment is None else msgspec.to_builtins(item.attachment),
     }
 
@@ -93,7 +101,24 @@ def _item_view(item: AskUserQuestionItem, count: int) -> dict[str, Any]:
 def _options_view(options: tuple[AskUserQuestionOption, ...]) -> list[dict[str, Any]]:
     """One list for every card offering the same options (yes / no, approve / reject): a server showing 100 000
     cards holds it once. Shared, so never changed in place: a view that needs other options gets a new list."""
-    return [{"label": option.label, "description": option.description} for option in options]
+    return [
+        {
+            "label": option.label,
+            "text": inert(option.label),
+            "description": None if option.description is None else inert(option.description),
+        }
+        for option in options
+    ]
+
+
+def _editable_view(item: AskUserQuestionItem) -> dict[str, Any]:
+    """The arguments an approval runs with, and ``argumentsText``: them as JSON a page shows and edits (parsing
+    back to the same arguments)."""
+    assert item.editable is not None
+    view: dict[str, Any] = msgspec.to_builtins(item.editable)
+    view["argumentsText"] = inert_json(item.editable.arguments)
+    view["approveText"] = inert(item.editable.approve)
+    return view
 
 
 _REMEMBER_SCOPES: tuple[list[str], list[str], list[str]] = (["agent", "namespace"], ["namespace"], [])
@@ -104,7 +129,7 @@ def request_view(pending: PendingRequest) -> dict[str, Any]:
     questions = pending.request.questions
     return {
         "id": pending.request_id,
-        "agent": pending.agent_id,
+        "agent": _agent(pending.agent_id),
         "createdMs": pending.created_ms,
         "askerAway": pending.asker_away,
         **asking_view(pending),
@@ -123,9 +148,15 @@ def asking_view(pending: PendingRequest) -> dict[str, Any]:
         "priority": pending.priority,
         "verified": all(asker.verified for asker in askers),
         "askers": [
-            {"agent": asker.agent_id, "requestId": asker.request_id, "verified": asker.verified} for asker in askers
+            {"agent": _agent(asker.agent_id), "requestId": asker.request_id, "verified": asker.verified}
+            for asker in askers
         ],
     }
+
+
+def _agent(agent_id: str | None) -> str | None:
+    """An agent id as shown: an asker names itself, so its id is asker text too."""
+    return None if agent_id is None else inert(agent_id)
 
 
 def _remember_scopes(pending: PendingRequest) -> list[str]:
@@ -139,11 +170,16 @@ def readonly_view(request_id: str, request: AskUserQuestionRequest, created_ms: 
     """A pending request another provider serves, listed read-only: who asks what, no form."""
     return {
         "id": request_id,
-        "agent": request.agent,
+        "agent": _agent(request.agent),
         "createdMs": created_ms,
         "priority": request.priority,
         "questions": [
-            {"id": item.id, "question": item.question, "header": item.header, "options": list(item.labels)}
+            {
+                "id": item.id,
+                "question": inert(item.question),
+                "header": None if item.header is None else inert(item.header),
+                "options": [inert(label) for label in item.labels],
+            }
             for item in request.questions
         ],
     }

@@ -28,6 +28,7 @@ from workers.answering.web.history import find_settlement, outcome_json
 from workers.answering.web.keys import WebKeys
 from workers.answering.web.paging import Arrivals
 from workers.answering.web.render import asking_view, plan_review, readonly_view, request_view, safe_url
+from workers.inert import inert
 from workers.metrics import lease_acquired, lease_lost
 
 __all__ = ["QUEUE_SIZE", "AlreadySettled", "Event", "Status", "WebProvider"]
@@ -77,7 +78,23 @@ class _Settled:
     """the accepted answer as JSON-ready data, when it was answered"""
 
     def view(self) -> Event:
-        return {"state": self.state, "by": self.by, "answer": self.answer}
+        """What pages are told of it: the answer's labels and text as a page shows them (``workers.inert``)."""
+        return {"state": self.state, "by": self.by, "answer": _shown_answer(self.answer)}
+
+
+def _shown_answer(answer: Any) -> Any:
+    if not isinstance(answer, dict) or not isinstance(answer.get("answers"), list):
+        return answer
+    items = []
+    for item in answer["answers"]:
+        if isinstance(item, dict):
+            item = dict(item)
+            if isinstance(item.get("selected"), list):
+                item["selected"] = [inert(label) if isinstance(label, str) else label for label in item["selected"]]
+            if isinstance(item.get("custom"), str):
+                item["custom"] = inert(item["custom"])
+        items.append(item)
+    return {**answer, "answers": items}
 
 
 class AlreadySettled(UserQuestionError):
@@ -200,7 +217,7 @@ class WebProvider:
         questions = pending.request.questions
         return {
             "id": pending.request_id,
-            "agent": pending.agent_id,
+            "agent": None if pending.agent_id is None else inert(pending.agent_id),  # as the built view shows it
             **asking_view(pending),
             "questions": [{"planReview": plan_review(item, len(questions))} for item in questions],
         }
@@ -575,7 +592,7 @@ class WebProvider:
                 questions = [
                     {
                         "id": item.id,
-                        "question": item.question,
+                        "question": inert(item.question),
                         "approve": (plan_review(item, count) or {}).get("approve"),
                     }
                     for item in pending.request.questions

@@ -14,6 +14,7 @@ from broker import NamespaceStatus, UserQuestionError, namespace_status
 from broker.errors import BROKER_UNAVAILABLE
 from broker.status import PendingInfo
 from workers.exits import EXIT_STATUS
+from workers.inert import inert
 from workers.settings import Settings
 
 __all__ = ["format_status", "show"]
@@ -42,15 +43,15 @@ def format_status(status: NamespaceStatus) -> str:
     if status.holder is None:
         provider = "none (asks fail with NO_PROVIDER unless a standby waits)"
     else:
-        provider = f"{status.holder} (epoch {status.epoch}, lease {status.lease_ttl_s or 0:.1f}s left)"
+        provider = f"{inert(status.holder)} (epoch {status.epoch}, lease {status.lease_ttl_s or 0:.1f}s left)"
     by_priority = ", ".join(f"{name} {n}" for name, n in status.pending_by_priority.items())
     standbys = ", ".join(
-        f"{name} ({left:.1f}s left)" for name, left in zip(status.standbys, status.standby_ttls_s, strict=False)
+        f"{inert(name)} ({left:.1f}s left)" for name, left in zip(status.standbys, status.standby_ttls_s, strict=False)
     )
     if status.worker is None:
         worker = "none: the lease holder housekeeps (run `qbroker worker` for notifications and metrics)"
     else:
-        worker = f"{status.worker} ({status.worker_ttl_s or 0:.1f}s left)"
+        worker = f"{inert(status.worker)} ({status.worker_ttl_s or 0:.1f}s left)"
     out = [
         f"namespace     {status.namespace}",
         f"provider      {provider}",
@@ -74,7 +75,7 @@ def format_status(status: NamespaceStatus) -> str:
     ]
     if status.pending:
         rows = [
-            (p.request_id, p.agent or "-", ("verified" if p.verified else "claimed") if p.agent else "-",
+            (p.request_id, inert(p.agent or "-"), ("verified" if p.verified else "claimed") if p.agent else "-",
              p.priority, _age(p.age_s), str(p.questions),
              f"epoch {p.delivered_epoch}" if p.delivered_epoch else "not yet", _asker(p))
             for p in sorted(status.pending, key=lambda p: -p.age_s)
@@ -85,7 +86,11 @@ def format_status(status: NamespaceStatus) -> str:
     out += ["", f"live agents: {status.agent_count}{_shown(len(status.agents), status.agent_count, 'first')}"]
     if status.agents:
         agent_rows = [
-            (a.agent_id, a.owner or "- (root: may ask)", time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(a.since)))
+            (
+                inert(a.agent_id),
+                inert(a.owner or "- (root: may ask)"),
+                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(a.since)),
+            )
             for a in status.agents
         ]
         out += _table(("AGENT", "OWNER", "SINCE (UTC)"), agent_rows)
@@ -97,7 +102,7 @@ def _shown(listed: int, total: int, which: str) -> str:
 
 
 def _asker(pending: PendingInfo) -> str:
-    key = f" (key {pending.key})" if pending.key else ""
+    key = f" (key {inert(pending.key)})" if pending.key else ""
     if pending.away_s is None:
         return "waiting" + key
     left = f", {_age(pending.grace_left_s)} left" if pending.grace_left_s is not None else ""

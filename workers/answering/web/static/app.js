@@ -1,6 +1,8 @@
 // The answer page. Everything an asker wrote arrives as JSON strings and goes into the page
 // with textContent; only `detailHtml` (markdown rendered and sanitised by the server) is
 // inserted as HTML. No inline script: the page runs under a strict Content-Security-Policy.
+// The server made every shown text inert (control characters, bidi overrides as escapes): a label
+// is shown as its `text` and sent back as its `label`, the bytes the asker wrote.
 "use strict";
 
 (function () {
@@ -955,9 +957,9 @@
     card.planRead = false;
     card.showAll = null;
     card.root.append(questionHeading(question), detailNode(question, card));
-    const approve = el("button", { type: "button", class: "primary approve", onclick: () => approvePlan(card, question, review.approve) }, labelNode(review.approve));
+    const approve = el("button", { type: "button", class: "primary approve", onclick: () => approvePlan(card, question, review.approve, review.approveText) }, labelNode(review.approveText));
     const refuse = review.refuse === null ? null
-      : el("button", { type: "button", class: "refuse", "aria-expanded": "false", onclick: () => openDecline(card, question, review.refuse) }, labelNode(review.refuse));
+      : el("button", { type: "button", class: "refuse", "aria-expanded": "false", onclick: () => openDecline(card, question, review.refuse, review.refuseText) }, labelNode(review.refuseText));
     const hintId = "chat-hint-" + card.id;
     const chat = el("button", { type: "button", class: "cancel", text: "Chat about it", title: CHAT_HINT, "aria-describedby": hintId,
       onclick: () => cancelBatch(card, state.user + " wants to talk about this plan in your chat instead of answering here; ask there.") });
@@ -969,23 +971,23 @@
     arm(card);
   }
 
-  function approvePlan(card, question, label) {
+  function approvePlan(card, question, label, shown) {
     // Approving what was not shown is not a decision: the first press shows the whole plan.
     if (!card.planRead) {
       card.showAll();
-      notice(card, "The whole plan is shown now: read it, then press " + label.replace(RECOMMENDED, "") + " again.");
+      notice(card, "The whole plan is shown now: read it, then press " + shown.replace(RECOMMENDED, "") + " again.");
       return;
     }
     sendPlan(card, question, label);
   }
 
-  function openDecline(card, question, refuseLabel) {
+  function openDecline(card, question, refuseLabel, refuseText) {
     const box = card.decline;
     if (!box.hidden) { box.querySelector("textarea").focus(); return; }
     box.replaceChildren();
     const noteId = "decline-note-" + card.id;
     const note = el("textarea", { id: noteId, class: "decline-note", placeholder: "What should change? The agent reads this as your answer." });
-    const send = el("button", { type: "button", class: "primary send-decline", text: "Send: " + refuseLabel.replace(RECOMMENDED, ""),
+    const send = el("button", { type: "button", class: "primary send-decline", text: "Send: " + refuseText.replace(RECOMMENDED, ""),
       onclick: () => {
         const text = note.value.trim();
         // The seeds' single-select rule: free text replaces the choice, and any answer
@@ -1090,7 +1092,7 @@
         el("input", { type, name, value: option.label, class: "option" }),
         el("span", { class: "choice-text" },
           index < 9 ? el("kbd", { class: "digit", "aria-hidden": "true", text: String(index + 1) }) : null,
-          labelNode(option.label)),
+          labelNode(option.text)),
         option.description ? el("span", { class: "desc", text: option.description }) : null));
     });
     const other = el("textarea", { class: "other", name: name + ":other", "aria-label": question.options.length ? "Other answer to: " + question.question : "Your answer to: " + question.question, placeholder: question.options.length ? "Other…" : "Your answer" });
@@ -1119,8 +1121,10 @@
 
   // Edit before approve: the call's arguments as JSON, sent with the approving option. Checked here
   // (JSON, an object, the schema's required fields and top-level types) and in full on the server.
+  // What an approval runs is shown with the card, from its top, without asking: the editor replaces it.
   function editNode(question, fieldset) {
-    const original = JSON.stringify(question.editable.arguments, null, 2);
+    const original = question.editable.argumentsText;  // JSON that parses back to the arguments, made inert
+    const shown = el("pre", { class: "edit-shown", tabindex: "0", "aria-label": "Arguments it runs with" }, el("code", { text: original }));
     const area = el("textarea", { class: "edit-args", spellcheck: "false", "aria-label": "Arguments of: " + question.question, hidden: true });
     area.value = original;
     const problem = el("p", { class: "edit-error", role: "alert", hidden: true });
@@ -1135,17 +1139,21 @@
     };
     toggle.addEventListener("click", () => {
       area.hidden = !area.hidden;
+      shown.hidden = !area.hidden;
       toggle.setAttribute("aria-expanded", String(!area.hidden));
       if (!area.hidden) {
         // an edit approves: pick the approving option, as the human means to
         const approve = [...fieldset.querySelectorAll("input.option")].find((i) => i.value === question.editable.approve);
         if (approve && !approve.checked) { approve.checked = true; approve.dispatchEvent(new Event("change", { bubbles: true })); }
-        area.focus();
+        // from the top: a value set in script leaves the caret (and focus scrolls) at its end
+        area.setSelectionRange(0, 0);
+        area.focus({ preventScroll: true });
+        area.scrollTop = 0;
       }
     });
     area.addEventListener("input", check);
     undo.addEventListener("click", () => { area.value = original; check(); });
-    return el("div", { class: "edit" }, toggle, area, problem, undo);
+    return el("div", { class: "edit" }, el("div", { class: "small muted", text: "Arguments it runs with:" }), shown, toggle, area, problem, undo);
   }
 
   const JSON_TYPES = { string: (v) => typeof v === "string", number: (v) => typeof v === "number",
@@ -1194,7 +1202,7 @@
       const edited = question.editable ? editedArguments(question, fieldset) : undefined;
       if (edited !== undefined) {
         if (!item.selected.includes(question.editable.approve) || item.custom !== undefined)
-          throw new Error("Edited arguments go with “" + question.editable.approve + "”: pick it, or undo the edit.");
+          throw new Error("Edited arguments go with “" + question.editable.approveText + "”: pick it, or undo the edit.");
         item.edited = edited;
       }
       answers.push(item);
