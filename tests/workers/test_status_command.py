@@ -103,6 +103,8 @@ async def test_status_says_who_is_alive_the_worker_and_standbys_with_their_time_
         status, out, err = await run_qbroker("status", url=redis_server.url, namespace=namespace)
         assert "worker        worker@host:42 (" in out.decode() and "s left)" in out.decode(), out
         waiting.cancel()
+
+
 async def test_status_shows_what_askers_wrote_inert(make_broker, redis_server, namespace):
     """An agent id and a key are asker text: escape sequences and bidi overrides show as escapes."""
     broker = await make_broker()
