@@ -35,6 +35,7 @@ class Keys:
         "decision_expiry",
         "decisions",
         "epoch",
+        "gateways",
         "handover",
         "lease_signal",
         "namespace",
@@ -84,6 +85,9 @@ class Keys:
         """a hash: remembered decision id -> its decision key (list and revoke without SCAN)"""
         self.decision_expiry = self.prefix + "decisions:expiry"
         """a zset: remembered decision id scored by its expiry (unix ms), to prune the index"""
+        self.gateways = self.prefix + "gateways"
+        """a zset of the running gateways' names scored by when each lapses unless it beats again (unix ms, Redis
+        clock); written by the gateways with the asker's credentials, so what gateways say of themselves"""
         self.worker_alive = self.prefix + "maint:alive"
         """string, a maintenance worker's name, PX a few of its intervals: some worker runs housekeeping (every worker
         refreshes it each run); while it is absent the lease holder reaps, expires and ends away asks itself"""

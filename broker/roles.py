@@ -4,7 +4,8 @@ Three roles, each its own Redis user:
 
 - **asker**: the agents (the library's asking side, ``qbroker ask``, ``mcp``, ``claude-hook``).
   It writes only what asking needs: its requests and their hashes, the outcome keys it collects,
-  keyed asks' durable keys, agent records and liveness, inboxes, the away set, its own log
+  keyed asks' durable keys, agent records and liveness, inboxes, the away set, the gateways' beats
+  (``gateways``: a gateway is an asker; ``qbroker status`` shows them as what they say), its own log
   (``asklog``: what askers say they did), and attachments (``att:<sha256>``: a text too large for a
   card, which a page shows only when its bytes hash to the digest a question named). It may read
   the lease and standbys (``NO_PROVIDER``) and the decisions (``ask.lua``'s lookup, whose finds it
@@ -56,6 +57,7 @@ _ASKER_WRITES: Final = (
     "away",
     "asklog",
     "att:*",
+    "gateways",
 )
 """the key families an asker writes (relative to the namespace's prefix): its own log, never the audit"""
 _ASKER_READS: Final = ("provider", "standbys", "decision:*", "decisions", "decisions:expiry")

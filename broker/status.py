@@ -19,7 +19,7 @@ from .signing import TrustedKeys
 if TYPE_CHECKING:
     from .broker import Broker
 
-__all__ = ["AgentInfo", "NamespaceStatus", "PendingInfo", "namespace_status"]
+__all__ = ["AgentInfo", "NamespaceStatus", "PendingInfo", "mark_gateway_alive", "mark_gateway_gone", "namespace_status"]
 
 _PAGE = 1000
 
@@ -99,6 +99,10 @@ class NamespaceStatus(msgspec.Struct, frozen=True, kw_only=True):
     """the maintenance worker that marked itself alive (``qbroker worker``); None: the lease holder housekeeps"""
     worker_ttl_s: float | None = None
     """seconds left on the worker's mark: it renews it every round, so a killed worker's runs out"""
+    gateways: tuple[str, ...] = ()
+    """the gateways that beat within their last few intervals, as they name themselves (an asker may write this)"""
+    gateway_ttls_s: tuple[float, ...] = ()
+    """each gateway's seconds left before it counts as gone unless it beats again, as ``gateways``"""
 
 
 _REJECTED_WINDOW = 1000
@@ -116,7 +120,18 @@ async def namespace_status(broker: Broker, *, limit: int | None = None, after: s
     keys: Keys = broker.keys
     seconds, micros = await call("TIME")
     now_ms = int(seconds) * 1000 + int(micros) // 1000
-    lease, pttl, last_epoch, standbys, stream_length, dead_letters, away, worker, worker_pttl = await asyncio.gather(
+    (
+        lease,
+        pttl,
+        last_epoch,
+        standbys,
+        stream_length,
+        dead_letters,
+        away,
+        worker,
+        worker_pttl,
+        gateways,
+    ) = await asyncio.gather(
         call("GET", keys.provider),
         call("PTTL", keys.provider),
         call("GET", keys.epoch),
@@ -126,6 +141,7 @@ async def namespace_status(broker: Broker, *, limit: int | None = None, after: s
         call("ZCARD", keys.away),
         call("GET", keys.worker_alive),
         call("PTTL", keys.worker_alive),
+        call("ZRANGEBYSCORE", keys.gateways, now_ms, "+inf", "WITHSCORES"),
     )
     recent = await call("XREVRANGE", keys.asklog, "+", "-", "COUNT", _REJECTED_WINDOW)
     holder = epoch = None
@@ -146,6 +162,8 @@ async def namespace_status(broker: Broker, *, limit: int | None = None, after: s
         standbys=tuple(str(member).split(":", 1)[-1] for member, _ in standing_by),
         standby_ttls_s=tuple(max(0.0, (float(expires) - now_ms) / 1000) for _, expires in standing_by),
         worker=str(worker) if worker else None,
+        gateways=tuple(str(name) for name in gateways[::2]),
+        gateway_ttls_s=tuple(max(0.0, (float(expires) - now_ms) / 1000) for expires in gateways[1::2]),
         worker_ttl_s=int(worker_pttl) / 1000 if worker and int(worker_pttl) >= 0 else None,
         pending=pending,
         agents=agents,
@@ -159,6 +177,23 @@ async def namespace_status(broker: Broker, *, limit: int | None = None, after: s
         rejected_answers=sum(1 for _, fields in recent if _event(fields) == "rejected"),
         next_after=next_after,
     )
+
+
+async def mark_gateway_alive(broker: Broker, name: str, *, ttl: float) -> None:
+    """Say that gateway ``name`` runs, for ``ttl`` seconds (by the Redis clock); gateways past theirs are dropped."""
+    seconds, micros = await broker.commands.call("TIME")
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    ttl_ms = max(1, int(ttl * 1000))
+    await asyncio.gather(
+        broker.commands.call("ZADD", broker.keys.gateways, now_ms + ttl_ms, name),
+        broker.commands.call("ZREMRANGEBYSCORE", broker.keys.gateways, "-inf", now_ms),
+        broker.commands.call("PEXPIRE", broker.keys.gateways, ttl_ms),  # gone with the last gateway
+    )
+
+
+async def mark_gateway_gone(broker: Broker, name: str) -> None:
+    """A gateway that stops cleanly leaves the list at once (a killed one lapses with its beat)."""
+    await broker.commands.call("ZREM", broker.keys.gateways, name)
 
 
 class _Counts:

@@ -118,3 +118,29 @@ async def test_status_shows_what_askers_wrote_inert(make_broker, redis_server, n
         text = out.decode()
         assert "agent\\x1b[2J\\x1bM\\u202e" in text and "key\\u202e" in text
         task.cancel()
+
+
+async def test_status_lists_the_gateways_alive_and_drops_one_that_stopped(redis_server, namespace, tmp_path):
+    """Issue "The page a team trusts", row 6: gateways were invisible in `qbroker status`."""
+    from tests.workers.test_gateway import start_gateway
+    from workers.asking.gateway.tokens import new_token
+
+    tokens = tmp_path / "tokens"
+    new_token(tokens, "ci-bot")
+    gateway, _ = await start_gateway(redis_server, namespace, tokens)
+    try:
+        async with asyncio.timeout(10):
+            while True:
+                _, out, _ = await run_qbroker("status", "--json", url=redis_server.url, namespace=namespace)
+                data = json.loads(out)
+                if data["gateways"]:
+                    break
+                await asyncio.sleep(0.2)
+        [name] = data["gateways"]
+        assert str(gateway.process.pid) in name and data["gateway_ttls_s"][0] > 0, data
+        _, out, _ = await run_qbroker("status", url=redis_server.url, namespace=namespace)
+        assert f"gateways      {name} (" in out.decode(), out
+    finally:
+        assert await gateway.stop() == 0
+    _, out, _ = await run_qbroker("status", "--json", url=redis_server.url, namespace=namespace)
+    assert json.loads(out)["gateways"] == []  # a clean stop takes it off at once; a killed one lapses

@@ -366,7 +366,7 @@ class SlackFace:
             unpicked = [item.question for i, item in enumerate(card.request.questions) if not picked[str(i)]]
             if unpicked:  # nothing picked would answer a skip, which nobody chose here
                 text = f"Nothing is picked for “{escape(unpicked[0])}”: pick an answer (Other… for your own words)."
-                await self._tell(channel, slack_user, text + " A question is skipped only on the web page.")
+                self._tell(channel, slack_user, text + " A question is skipped only on the web page.")
                 return 200, None
         answer = _answer_of(action_id, ref, payload, card)
         return await self._answering(service, pending, answer, user, slack_user, channel)

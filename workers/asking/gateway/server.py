@@ -61,6 +61,7 @@ from broker.errors import (
     UNAUTHENTICATED,
     UNKNOWN_ASK,
 )
+from broker.status import mark_gateway_alive, mark_gateway_gone
 from broker.types import convert_request, encode
 from broker.validation import check_request
 from workers.asking.gateway.tokens import Tokens, bearer
@@ -283,8 +284,13 @@ class Gateway:
         max_asks: int = 100,
         agent_linger: float = 10.0,
         stop_grace: float = 2.0,
+        name: str = "",
+        beat_every: float = 5.0,
     ) -> None:
         self.broker = broker
+        self.name = name or f"gateway@{socket.gethostname()}:{os.getpid()}"
+        """how ``qbroker status`` lists this gateway while it beats"""
+        self.beat_every = beat_every
         self.stop_grace = stop_grace
         """stopping, how long the asks' withdrawals and the agents' removals may wait for Redis"""
         self.keep_for = keep_for
@@ -309,10 +315,28 @@ class Gateway:
         self._agents = _Agents(self.broker, self._tasks, self.agent_linger)
         self._stack.callback(self._stop)
         self._sweeper = self._tasks.create_task(self._sweep(), name="qb-gateway-sweep")
+        beating = self._tasks.create_task(self._beat(), name="qb-gateway-beat")
+        self._stack.push_async_callback(self._leave, beating)  # first out: before the asks are let go
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self._stack.aclose()
+
+    async def _beat(self) -> None:
+        """Say in Redis that this gateway runs (``qbroker status``); missed beats only make it look gone."""
+        while True:
+            try:
+                await mark_gateway_alive(self.broker, self.name, ttl=3 * self.beat_every)
+            except (UserQuestionError, RedisError, OSError) as error:
+                log.debug("gateway beat not taken: %s", error)
+            await asyncio.sleep(self.beat_every)
+
+    async def _leave(self, beating: asyncio.Task[None]) -> None:
+        beating.cancel()
+        # Briefly: with Redis gone the entry lapses with its beat, and stopping must not wait on it.
+        with contextlib.suppress(UserQuestionError, RedisError, OSError, TimeoutError):
+            async with asyncio.timeout(0.5):
+                await mark_gateway_gone(self.broker, self.name)
 
     def _stop(self) -> None:
         assert self._tasks is not None and self._agents is not None

@@ -48,6 +48,9 @@ def format_status(status: NamespaceStatus) -> str:
     standbys = ", ".join(
         f"{inert(name)} ({left:.1f}s left)" for name, left in zip(status.standbys, status.standby_ttls_s, strict=False)
     )
+    gateways = ", ".join(
+        f"{inert(name)} ({left:.1f}s left)" for name, left in zip(status.gateways, status.gateway_ttls_s, strict=False)
+    )
     if status.worker is None:
         worker = "none: the lease holder housekeeps (run `qbroker worker` for notifications and metrics)"
     else:
@@ -57,6 +60,7 @@ def format_status(status: NamespaceStatus) -> str:
         f"provider      {provider}",
         f"standbys      {standbys or 'none'}",
         f"worker        {worker}",
+        f"gateways      {gateways + ' (as each says: any asker may write this list)' if gateways else 'none'}",
         f"pending       {status.pending_count}" + (f" ({by_priority})" if by_priority else ""),
         f"live agents   {status.agent_count}",
         f"stream        {status.stream_length} entries",
