@@ -48,6 +48,18 @@ def test_a_batch_sends_what_fits_and_counts_the_rest() -> None:
     assert window.pass_on(full, 6) == {"type": "waiting", "namespace": NS, "total": 6}
 
 
+def test_a_card_ahead_of_those_the_page_holds_is_sent_in_full_though_the_window_is_full() -> None:
+    """An urgent card asked behind a full window sorts before the page's cursor: the page would never fetch it
+    ("N more waiting"), so the stream sends it. One that sorts after the cursor is only counted, as before."""
+    window = PageWindow(2)
+    seqs = {"a": 10, "b": 11, "urgent": 3, "c": 12, "low": 1 << 49}
+    window.pass_on({"type": "snapshot", "namespace": NS, "requests": [view("a"), view("b")], "after": 11}, 5)
+    assert window.pass_on(added("urgent"), 6, seqs.get) == {**added("urgent"), "namespace": NS, "total": 6}
+    assert window.pass_on(added("c"), 7, seqs.get) == {"type": "waiting", "namespace": NS, "total": 7}
+    batch = {"type": "addedMany", "namespace": NS, "requests": [view("c"), view("urgent"), view("low")]}
+    assert [v["id"] for v in window.pass_on(batch, 7, seqs.get)["requests"]] == ["urgent"]
+
+
 def test_namespaces_have_a_window_each() -> None:
     window = PageWindow(1)
     for namespace in ("one", "two"):

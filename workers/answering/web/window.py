@@ -3,12 +3,15 @@
 A page starts from the first ``size`` cards of each namespace it serves (the snapshot) and
 fetches the rest a page at a time through ``GET /api/requests?namespace=&after=``. A card
 delivered later is sent in full while the page holds fewer than ``size`` of the cards the
-stream sent it; otherwise the page is only told the new total (a ``waiting`` event) and fetches
-the card when it gets there. With 100 000 pending, a page neither receives nor renders them all.
+stream sent it, or when it goes ahead of the cards the stream sent (an urgent card behind a backlog
+of normal ones: the page's cursor is past its place, so the page would never fetch it); otherwise
+the page is only told the new total (a ``waiting`` event) and fetches the card when it gets there.
+With 100 000 pending, a page neither receives nor renders them all.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["PageWindow"]
@@ -22,14 +25,18 @@ class PageWindow:
     def __init__(self, size: int) -> None:
         self.size = size
         self._sent: dict[str, set[str]] = {}
+        self._reach: dict[str, int] = {}
+        """by namespace: the place (``Arrivals`` sequence) of the furthest card sent in full"""
 
-    def pass_on(self, event: Event, total: int) -> Event:
-        """The event as this page gets it; ``total``: how many cards of its namespace it may see now.
+    def pass_on(self, event: Event, total: int, seq_of: Callable[[str], int | None] = lambda _: None) -> Event:
+        """The event as this page gets it; ``total``: how many cards of its namespace it may see now;
+        ``seq_of``: a pending card's place in the order shown (its namespace's ``WebProvider.seq_of``).
 
         Call it with the events the page may see (after routing), in order."""
         kind = event["type"]
         if kind == "snapshot":
             self._sent[event["namespace"]] = {view["id"] for view in event["requests"]}
+            self._reach[event["namespace"]] = event.get("after", 0)
             snapshot = {name: value for name, value in event.items() if name != "after"}
             return {**snapshot, "total": total, "cursor": f"0.{event.get('after', 0)}"}
         if kind == "removed":
@@ -40,12 +47,17 @@ class PageWindow:
         views = [event["request"]] if kind == "added" else event["requests"]
         namespace = event.get("namespace") or views[0]["namespace"]
         sent = self._sent.setdefault(namespace, set())
+        reach = self._reach.get(namespace, 0)
         room = []
         for view in views:
-            if view["id"] not in sent and len(sent) >= self.size:
+            seq = seq_of(view["id"])
+            ahead = seq is not None and seq < reach
+            if view["id"] not in sent and len(sent) >= self.size and not ahead:
                 continue  # beyond the window: counted in ``total``, fetched by the page when it gets there
             sent.add(view["id"])
+            reach = max(reach, seq or 0)
             room.append(view)
+        self._reach[namespace] = reach
         if not room:
             return {"type": "waiting", "namespace": namespace, "total": total}
         if kind == "added":
