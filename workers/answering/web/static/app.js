@@ -464,7 +464,8 @@
   function renderFilters() {
     if (state.batching) return;
     const box = $("filters");
-    const seen = { agent: new Set(), priority: new Set(), kind: new Set() };
+    // Every priority, loaded here or not: the cards of one may all be beyond the window.
+    const seen = { agent: new Set(), priority: new Set(Object.keys(PRIORITY_NAMES)), kind: new Set() };
     for (const card of state.cards.values()) {
       const f = facets(card);
       for (const name of FILTERS) seen[name].add(f[name]);
