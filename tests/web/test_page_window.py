@@ -111,3 +111,40 @@ async def test_a_windowed_snapshot_holds_and_counts_only_the_cards_its_user_may_
         for task in [*asks, running]:
             task.cancel()
         await asyncio.gather(*asks, running, return_exceptions=True)
+
+
+@pytest.mark.timeout(30)
+async def test_a_card_an_urgent_asker_joins_moves_first_and_reaches_a_page_whose_window_is_full(
+    make_broker: Callable[..., Any], namespace: str
+) -> None:
+    """Three normal cards, a page holding the first two; another asker asks the third's question urgently (one
+    card, coalesced): the card is listed first now, and the page is sent it in full, not only counted."""
+    asker, other, web = await make_broker(), await make_broker(), await make_broker()
+    service = WebProvider(web, name="web-1", keys=WebKeys(namespace))
+    running = asyncio.create_task(service.run())
+    asks: list[asyncio.Task[Any]] = []
+    try:
+        async with asyncio.timeout(20):
+            while service.status != "active":
+                await asyncio.sleep(0.02)
+            for text in ("First?", "Second?", "Third?"):  # one at a time: each shown before the next is asked
+                asks.append(asyncio.create_task(asker.ask(asking(text), timeout=20)))
+                while len(service.requests()) < len(asks):
+                    await asyncio.sleep(0.02)
+            window = PageWindow(2)
+            async with service.subscribe(user="alice", window=2) as queue:
+                snapshot = window.pass_on(await queue.get() or {}, 3, service.seq_of)
+                assert [v["questions"][0]["question"] for v in snapshot["requests"]] == ["First?", "Second?"]
+                urgent = AskUserQuestionRequest(questions=asking("Third?").questions, priority="urgent")
+                asks.append(asyncio.create_task(other.ask(urgent, timeout=20)))
+                while True:
+                    event = window.pass_on(await queue.get() or {}, 3, service.seq_of)
+                    if event["type"] == "added":
+                        break
+        assert event["request"]["questions"][0]["question"] == "Third?" and event["request"]["priority"] == "urgent"
+        assert service.requests()[0]["id"] == event["request"]["id"]
+        assert service.page(0, 1, lambda view: True)[0][0]["id"] == event["request"]["id"]
+    finally:
+        for task in [*asks, running]:
+            task.cancel()
+        await asyncio.gather(*asks, running, return_exceptions=True)
