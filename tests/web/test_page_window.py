@@ -55,7 +55,7 @@ def test_a_card_ahead_of_those_the_page_holds_is_sent_in_full_though_the_window_
     seqs = {"a": 10, "b": 11, "urgent": 3, "c": 12, "low": 1 << 49}
     window.pass_on({"type": "snapshot", "namespace": NS, "requests": [view("a"), view("b")], "after": 11}, 5)
     assert window.pass_on(added("urgent"), 6, seqs.get) == {**added("urgent"), "namespace": NS, "total": 6}
-    assert window.pass_on(added("c"), 7, seqs.get) == {"type": "waiting", "namespace": NS, "total": 7}
+    assert window.pass_on(added("c"), 7, seqs.get) == {"type": "waiting", "namespace": NS, "total": 7, "at": 12}
     batch = {"type": "addedMany", "namespace": NS, "requests": [view("c"), view("urgent"), view("low")]}
     assert [v["id"] for v in window.pass_on(batch, 7, seqs.get)["requests"]] == ["urgent"]
 

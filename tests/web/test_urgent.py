@@ -127,3 +127,25 @@ async def test_an_urgent_ask_while_the_page_is_open_appears_on_it(
     shown = await cards.evaluate_all("cards => cards.map((c) => c.querySelector('.priority').textContent)")
     assert shown[:2] == ["urgent", "urgent"], shown[:3]  # both urgent cards lead the list
     await expect(page.locator("#more-count")).to_have_text(waiting or "")  # the normal ones still counted, not sent
+
+
+@pytest.mark.timeout(90)
+async def test_a_normal_ask_placed_before_a_page_that_fetched_on_into_the_low_ones_still_reaches_it(
+    people: People, web: WebProcess, backlog: tuple[Broker, list[asyncio.Task[AskUserQuestionAnswer]]]
+) -> None:
+    """The page fetched every card (its cursor among the low ones, past the normal ones its stream sent): a normal
+    question asked now is placed before that cursor, so "show more" would never bring it; the page fetches it."""
+    asker, asks = backlog
+    page = await people.page()
+    cards = page.locator("#requests article.card")
+    await expect(cards).to_have_count(100)
+    for _ in range(2):  # 100 more, then the last 2 (202 pending: 2 urgent, 199 normal, 1 low)
+        await page.locator("#show-more").click()
+        await expect(cards).not_to_have_count(100)
+    await expect(page.locator("#more")).to_be_hidden()  # every pending card loaded, the low one last
+    await expect(cards.last).to_contain_text("A low question?")
+    loaded = await cards.count()
+    asks.append(asyncio.create_task(asker.ask(question("A late normal question?"), abort=None, timeout=300)))
+    await expect(page.locator("article.card", has_text="A late normal question?")).to_be_visible(timeout=30_000)
+    await expect(cards).to_have_count(loaded + 1)
+    await expect(page.locator("#more")).to_be_hidden()  # not counted as waiting: it is here

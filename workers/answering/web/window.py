@@ -5,7 +5,8 @@ fetches the rest a page at a time through ``GET /api/requests?namespace=&after=`
 delivered later is sent in full while the page holds fewer than ``size`` of the cards the
 stream sent it, or when it goes ahead of the cards the stream sent (an urgent card behind a backlog
 of normal ones: the page's cursor is past its place, so the page would never fetch it); otherwise
-the page is only told the new total (a ``waiting`` event) and fetches the card when it gets there.
+the page is only told the new total and the card's place (a ``waiting`` event) and fetches the card
+when it gets there, or at once if its cursor is past that place.
 With 100 000 pending, a page neither receives nor renders them all.
 """
 
@@ -49,17 +50,22 @@ class PageWindow:
         sent = self._sent.setdefault(namespace, set())
         reach = self._reach.get(namespace, 0)
         room = []
+        beyond: list[int] = []
         for view in views:
             seq = seq_of(view["id"])
             ahead = seq is not None and seq < reach
             if view["id"] not in sent and len(sent) >= self.size and not ahead:
+                beyond += [] if seq is None else [seq]
                 continue  # beyond the window: counted in ``total``, fetched by the page when it gets there
             sent.add(view["id"])
             reach = max(reach, seq or 0)
             room.append(view)
         self._reach[namespace] = reach
         if not room:
-            return {"type": "waiting", "namespace": namespace, "total": total}
+            # ``at``: where the first of them stands. A page whose cursor is already past it (it fetched on from
+            # the API: a normal card asked while it holds low ones) fetches it there, else it would never get it.
+            waiting = {"type": "waiting", "namespace": namespace, "total": total}
+            return {**waiting, "at": min(beyond)} if beyond else waiting
         if kind == "added":
             return {**event, "namespace": namespace, "total": total}
         return {**event, "requests": room, "total": total}

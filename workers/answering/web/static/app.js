@@ -154,9 +154,11 @@
     });
     // A card beyond the window: only counted ("N more waiting"), fetched when the page gets there.
     source.addEventListener("waiting", (e) => {
-      setTotal(JSON.parse(e.data));
+      const event = JSON.parse(e.data);
+      setTotal(event);
       renderEmpty();
       announce(null);
+      fetchPassed(event);
     });
     source.addEventListener("removed", (e) => onRemoved(JSON.parse(e.data)));
     source.addEventListener("updated", (e) => onUpdated(JSON.parse(e.data)));
@@ -423,6 +425,22 @@
     arrange();
     renderEmpty();
     return page.requests.length > 0;
+  }
+
+  // A card counted while the window was full, placed before this page's cursor (a normal one while it
+  // holds low ones): fetching on from the cursor would never bring it, so it is fetched from its place.
+  async function fetchPassed(event) {
+    const more = state.more.get(event.namespace);
+    if (!more || event.at === undefined || event.at > Number(more.cursor.split(".")[1])) return;
+    let page = null;
+    try {
+      const params = new URLSearchParams({ namespace: event.namespace, after: "0." + (event.at - 1), limit: "1" });
+      page = await call("GET", "/api/requests?" + params.toString());
+    } catch (e) {
+      return;
+    }
+    if (state.more.get(event.namespace) !== more) return;  // a new snapshot started over
+    for (const request of page.requests) addCard(request);
   }
 
   // Keep the window full as cards are answered or go: the next one is on screen already.
