@@ -53,11 +53,33 @@ def test_a_card_ahead_of_those_the_page_holds_is_sent_in_full_though_the_window_
     ("N more waiting"), so the stream sends it. One that sorts after the cursor is only counted, as before."""
     window = PageWindow(2)
     seqs = {"a": 10, "b": 11, "urgent": 3, "c": 12, "low": 1 << 49}
-    window.pass_on({"type": "snapshot", "namespace": NS, "requests": [view("a"), view("b")], "after": 11}, 5)
+    window.pass_on({"type": "snapshot", "namespace": NS, "requests": [view("a"), view("b")], "after": 11}, 5, seqs.get)
     assert window.pass_on(added("urgent"), 6, seqs.get) == {**added("urgent"), "namespace": NS, "total": 6}
-    assert window.pass_on(added("c"), 7, seqs.get) == {"type": "waiting", "namespace": NS, "total": 7, "at": 12}
+    waiting = {"type": "waiting", "namespace": NS, "total": 7, "at": 12, "counted": 1}
+    assert window.pass_on(added("c"), 7, seqs.get) == waiting
     batch = {"type": "addedMany", "namespace": NS, "requests": [view("c"), view("urgent"), view("low")]}
-    assert [v["id"] for v in window.pass_on(batch, 7, seqs.get)["requests"]] == ["urgent"]
+    sent = window.pass_on(batch, 7, seqs.get)
+    assert [v["id"] for v in sent["requests"]] == ["urgent"] and (sent["at"], sent["counted"]) == (12, 2)
+
+
+def test_a_flood_of_urgent_cards_sends_a_windows_worth_in_full_and_counts_the_rest() -> None:
+    window = PageWindow(2)
+    seqs = {"a": 10, "b": 11} | {f"u{n}": n for n in range(1, 6)}
+    window.pass_on({"type": "snapshot", "namespace": NS, "requests": [view("a"), view("b")], "after": 11}, 2, seqs.get)
+    assert [window.pass_on(added(f"u{n}"), 2 + n, seqs.get)["type"] for n in range(1, 4)] == [
+        "added",
+        "added",
+        "waiting",
+    ]
+    window.pass_on({"type": "removed", "id": "u1", "namespace": NS}, 4)
+    assert window.pass_on(added("u4"), 5, seqs.get)["type"] == "added"  # one of the first two again
+    assert window.pass_on(added("u5"), 6, seqs.get) == {
+        "type": "waiting",
+        "namespace": NS,
+        "total": 6,
+        "at": 5,
+        "counted": 1,
+    }
 
 
 def test_namespaces_have_a_window_each() -> None:

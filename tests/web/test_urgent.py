@@ -13,6 +13,7 @@ import asyncio
 import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -149,3 +150,49 @@ async def test_a_normal_ask_placed_before_a_page_that_fetched_on_into_the_low_on
     await expect(page.locator("article.card", has_text="A late normal question?")).to_be_visible(timeout=30_000)
     await expect(cards).to_have_count(loaded + 1)
     await expect(page.locator("#more")).to_be_hidden()  # not counted as waiting: it is here
+
+
+@pytest.fixture
+def small_window(redis_server: RedisServer, tmp_path: Path) -> Iterator[WebProcess]:
+    process = WebProcess(
+        redis_server.url,
+        f"flood{os.getpid()}",
+        write_users_file(tmp_path / "users.toml"),
+        tmp_path / "web.log",
+        extra=["--page-window", "5"],
+    )
+    yield process.start()
+    process.stop()
+
+
+@pytest.mark.timeout(90)
+async def test_a_flood_of_urgent_asks_brings_two_windows_worth_and_counts_the_rest_in_order(
+    browser: Browser, small_window: WebProcess
+) -> None:
+    """A window of 5 holding normal cards; 20 urgent asks at once: 5 are sent in full, 5 more fetched from their
+    place, the other 10 counted, and "Show the next 5" brings the next urgent ones (not the normal ones after)."""
+    people = People(browser, small_window)
+    async with Broker(small_window.redis_url, small_window.namespace, **KEYS) as asker:
+        asks = [asyncio.create_task(asker.ask(question(f"Normal {n}?"), abort=None, timeout=300)) for n in range(10)]
+        try:
+            async with asyncio.timeout(20):
+                while len(await pending(small_window)) < 10:
+                    await asyncio.sleep(0.1)
+            page = await people.page()
+            cards = page.locator("#requests article.card")
+            await expect(cards).to_have_count(5)
+            asks += [
+                asyncio.create_task(asker.ask(question(f"Flood {n}?", "urgent"), abort=None, timeout=300))
+                for n in range(20)
+            ]
+            await expect(page.locator("#more-count")).to_have_text("15 more waiting", timeout=30_000)
+            await expect(cards).to_have_count(15)
+            await page.locator("#show-more").click()
+            await expect(cards).to_have_count(20)
+            urgent = page.locator("#requests article.card .priority.urgent")
+            await expect(urgent).to_have_count(15)
+        finally:
+            await people.close()
+            for task in asks:
+                task.cancel()
+            await asyncio.gather(*asks, return_exceptions=True)

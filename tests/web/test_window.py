@@ -213,6 +213,7 @@ async def test_a_card_added_while_the_window_is_full_is_counted_not_sent(
         "namespace": web.namespace,
         "total": json.loads(snapshot)["total"] + 1,
         "at": event["at"],  # where it stands: after the snapshot's cursor, so this page gets to it in turn
+        "counted": 1,
     }
     assert event["at"] > int(json.loads(snapshot)["cursor"].split(".")[1])
     await expect(page.locator("#more-count")).to_have_text(f"{waiting + 1} more waiting")
