@@ -802,7 +802,8 @@ class WebProvider:
         if view is None:
             return
         now = {"askerAway": pending.asker_away, "awayUntilMs": away_until, **asking_view(pending)}
-        moved = self._arrivals.level_of(pending.request_id) not in (None, pending.level)
+        level = self._arrivals.level_of(pending.request_id)
+        moved = level is not None and level != pending.level
         if moved:  # an urgent asker joined (or left): the card takes its place among the cards of its new level
             self._arrivals.add(pending.request_id, pending.level)
         # An unbuilt view is built from what is true now: the pages were shown what was true before, so they are told.
@@ -810,8 +811,8 @@ class WebProvider:
             return
         view.update(now)
         self._publish({"type": "updated", "id": pending.request_id, **now, "namespace": self.broker.namespace})
-        if moved:  # a page whose window did not reach it holds cards it now goes ahead of: sent in full (window.py)
-            self._publish({"type": "added", "request": view})
+        if moved and pending.level < (level or 0):  # a page whose window did not reach it may hold cards it now goes
+            self._publish({"type": "added", "request": view})  # ahead of: sent in full there (window.py)
 
 
 async def _ready(provider: Provider, most: int) -> list[PendingRequest]:

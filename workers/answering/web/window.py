@@ -4,10 +4,11 @@ A page starts from the first ``size`` cards of each namespace it serves (the sna
 fetches the rest a page at a time through ``GET /api/requests?namespace=&after=``. A card
 delivered later is sent in full while the page holds fewer than ``size`` of the cards the
 stream sent it, or when it goes ahead of the cards the stream sent (an urgent card behind a backlog
-of normal ones: the page's cursor is past its place, so the page would never fetch it); otherwise
-the page is only told the new total and the card's place (a ``waiting`` event) and fetches the card
-when it gets there, or at once if its cursor is past that place.
-With 100 000 pending, a page neither receives nor renders them all.
+of normal ones: the page's cursor is past its place, so the page would never fetch it) and fewer
+than ``size`` of them are ahead of it (a flood of urgent asks is not sent whole); otherwise the page
+is only told the new total and where the counted cards stand (a ``waiting`` event), and fetches them
+when it gets there, or from there if its cursor is already past. With 100 000 pending, a page
+neither receives nor renders them all.
 """
 
 from __future__ import annotations
