@@ -187,3 +187,20 @@ def test_the_scale_benchmark_measures_a_failover_and_the_web_servers_memory() ->
     row = next(line for line in result.stdout.splitlines() if line.startswith("| 300 |"))
     first_page, every, cpu, heap, _ = (float(cell) for cell in row.strip("|").split("|")[1:])
     assert 0 < first_page <= every + 0.01 and cpu > 0 and heap > 0  # printed to 3 and 2 decimals: 0.041 vs 0.04
+
+
+@pytest.mark.slow
+def test_the_urgent_benchmark_prints_how_long_an_urgent_ask_takes_to_reach_an_open_page() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.urgent", "--pending", "300", "--repeats", "2", "--no-browser"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=55,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "300 pending:" in result.stdout
+    # Both faces measured got it, twice each: a median and a slowest, not "not within the wait".
+    for face in ("the open page's stream, the card in full", "the API's first page (limit=100)"):
+        assert re.search(rf"{re.escape(face)}: median [\d.]+ s, slowest [\d.]+ s", result.stdout), result.stdout
+    assert "the card shown in Chromium: not measured" in result.stdout

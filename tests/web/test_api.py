@@ -584,3 +584,41 @@ async def test_an_attachment_is_served_to_signed_in_users_only_when_its_bytes_ma
         assert (await client.get(f"/api/attachments/{'0' * 64}")).status_code == 404
         for name in ("req:1", "A" * 64, "%2E%2E%2Freq%3A1"):
             assert (await client.get(f"/api/attachments/{name}")).status_code in (400, 404)
+
+
+@pytest.mark.timeout(50)
+async def test_an_urgent_ask_behind_a_backlog_is_listed_first(
+    client: httpx.AsyncClient, make_broker: Callable[..., Any]
+) -> None:
+    """199 normal asks, shown one by one, then 1 urgent: every listing starts with the urgent one (the
+    order the providers present, docs/cli.md), not with the oldest normal ones."""
+    asker = await make_broker()
+
+    def ask(n: int, priority: str) -> asyncio.Task[AskUserQuestionAnswer]:
+        item = question("q1", "yes", "no", detail=f"backlog step {n}")
+        return asking(asker, AskUserQuestionRequest(questions=(item,), priority=priority))
+
+    asks = [ask(n, "normal") for n in range(199)]
+    try:
+
+        async def shown(count: int) -> bool:
+            return len(await pending_ids(client, headers=BEARER)) == count
+
+        await eventually(lambda: shown(199), "199 normal requests show up")
+        asks.append(ask(199, "urgent"))
+        await eventually(lambda: shown(200), "the urgent request shows up")
+        everything = (await client.get("/api/requests", headers=BEARER)).json()["requests"]
+        first_page = (await client.get("/api/requests", params={"limit": "100"}, headers=BEARER)).json()
+        assert everything[0]["priority"] == "urgent", [r["priority"] for r in everything[:3]]
+        assert first_page["requests"][0]["priority"] == "urgent"
+        assert [r["priority"] for r in first_page["requests"][1:]] == ["normal"] * 99
+        # The rest, after the first page's cursor: every normal one once, the urgent one not again.
+        rest = (
+            await client.get("/api/requests", params={"limit": "1000", "after": first_page["next"]}, headers=BEARER)
+        ).json()
+        listed = [r["id"] for r in first_page["requests"] + rest["requests"]]
+        assert sorted(listed) == sorted(r["id"] for r in everything) and len(set(listed)) == 200
+    finally:
+        for task in asks:
+            task.cancel()
+        await asyncio.gather(*asks, return_exceptions=True)

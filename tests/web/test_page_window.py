@@ -48,6 +48,40 @@ def test_a_batch_sends_what_fits_and_counts_the_rest() -> None:
     assert window.pass_on(full, 6) == {"type": "waiting", "namespace": NS, "total": 6}
 
 
+def test_a_card_ahead_of_those_the_page_holds_is_sent_in_full_though_the_window_is_full() -> None:
+    """An urgent card asked behind a full window sorts before the page's cursor: the page would never fetch it
+    ("N more waiting"), so the stream sends it. One that sorts after the cursor is only counted, as before."""
+    window = PageWindow(2)
+    seqs = {"a": 10, "b": 11, "urgent": 3, "c": 12, "low": 1 << 49}
+    window.pass_on({"type": "snapshot", "namespace": NS, "requests": [view("a"), view("b")], "after": 11}, 5, seqs.get)
+    assert window.pass_on(added("urgent"), 6, seqs.get) == {**added("urgent"), "namespace": NS, "total": 6}
+    waiting = {"type": "waiting", "namespace": NS, "total": 7, "at": 12, "counted": 1}
+    assert window.pass_on(added("c"), 7, seqs.get) == waiting
+    batch = {"type": "addedMany", "namespace": NS, "requests": [view("c"), view("urgent"), view("low")]}
+    sent = window.pass_on(batch, 7, seqs.get)
+    assert [v["id"] for v in sent["requests"]] == ["urgent"] and (sent["at"], sent["counted"]) == (12, 2)
+
+
+def test_a_flood_of_urgent_cards_sends_a_windows_worth_in_full_and_counts_the_rest() -> None:
+    window = PageWindow(2)
+    seqs = {"a": 10, "b": 11} | {f"u{n}": n for n in range(1, 6)}
+    window.pass_on({"type": "snapshot", "namespace": NS, "requests": [view("a"), view("b")], "after": 11}, 2, seqs.get)
+    assert [window.pass_on(added(f"u{n}"), 2 + n, seqs.get)["type"] for n in range(1, 4)] == [
+        "added",
+        "added",
+        "waiting",
+    ]
+    window.pass_on({"type": "removed", "id": "u1", "namespace": NS}, 4)
+    assert window.pass_on(added("u4"), 5, seqs.get)["type"] == "added"  # one of the first two again
+    assert window.pass_on(added("u5"), 6, seqs.get) == {
+        "type": "waiting",
+        "namespace": NS,
+        "total": 6,
+        "at": 5,
+        "counted": 1,
+    }
+
+
 def test_namespaces_have_a_window_each() -> None:
     window = PageWindow(1)
     for namespace in ("one", "two"):
@@ -95,6 +129,43 @@ async def test_a_windowed_snapshot_holds_and_counts_only_the_cards_its_user_may_
         assert narrow["after"] == service.seq_of(narrow["requests"][-1]["id"])
         bob = service.snapshot(user="bob", window=10)
         assert bob["total"] == 5 and len(bob["requests"]) == 5
+    finally:
+        for task in [*asks, running]:
+            task.cancel()
+        await asyncio.gather(*asks, running, return_exceptions=True)
+
+
+@pytest.mark.timeout(30)
+async def test_a_card_an_urgent_asker_joins_moves_first_and_reaches_a_page_whose_window_is_full(
+    make_broker: Callable[..., Any], namespace: str
+) -> None:
+    """Three normal cards, a page holding the first two; another asker asks the third's question urgently (one
+    card, coalesced): the card is listed first now, and the page is sent it in full, not only counted."""
+    asker, other, web = await make_broker(), await make_broker(), await make_broker()
+    service = WebProvider(web, name="web-1", keys=WebKeys(namespace))
+    running = asyncio.create_task(service.run())
+    asks: list[asyncio.Task[Any]] = []
+    try:
+        async with asyncio.timeout(20):
+            while service.status != "active":
+                await asyncio.sleep(0.02)
+            for text in ("First?", "Second?", "Third?"):  # one at a time: each shown before the next is asked
+                asks.append(asyncio.create_task(asker.ask(asking(text), timeout=20)))
+                while len(service.requests()) < len(asks):
+                    await asyncio.sleep(0.02)
+            window = PageWindow(2)
+            async with service.subscribe(user="alice", window=2) as queue:
+                snapshot = window.pass_on(await queue.get() or {}, 3, service.seq_of)
+                assert [v["questions"][0]["question"] for v in snapshot["requests"]] == ["First?", "Second?"]
+                urgent = AskUserQuestionRequest(questions=asking("Third?").questions, priority="urgent")
+                asks.append(asyncio.create_task(other.ask(urgent, timeout=20)))
+                while True:
+                    event = window.pass_on(await queue.get() or {}, 3, service.seq_of)
+                    if event["type"] == "added":
+                        break
+        assert event["request"]["questions"][0]["question"] == "Third?" and event["request"]["priority"] == "urgent"
+        assert service.requests()[0]["id"] == event["request"]["id"]
+        assert service.page(0, 1, lambda view: True)[0][0]["id"] == event["request"]["id"]
     finally:
         for task in [*asks, running]:
             task.cancel()

@@ -28,6 +28,27 @@ def test_compaction_keeps_the_order_and_the_cursors() -> None:
     for n in range(0, 4990):
         if n != 4000:
             arrivals.remove(str(n))
-    assert len(arrivals._ids) < 2 * len(arrivals) + 1024 + 1  # rebuilt, not grown
+    assert arrivals.held() < 2 * len(arrivals) + 1024 + 1  # rebuilt, not grown
     assert ids(arrivals) == ["4000", *map(str, range(4990, 5000))]
     assert ids(arrivals, cursor) == [str(n) for n in range(4990, 5000)]
+
+
+def test_a_more_urgent_card_pages_first_and_after_the_cursors_of_those_it_passed() -> None:
+    """Urgent, normal, low (levels 0, 1, 2); within a level in the order shown. A card that arrives later at a more
+    urgent level sorts before the cursors of the cards it passed: a page that holds them is sent it in full."""
+    arrivals = Arrivals()
+    for request_id in "abc":
+        arrivals.add(request_id, 1)
+    arrivals.add("low", 2)
+    cursor_b = arrivals.seq_of("b")
+    assert cursor_b is not None
+    arrivals.add("urgent", 0)
+    arrivals.add("d", 1)
+    assert ids(arrivals) == ["urgent", "a", "b", "c", "d", "low"]
+    assert ids(arrivals, cursor_b) == ["c", "d", "low"]
+    urgent = arrivals.seq_of("urgent")
+    assert urgent is not None and urgent < cursor_b
+    arrivals.add("c", 0)  # an urgent asker joined it: it moves to the end of the urgent ones
+    assert ids(arrivals) == ["urgent", "c", "a", "b", "d", "low"] and len(arrivals) == 6
+    arrivals.remove("urgent")
+    assert ids(arrivals, urgent) == ["c", "a", "b", "d", "low"]

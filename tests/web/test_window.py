@@ -215,11 +215,15 @@ async def test_a_card_added_while_the_window_is_full_is_counted_not_sent(
     asks.append(asyncio.create_task(asker.ask(question(PENDING), abort=None, timeout=300)))
     (_, snapshot), (kind, data) = await asyncio.wait_for(stream, 20)
     assert kind == "waiting", data
-    assert json.loads(data) == {
+    event = json.loads(data)
+    assert event == {
         "type": "waiting",
         "namespace": web.namespace,
         "total": json.loads(snapshot)["total"] + 1,
+        "at": event["at"],  # where it stands: after the snapshot's cursor, so this page gets to it in turn
+        "counted": 1,
     }
+    assert event["at"] > int(json.loads(snapshot)["cursor"].split(".")[1])
     await expect(page.locator("#more-count")).to_have_text(f"{waiting + 1} more waiting")
     await expect(page.locator("#requests article.card")).to_have_count(WINDOW)
     await expect(page.locator("article.card", has_text=f"Backlog question {PENDING}?")).to_have_count(0)

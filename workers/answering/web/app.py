@@ -574,7 +574,8 @@ def create_app(config: WebConfig) -> Starlette:
                         continue
                     namespace = event.get("namespace") or (event.get("request") or {}).get("namespace", "")
                     if namespace in by_namespace:
-                        event = window.pass_on(event, by_namespace[namespace].visible_count(identity.user))
+                        service = by_namespace[namespace]
+                        event = window.pass_on(event, service.visible_count(identity.user), service.seq_of)
                     # A status event carries no question: it goes out without a session check, so
                     # an outage is shown at once, not after the check's own wait for Redis.
                     if event["type"] != "status" and not await still_signed_in():

@@ -145,7 +145,7 @@ class WebProvider:
         """agent id -> its owner, as read since ``_owners_read`` (``_OWNERS_FRESH_S``)"""
         self._owners_read = 0.0
         self._arrivals = Arrivals()
-        """the ids of ``_views`` in the order shown, for the API's pages"""
+        """the ids of ``_views`` in the order shown (urgent first), for the API's pages and the pages' windows"""
         self._locks: dict[str, asyncio.Lock] = {}
         self._settled: OrderedDict[str, _Settled] = OrderedDict()
         self._shown: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -198,7 +198,9 @@ class WebProvider:
         }
 
     def requests(self) -> list[dict[str, Any]]:
-        return [view for request_id in self._views if (view := self._view(request_id, keep=False)) is not None]
+        """Every pending card's view, in the order shown: urgent first, as ``page`` lists them."""
+        ids = [request_id for _, request_id in self._arrivals.after(0)]
+        return [view for request_id in ids if (view := self._view(request_id, keep=False)) is not None]
 
     def _view(self, request_id: str, *, keep: bool = True) -> dict[str, Any] | None:
         """What pages are shown of a pending card; ``keep``: an unbuilt view is kept once built (to change it)."""
@@ -508,7 +510,7 @@ class WebProvider:
         else:  # built again when asked for: ``view`` goes to the pages that are told of it, then is let go
             owner = context.get("owner")
             self._views[pending.request_id] = self._unbuilt.setdefault(owner, _Unbuilt(owner))
-        self._arrivals.add(pending.request_id)
+        self._arrivals.add(pending.request_id, pending.level)
         return view
 
     async def _escalate(self, pending: PendingRequest, delay: float) -> None:
@@ -817,11 +819,17 @@ class WebProvider:
         if view is None:
             return
         now = {"askerAway": pending.asker_away, "awayUntilMs": away_until, **asking_view(pending)}
+        level = self._arrivals.level_of(pending.request_id)
+        moved = level is not None and level != pending.level
+        if moved:  # an urgent asker joined (or left): the card takes its place among the cards of its new level
+            self._arrivals.add(pending.request_id, pending.level)
         # An unbuilt view is built from what is true now: the pages were shown what was true before, so they are told.
-        if built and all(view.get(name) == value for name, value in now.items()):
+        if built and not moved and all(view.get(name) == value for name, value in now.items()):
             return
         view.update(now)
         self._publish({"type": "updated", "id": pending.request_id, **now, "namespace": self.broker.namespace})
+        if moved and pending.level < (level or 0):  # a page whose window did not reach it may hold cards it now goes
+            self._publish({"type": "added", "request": view})  # ahead of: sent in full there (window.py)
 
 
 async def _ready(provider: Provider, most: int) -> list[PendingRequest]:

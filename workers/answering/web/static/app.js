@@ -153,12 +153,15 @@
       setTotal(event);
       for (const request of event.requests) addCard(request);
       if (event.requests.length) announce(event.requests[0]);
+      fetchPassed(event);
     });
     // A card beyond the window: only counted ("N more waiting"), fetched when the page gets there.
     source.addEventListener("waiting", (e) => {
-      setTotal(JSON.parse(e.data));
+      const event = JSON.parse(e.data);
+      setTotal(event);
       renderEmpty();
       announce(null);
+      fetchPassed(event);
     });
     source.addEventListener("removed", (e) => onRemoved(JSON.parse(e.data)));
     source.addEventListener("updated", (e) => onUpdated(JSON.parse(e.data)));
@@ -430,6 +433,40 @@
     return page.requests.length > 0;
   }
 
+  // Cards counted while the window was full, placed before this page's cursor (a normal one while it
+  // holds low ones): fetching on from the cursor would never bring them, so they are fetched from their
+  // place; past a window's worth (a flood of urgent asks) the cursor goes back to them instead, and
+  // "Show the next" brings them in order.
+  async function fetchPassed(event) {
+    const namespace = event.namespace || (event.request && event.request.namespace);
+    const more = state.more.get(namespace);
+    const place = (cursor) => Number(cursor.split(".")[1]);
+    if (!more || event.at === undefined || event.at > place(more.cursor)) return;
+    const back = (cursor) => { if (place(cursor) < place(more.cursor)) more.cursor = cursor; more.dry = false; };
+    const wanted = event.counted || 1;
+    const limit = Math.min(wanted, state.window - (more.passed || 0));
+    if (limit <= 0) {
+      back("0." + (event.at - 1));
+      renderEmpty();
+      return;
+    }
+    more.passed = (more.passed || 0) + limit;
+    let page = null;
+    try {
+      const params = new URLSearchParams({ namespace, after: "0." + (event.at - 1), limit: String(limit) });
+      page = await call("GET", "/api/requests?" + params.toString());
+    } catch (e) {
+      return;
+    }
+    if (state.more.get(namespace) !== more) return;  // a new snapshot started over
+    if (limit < wanted) back(page.cursor);  // the rest stay counted: "Show the next" brings them, in order
+    state.batching = true;
+    try { for (const request of page.requests) addCard(request); }
+    finally { state.batching = false; }
+    arrange();
+    renderEmpty();
+  }
+
   // Keep the window full as cards are answered or go: the next one is on screen already.
   function refill() {
     if (!state.csrf || state.batching) return;
@@ -469,7 +506,8 @@
   function renderFilters() {
     if (state.batching) return;
     const box = $("filters");
-    const seen = { agent: new Set(), priority: new Set(), kind: new Set() };
+    // Every priority, loaded here or not: the cards of one may all be beyond the window.
+    const seen = { agent: new Set(), priority: new Set(Object.keys(PRIORITY_NAMES)), kind: new Set() };
     for (const card of state.cards.values()) {
       const f = facets(card);
       for (const name of FILTERS) seen[name].add(f[name]);
