@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ._commands import SCRIPTS
 from ._keys import TOMBSTONE_MS
+from ._lua import SCRIPTS
 from ._redis_errors import unavailable
 from .agents import Agent
 from .decisions import decision_keys, decision_setters, verified_decisions

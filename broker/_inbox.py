@@ -31,8 +31,9 @@ from collections.abc import Callable
 from redis.asyncio import Redis, RedisCluster
 
 from ._backoff import Backoff
-from ._commands import SCRIPTS, Commands
+from ._commands import Commands
 from ._keys import TOMBSTONE_MS, Keys
+from ._lua import SCRIPTS
 from ._redis_errors import is_transient
 from .errors import ASK_TIMED_OUT, BROKER_UNAVAILABLE, UserQuestionError
 

@@ -20,8 +20,9 @@ import logging
 import secrets
 from typing import TYPE_CHECKING
 
-from ._commands import SCRIPTS, Commands
+from ._commands import Commands
 from ._keys import Keys
+from ._lua import SCRIPTS
 from ._redis_errors import is_transient
 
 if TYPE_CHECKING:

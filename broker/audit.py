@@ -20,8 +20,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from ._commands import SCRIPTS, Commands
+from ._commands import Commands
 from ._keys import Keys
+from ._lua import SCRIPTS
 from .signing import SigningKey, TrustedKeys
 
 __all__ = [

@@ -15,10 +15,11 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
 from ._ask import DEFAULT_ROUTING, Answerer, Next, _Ask, _Durable, _durable, _Routing, ask_script
-from ._commands import SCRIPTS, Commands
+from ._commands import Commands
 from ._ids import UniqueIds
 from ._inbox import Inbox
 from ._keys import TOMBSTONE_MS, Keys
+from ._lua import SCRIPTS
 from ._redis_errors import describe, unavailable
 from ._tasks import Background, running
 from .agents import Agent

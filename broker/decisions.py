@@ -28,8 +28,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from ._commands import SCRIPTS, Commands
+from ._commands import Commands
 from ._keys import Keys
+from ._lua import SCRIPTS
 from .errors import BAD_ANSWER, BAD_REQUEST, UserQuestionError
 from .signing import SigningKey, TrustedKeys, decision_message
 from .types import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionItem, AskUserQuestionRequest, encode

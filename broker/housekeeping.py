@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ._commands import Script
 from ._keys import GROUP
+from ._lua import SCRIPTS
 from .types import decode_request
 
 if TYPE_CHECKING:
@@ -57,11 +57,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _PAGE = 256
-_REAP = Script("reap")
-_EXPIRE = Script("expire")
-_PRUNE = Script("standbys_prune")
-_CURSOR = Script("audit_cursor")
-_AWAY_END = Script("away_end")
+_REAP = SCRIPTS["reap"]
+_EXPIRE = SCRIPTS["expire"]
+_PRUNE = SCRIPTS["standbys_prune"]
+_CURSOR = SCRIPTS["audit_cursor"]
+_AWAY_END = SCRIPTS["away_end"]
 _JUDGED = ("state", "client", "agent", "agent_fp", "away", "deadline")
 """the request hash's fields a paced round reads to tell whether reap.lua or expire.lua has anything to do"""
 

@@ -29,9 +29,10 @@ from redis.exceptions import RedisError, ResponseError
 
 from . import audit
 from ._backoff import Backoff
-from ._commands import SCRIPTS, Commands
+from ._commands import Commands
 from ._ids import UniqueIds
 from ._keys import GROUP, Keys
+from ._lua import SCRIPTS
 from ._members import Members
 from ._redis_errors import is_transient, unavailable
 from ._schedule import Lineup, Schedule, request_fingerprint

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ._commands import SCRIPTS
+from ._lua import SCRIPTS
 from .decisions import Decision, Remember
 from .errors import BAD_ANSWER, LEASE_LOST, NOT_APPROVER, UserQuestionError
 from .provider import PendingRequest

@@ -1,6 +1,6 @@
 -- _ask_decisions: remembered decisions (issue 15) answer an ask in ask.lua when every question has a live one.
--- Not a script of its own: broker/_commands.py puts it in front of ask.lua's second line, on one line; so no
--- comment may follow code here.
+-- Not a script of its own: ask.lua includes it (a line '--! include _ask_decisions', which broker/_lua.py replaces with
+-- this code on one line); so no comment may follow code here.
 -- ask_decided(k, a, fp, now) (k, a: ask.lua's named KEYS and ARGV; fp the agent token's fingerprint; now Redis ms)
 -- returns {'decided', outcome JSON, now, records}, or nil when the ask is not looked up (a.remember is not '1', or
 -- no question is: a.questions empty) or a question has no live decision.

@@ -1,7 +1,7 @@
 -- _ask_enqueue: ask.lua's last step: a new question goes onto the requests stream for the namespace's provider,
 -- and its request hash, the record of who asks (docs/architecture.md), is written.
--- Not a script of its own: broker/_commands.py puts it in front of ask.lua's second line, on one line; so no
--- comment may follow code here.
+-- Not a script of its own: ask.lua includes it (a line '--! include _ask_enqueue', which broker/_lua.py replaces with
+-- this code on one line); so no comment may follow code here.
 -- ask_enqueue(k, a, fp, now, deadline) (k, a: ask.lua's named KEYS and ARGV; fp the agent token's fingerprint; now
 -- Redis ms; deadline the asker's, Redis ms or '') returns {'ok', entry id}, or {'err', 'NO_PROVIDER', message}
 -- when no provider holds the lease or stands by (a standby's score is when it lapses).

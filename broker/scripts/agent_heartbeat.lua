@@ -1,4 +1,5 @@
 #!lua
+--! include _agent_beat
 -- agent_heartbeat: keep this process in its agent's record, or take it out; never once a restart superseded it.
 -- KEYS[1] agent record   KEYS[2] the agents index (zset)
 -- ARGV[1] token fingerprint   ARGV[2] TTL ms, or '0' to take this process out   ARGV[3] agent id

@@ -1,4 +1,5 @@
 #!lua
+--! include _agent_beat
 -- agent_register: add this process to its agent id's record, or (a restart) start a new instance of the id.
 -- KEYS[1] agent record   ARGV[1] token fingerprint   ARGV[2] owner id ('' for a root)   ARGV[3] TTL ms
 -- ARGV[4] owner's record key check: '1' when an owner is named and must be live

@@ -1,4 +1,5 @@
 #!lua
+--! include _audit
 -- approve: the lease holder records one person's vote on a request that a quorum policy covers
 -- (broker/quorum.py); the votes so far live in an answerer-only hash, so a standby that takes over has them.
 -- KEYS[1] provider lease   KEYS[2] request hash   KEYS[3] approvals hash (person -> vote JSON, and '#at:' .. person ->

@@ -1,8 +1,12 @@
 #!lua
+--! include _ask_gate
+--! include _ask_attach
+--! include _ask_decisions
+--! include _ask_enqueue
 -- ask: the caller gate and the enqueue, as one atomic step: gate, then a keyed ask's re-attach, then remembered
 -- decisions, then the enqueue, each in a helper of its own (_ask_gate.lua, _ask_attach.lua, _ask_decisions.lua,
--- _ask_enqueue.lua, put in front of this script's second line by broker/_commands.py). The arguments are named
--- once, below (k.* and a.*); the helpers use the names only.
+-- _ask_enqueue.lua, included above: broker/_lua.py replaces each include line with the helper's code). The
+-- arguments are named once, below (k.* and a.*); the helpers use the names only.
 -- KEYS[1] k.requests   the requests stream
 -- KEYS[2] k.request    the request hash
 -- KEYS[3] k.agent      the agent record (the request hash when no agent)

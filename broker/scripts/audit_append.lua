@@ -1,4 +1,5 @@
 #!lua
+--! include _audit
 -- audit_append: append one entry to the audit stream, chained like every other (the answering side's checkpoints).
 -- KEYS[1] audit stream
 -- ARGV[1] audit max length   ARGV[2] the chain head the entry must follow ('<entry id> <chain>'; '' for any)

@@ -1,4 +1,5 @@
 #!lua
+--! include _audit
 -- away_end: end a keyed request whose asker stayed away past its detach grace (housekeeping).
 -- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] outcome key   KEYS[4] away zset   KEYS[5] audit stream
 -- KEYS[6] the request's durable key (of the hash's 'agent' and 'key'; absent: left to its TTL)

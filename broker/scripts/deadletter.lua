@@ -1,4 +1,5 @@
 #!lua
+--! include _audit
 -- deadletter: move a poison stream entry aside, with the reason, and fail its request if there is one.
 -- KEYS[1] requests stream   KEYS[2] dead-letter stream   KEYS[3] request hash (the dead-letter stream when none)
 -- KEYS[4] outcome key (idem)   KEYS[5] asker's inbox (idem)   KEYS[6] audit stream

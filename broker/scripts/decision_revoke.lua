@@ -1,4 +1,5 @@
 #!lua
+--! include _audit
 -- decision_revoke: forget a remembered decision, by id.
 -- KEYS[1] decisions index (hash: id -> decision key)   KEYS[2] decisions expiry (zset)   KEYS[3] audit stream
 -- KEYS[4] the decision key, as the index names it (read it with HGET first)

@@ -1,4 +1,7 @@
 #!lua
+--! include _audit
+--! include _away
+--! include _restart
 -- deliver: the lease holder takes the ask entries of one read (XREADGROUP, XAUTOCLAIM, XCLAIM) for presentation.
 -- KEYS[1] provider lease   KEYS[2] requests stream   KEYS[3] audit stream   KEYS[4] away zset
 -- then five keys per entry i = 0, 1, ..., starting at KEYS[5 + 5i]: request hash, agent record (the request hash

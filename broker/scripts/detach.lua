@@ -1,4 +1,5 @@
 #!lua
+--! include _away
 -- detach: a keyed ask's caller stops waiting without giving the question up (its task was cancelled, or
 -- its broker closed); the request stays pending, its asker away, for its detach grace.
 -- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] away zset   KEYS[4] the askers' log (qb:{NS}:asklog)

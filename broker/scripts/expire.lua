@@ -1,4 +1,5 @@
 #!lua
+--! include _audit
 -- expire: settle a pending request whose deadline passed with ASK_TIMED_OUT (housekeeping).
 -- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] outcome key   KEYS[4] asker's inbox
 -- KEYS[5] audit stream   KEYS[6] a keyed request's durable key (absent: not known yet)

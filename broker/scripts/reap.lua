@@ -1,4 +1,7 @@
 #!lua
+--! include _audit
+--! include _away
+--! include _restart
 -- reap: withdraw a pending request whose asker is gone (housekeeping; the same transition as withdraw.lua).
 -- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] agent record (the request hash when no agent)
 -- KEYS[4] asker's client liveness key   KEYS[5] asker's inbox   KEYS[6] outcome key   KEYS[7] audit stream

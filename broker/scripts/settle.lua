@@ -1,4 +1,5 @@
 #!lua
+--! include _audit
 -- settle: the lease holder answers or cancels pending requests (one call for every settlement a
 -- provider has queued); for each request the first terminal transition wins. An answer may also be
 -- remembered (decisions), atomically with its settlement and under the same fence.
