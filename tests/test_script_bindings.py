@@ -1,17 +1,31 @@
 """Each Lua script's contract header against its Python binding, and its helpers included explicitly.
 
+A header names each of its script's KEYS and ARGV, one a line: ``-- KEYS[2] requests  the requests stream``
+(ask.lua: ``-- KEYS[2] k.request ...``); an item repeated per entry is numbered from the entry's first,
+``-- KEYS[k + 1] record ...``. broker/_scripts.py binds each script: its keyword parameters are those
+names, KEYS (annotated ``Key``) first, each in the header's order. Each binding is called here with every
+parameter set to its own name, and what it would send is compared with the header.
+
 broker/_lua.py loads every script; each names the helpers it uses (``--! include _audit``) and the
 include line is replaced by the helper's code, so that a script's line numbers are its file's.
 """
 
 from __future__ import annotations
 
+import collections.abc
+import dataclasses
+import inspect
 import re
+import typing
 from pathlib import Path
+from typing import Annotated, Any
 
 import pytest
 
-from broker._lua import SCRIPTS, helpers_of
+from broker import _scripts
+from broker._commands import Commands
+from broker._lua import SCRIPTS, Script, helpers_of
+from broker._scripts import BINDINGS
 
 SCRIPT_DIR = Path(__file__).resolve().parent.parent / "broker" / "scripts"
 FILES = sorted(SCRIPT_DIR.glob("*.lua"))
@@ -52,3 +66,135 @@ def test_an_include_line_becomes_the_helpers_code_on_that_line(name: str) -> Non
         else:
             assert line == file_line
     assert "--! include" not in SCRIPTS[name].source
+
+
+_ITEM = re.compile(r"^-- (KEYS|ARGV)\[(?:(\d+)|[a-z](?: \+ (\d+))?)\]\s+(?:[ka]\.)?(\w+)", re.M)
+
+
+@dataclasses.dataclass
+class Header:
+    """A script's contract header: its KEYS and ARGV names at fixed indices, and those repeated per entry."""
+
+    text: str
+    fixed: dict[str, list[str]]
+    repeated: dict[str, list[str]]
+
+
+def header(name: str) -> Header:
+    lines = (SCRIPT_DIR / f"{name}.lua").read_text().split("\n")[1:]
+    text = "\n".join(line for line in lines[: next(i for i, x in enumerate(lines) if not x.startswith("--"))])
+    found: dict[str, dict[str, list[tuple[int, str]]]] = {"fixed": {}, "repeated": {}}
+    for kind, index, offset, item in _ITEM.findall(text):
+        part, at = ("fixed", int(index)) if index else ("repeated", int(offset or 0))
+        found[part].setdefault(kind, []).append((at, item))
+    for part, first in (("fixed", 1), ("repeated", 0)):
+        for kind, items in found[part].items():
+            assert [at for at, _ in items] == list(range(first, first + len(items))), (
+                f"{name}: {part} {kind} out of order"
+            )
+    fixed = {kind: [item for _, item in found["fixed"].get(kind, [])] for kind in ("KEYS", "ARGV")}
+    repeated = {kind: [item for _, item in found["repeated"].get(kind, [])] for kind in ("KEYS", "ARGV")}
+    return Header(text, fixed, repeated)
+
+
+def _is_key(hint: Any) -> bool:
+    if typing.get_origin(hint) is Annotated:
+        return "KEYS" in hint.__metadata__
+    return any(_is_key(arg) for arg in typing.get_args(hint))
+
+
+def _hints(target: Any) -> dict[str, Any]:
+    return typing.get_type_hints(target, vars(_scripts) | {"Commands": Commands}, include_extras=True)
+
+
+def _record(hint: Any) -> type | None:
+    """The record type of a parameter that takes a sequence of records (deliver.lua's entries, ...)."""
+    if typing.get_origin(hint) is not collections.abc.Sequence:
+        return None
+    (item,) = typing.get_args(hint)
+    return item if isinstance(item, type) and (hasattr(item, "_fields") or dataclasses.is_dataclass(item)) else None
+
+
+def _is_list(hint: Any) -> bool:
+    return typing.get_origin(hint) in (collections.abc.Sequence, list)
+
+
+class _Sent(Exception):
+    pass
+
+
+class Recorder:
+    """A stand-in for ``Commands`` that keeps the script call a binding makes, and sends nothing."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Script, list[Any], list[Any]]] = []
+
+    async def script(self, script: Script, keys: list[Any], args: list[Any]) -> Any:
+        self.sent.append((script, list(keys), list(args)))
+        raise _Sent
+
+    def fire_script(self, script: Script, keys: list[Any], args: list[Any]) -> None:
+        self.sent.append((script, list(keys), list(args)))
+
+
+def sent_by(name: str, **overrides: Any) -> tuple[list[Any], list[Any]]:
+    """The KEYS and ARGV binding ``name`` sends with each parameter its own name (a list: empty)."""
+    binding = BINDINGS[name]
+    hints = _hints(binding)
+    named = {p: [] if _is_list(hints[p]) else p for p in inspect.signature(binding).parameters if p != "commands"}
+    recorder = Recorder()
+    call = binding(recorder, **(named | overrides))
+    if inspect.iscoroutine(call):
+        with pytest.raises(_Sent):
+            call.send(None)
+    (script, keys, args), *more = recorder.sent
+    assert script is SCRIPTS[name] and not more
+    return keys, args
+
+
+def test_every_script_has_one_binding() -> None:
+    assert sorted(BINDINGS) == sorted(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_binding_names_its_scripts_keys_and_argv_in_header_order(name: str) -> None:
+    contract = header(name)
+    binding = BINDINGS[name]
+    hints = _hints(binding)
+    parameters = [p for p in inspect.signature(binding).parameters if p != "commands"]
+    assert all(inspect.signature(binding).parameters[p].kind is inspect.Parameter.KEYWORD_ONLY for p in parameters)
+    keys = [p for p in parameters if _is_key(hints[p])]
+    assert parameters[: len(keys)] == keys, "KEYS come first"
+    argv = parameters[len(keys) :]
+    records = [p for p in parameters if _record(hints[p]) is not None]
+    for kind, named in (("KEYS", keys), ("ARGV", argv)):
+        assert named[: len(contract.fixed[kind])] == contract.fixed[kind]
+        for rest in named[len(contract.fixed[kind]) :]:  # lists and optional items after the numbered ones
+            assert rest in records or re.search(rf"\b{rest}\b", contract.text), f"{name}.lua does not name {rest}"
+
+    def sent(parameter: str, numbered: list[str]) -> list[Any]:
+        """What a parameter set to its name (or to an empty list) sends: a list numbered in the header, its length."""
+        if not _is_list(hints[parameter]):
+            return [parameter]
+        return [0] if parameter in numbered else []
+
+    sent_keys, sent_args = sent_by(name)
+    assert sent_keys == [item for p in keys for item in sent(p, contract.fixed["KEYS"])]
+    assert sent_args == [item for p in argv for item in sent(p, contract.fixed["ARGV"])]
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if any(_record(h) for h in _hints(BINDINGS[n]).values())])
+def test_a_bindings_entries_are_the_headers_repeated_items(name: str) -> None:
+    """deliver.lua's five KEYS and three ARGV per entry, settle.lua's per settlement, ..."""
+    contract = header(name)
+    ((parameter, record),) = [(p, r) for p, h in _hints(BINDINGS[name]).items() if (r := _record(h)) is not None]
+    fields = _hints(record)
+    entry = record(**{field: [field] if _is_list(hint) else field for field, hint in fields.items()})
+    sent_keys, sent_args = sent_by(name, **{parameter: [entry]})
+    keys = [field for field, hint in fields.items() if _is_key(hint)]
+    argv = [field for field in fields if field not in keys]
+    assert list(fields)[: len(keys)] == keys, "KEYS come first"
+    assert keys == contract.repeated["KEYS"]
+    assert argv == contract.repeated["ARGV"]
+    assert sent_keys[len(contract.fixed["KEYS"]) :] == keys
+    assert sent_args[len(contract.fixed["ARGV"]) :] == argv

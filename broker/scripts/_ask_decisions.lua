@@ -33,7 +33,7 @@ local function ask_decided(k, a, fp, now)
   end
   local decided = '{"answer":{"answers":[' .. table.concat(items, ',') .. ']}}'
   local by = 'decision:' .. table.concat(ids, ',')
-  redis.call('HSET', k.request, 'state', 'answered', 'request', a.request, 'agent', a.agent, 'agent_fp', fp,
+  redis.call('HSET', k.request, 'state', 'answered', 'request', a.body, 'agent', a.agent, 'agent_fp', fp,
     'client', a.client, 'created', now, 'deadline', '', 'by', by, 'settle_call', by)
   redis.call('PEXPIRE', k.request, a.result_ttl)
   redis.call('SET', k.outcome, decided, 'PX', a.result_ttl)

@@ -15,7 +15,7 @@ local function ask_enqueue(k, a, fp, now, deadline)
     return {'err', 'NO_PROVIDER', 'no provider holds or stands by for this namespace'}
   end
   local remember, coalesce = a.remember == '0' and '0' or '1', a.solo and '0' or '1'
-  local fields = {'kind', 'ask', 'rid', a.rid, 'client', a.client, 'agent', a.agent, 'request', a.request,
+  local fields = {'kind', 'ask', 'rid', a.rid, 'client', a.client, 'agent', a.agent, 'request', a.body,
     'remember', remember}
   if a.solo then
     fields[#fields + 1] = 'coalesce'
@@ -26,7 +26,7 @@ local function ask_enqueue(k, a, fp, now, deadline)
     fields[#fields + 1] = a.attest
   end
   local entry = redis.call('XADD', k.requests, '*', unpack(fields))
-  redis.call('HSET', k.request, 'state', 'pending', 'request', a.request, 'agent', a.agent, 'agent_fp', fp,
+  redis.call('HSET', k.request, 'state', 'pending', 'request', a.body, 'agent', a.agent, 'agent_fp', fp,
     'client', a.client, 'entry', entry, 'created', now, 'deadline', deadline, 'remember', remember,
     'coalesce', coalesce)
   redis.call('PEXPIRE', k.request, a.request_ttl)

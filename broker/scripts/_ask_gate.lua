@@ -13,7 +13,7 @@ local function ask_gate(k, a)
   if redis.sha1hex then
     fp = redis.sha1hex(a.token)
   end
-  local record = redis.call('HMGET', k.agent, 'p:' .. fp, 'owner')
+  local record = redis.call('HMGET', k.record, 'p:' .. fp, 'owner')
   local clock = redis.call('TIME')
   if not record[1] or tonumber(record[1]) < clock[1] * 1000 + math.floor(clock[2] / 1000) then
     return fp, {'err', 'CALLER_NOT_LIVE', 'agent ' .. a.agent .. ' is not the live instance'}
