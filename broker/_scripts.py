@@ -166,10 +166,8 @@ async def ask(
             [rid, body, agent, token, client, request_ttl, log_max, timeout, gate_only, token_sha, key, grace, digest],
         )
         return _asked(reply)
-    argv = [
-        *(rid, body, agent, token, client, request_ttl, log_max, timeout, gate_only, token_sha, key, grace, digest),
-        *(solo, remember, result_ttl, lease, standbys, len(questions), *questions, *decision_keys),
-    ]
+    argv = [rid, body, agent, token, client, request_ttl, log_max, timeout, gate_only, token_sha, key, grace, digest]
+    argv += (solo, remember, result_ttl, lease, standbys, len(questions), *questions, *decision_keys)
     if attest is not None:
         argv.append(attest)
     reply = await commands.script(
