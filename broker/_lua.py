@@ -28,8 +28,6 @@ def helpers_of(source: str) -> list[str]:
 
 def _one_line(name: str, included: set[str], within: tuple[str, ...]) -> str:
     """A helper's code on one line, its own includes in front: its comment lines dropped, the rest joined."""
-    if name in within:
-        raise ValueError(f"helper {name} includes itself, through {' -> '.join(within)}")
     source = _read(name)
     code: list[str] = []
     for line in source.splitlines():
@@ -46,6 +44,8 @@ def _one_line(name: str, included: set[str], within: tuple[str, ...]) -> str:
 def _included(line: str, included: set[str], within: tuple[str, ...]) -> str:
     """The code an include line stands for; '' for a helper this script has already."""
     name = line.removeprefix("--! include ")
+    if name in within:
+        raise ValueError(f"helper {name} includes itself, through {' -> '.join(within)}")
     if name in included:
         return ""
     included.add(name)

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 
 import pytest
 
-from broker import _scripts
+from broker import _lua, _scripts
 from broker._commands import Commands
 from broker._lua import SCRIPTS, Script, helpers_of
 from broker._scripts import BINDINGS
@@ -198,3 +198,30 @@ def test_a_bindings_entries_are_the_headers_repeated_items(name: str) -> None:
     assert argv == contract.repeated["ARGV"]
     assert sent_keys[len(contract.fixed["KEYS"]) :] == keys
     assert sent_args[len(contract.fixed["ARGV"]) :] == argv
+
+
+def test_a_helper_may_include_another_and_each_is_included_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    files = {
+        "s": "#!lua\n--! include _b\n--! include _a\nreturn b() + a()",
+        "_b": "-- b: calls a\n--! include _a\nlocal function b()\n  return a()\nend",
+        "_a": "-- a\nlocal function a() return 1 end",
+    }
+    monkeypatch.setattr(_lua, "_read", files.__getitem__)
+    source = _lua._with_helpers("s", files["s"]).split("\n")
+    assert source == [
+        "#!lua",
+        "local function a() return 1 end local function b() return a() end",
+        "",
+        "return b() + a()",
+    ]
+
+
+def test_a_helper_that_includes_itself_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    files = {
+        "s": "#!lua\n--! include _a\nreturn 1",
+        "_a": "--! include _b\nlocal x = 1",
+        "_b": "--! include _a\nlocal y = 2",
+    }
+    monkeypatch.setattr(_lua, "_read", files.__getitem__)
+    with pytest.raises(ValueError, match="includes itself"):
+        _lua._with_helpers("s", files["s"])
