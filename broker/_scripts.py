@@ -82,20 +82,15 @@ def _refusal(reply: Sequence[Any]) -> Refusal:
     return Refusal(str(reply[1]), str(reply[2]))
 
 
-def _reply(reply: Sequence[Any]) -> Reply | Refusal:
-    kind = reply[0]
-    if kind == "err":
-        return _refusal(reply)
-    if len(reply) == 1:
-        return Reply(kind)
-    return Reply(kind, str(reply[1]), str(reply[2]) if len(reply) > 2 else "")
-
-
 def _tagged(reply: Sequence[Any]) -> Reply:
-    """A reply of a script that refuses nothing."""
-    decoded = _reply(reply)
-    assert isinstance(decoded, Reply), decoded
-    return decoded
+    """The reply of a script that refuses nothing."""
+    if len(reply) == 1:
+        return Reply(reply[0])
+    return Reply(reply[0], str(reply[1]), str(reply[2]) if len(reply) > 2 else "")
+
+
+def _reply(reply: Sequence[Any]) -> Reply | Refusal:
+    return _refusal(reply) if reply[0] == "err" else _tagged(reply)
 
 
 # -- the asking side --------------------------------------------------------------------------------------------
