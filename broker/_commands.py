@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
 
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
@@ -33,6 +34,8 @@ from .connection import COMMAND_TIMEOUT
 __all__ = ["Commands"]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 def _log_failure(future: asyncio.Future[Any]) -> None:
@@ -175,15 +178,26 @@ class Commands:
         self._wakeup.set()
         self._idle.clear()
 
-    async def script(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+    @overload
+    async def script(self, script: Script, keys: list[str], args: list[Any]) -> Any: ...
+
+    @overload
+    async def script(self, script: Script, keys: list[str], args: list[Any], decode: Callable[[Any], _T]) -> _T: ...
+
+    async def script(
+        self, script: Script, keys: list[str], args: list[Any], decode: Callable[[Any], Any] | None = None
+    ) -> Any:
+        """Run a script; its reply through ``decode`` (broker/_scripts.py: a binding adds no coroutine of its own)."""
         source, sha = (script.plain, script.plain_sha) if self._plain_scripts else (script.source, script.sha)
         try:
             if script.batches:
-                return await self._merged_call(sha, ("EVALSHA", sha, len(keys), *keys, *args))
-            return await self.call("EVALSHA", sha, len(keys), *keys, *args)
+                reply = await self._merged_call(sha, ("EVALSHA", sha, len(keys), *keys, *args))
+            else:
+                reply = await self.call("EVALSHA", sha, len(keys), *keys, *args)
         except NoScriptError:
             # Redis restarted or flushed its script cache; EVAL caches the script again.
-            return await self.call("EVAL", source, len(keys), *keys, *args)
+            reply = await self.call("EVAL", source, len(keys), *keys, *args)
+        return reply if decode is None else decode(reply)
 
     async def run(self) -> None:
         """Send queued commands until cancelled; the owner runs this as a background task.

@@ -7,13 +7,18 @@ Values go to Redis as given: the caller converts durations to ms, flags to the s
 
 A script's ``{'err', CODE, message}`` reply decodes to a ``Refusal``, whose ``error()`` is the
 one place such a reply becomes a ``UserQuestionError``.
+
+Records are msgspec Structs: built in C, they cost the ask path a fraction of a NamedTuple or a
+dataclass. ask.lua takes 29 items, given as three records (a call of more than 14 keyword arguments
+is compiled into a dict built and unpacked on every call).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any
+
+import msgspec
 
 from ._lua import SCRIPTS
 from .errors import UserQuestionError
@@ -23,6 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BINDINGS",
+    "AskArgv",
+    "AskEnqueue",
+    "AskKeys",
     "Asked",
     "Delivering",
     "Delivery",
@@ -59,7 +67,7 @@ Key = Annotated[str, "KEYS"]
 """a binding's parameter that is one of its script's KEYS (every other one is an ARGV)"""
 
 
-class Refusal(NamedTuple):
+class Refusal(msgspec.Struct, frozen=True, gc=False):
     """A script's ``{'err', CODE, message}``: the call changed nothing."""
 
     code: str
@@ -70,7 +78,7 @@ class Refusal(NamedTuple):
         return UserQuestionError(self.message, self.code)
 
 
-class Reply(NamedTuple):
+class Reply(msgspec.Struct, frozen=True, gc=False):
     """A script's tagged reply, ``{kind, value?, detail?}``, each item after the kind as text."""
 
     kind: str
@@ -96,7 +104,7 @@ def _reply(reply: Sequence[Any]) -> Reply | Refusal:
 # -- the asking side --------------------------------------------------------------------------------------------
 
 
-class Asked(NamedTuple):
+class Asked(msgspec.Struct, frozen=True, gc=False):
     """ask.lua's reply: ``kind`` 'ok' (``value`` the entry id), 'attached' (the previous client), 'settled' (the
     state), 'retry', or 'decided' (the outcome JSON, the Redis time and the decisions' records)."""
 
@@ -120,58 +128,67 @@ def _asked(reply: Sequence[Any]) -> Asked | Refusal:
     return Asked(kind, str(reply[1])) if len(reply) > 1 else Asked(kind)
 
 
-async def ask(
-    commands: Commands,
-    *,
-    requests: Key,
-    request: Key,
-    record: Key,
-    asklog: Key,
-    durable: Key,
-    named: Key,
-    outcome: Key | None,
-    away: Key | None,
-    rid: str,
-    body: bytes,
-    agent: str,
-    token: str,
-    client: str,
-    request_ttl: int,
-    log_max: int,
-    timeout: str,
-    gate_only: str,
-    token_sha: str,
-    key: str,
-    grace: int,
-    digest: str,
-    solo: str = "",
-    remember: str = "",
-    result_ttl: int = 0,
-    lease: str = "",
-    standbys: str = "",
-    questions: Sequence[str] = (),
-    decision_keys: Sequence[str] = (),
-    attest: str | None = None,
-) -> Asked | Refusal:
-    """ask.lua; ``outcome`` and ``away`` None: the gate only (ARGV from ``solo`` on are not sent)."""
-    if outcome is None or away is None:
-        reply = await commands.script(
-            SCRIPTS["ask"],
-            [requests, request, record, asklog, durable, named],
-            [rid, body, agent, token, client, request_ttl, log_max, timeout, gate_only, token_sha, key, grace, digest],
-        )
-        return _asked(reply)
-    argv = [rid, body, agent, token, client, request_ttl, log_max, timeout, gate_only, token_sha, key, grace, digest]
-    argv += (solo, remember, result_ttl, lease, standbys, len(questions), *questions, *decision_keys)
-    if attest is not None:
-        argv.append(attest)
-    reply = await commands.script(
-        SCRIPTS["ask"], [requests, request, record, asklog, durable, named, outcome, away], argv
-    )
-    return _asked(reply)
+class AskKeys(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """ask.lua's KEYS, the gate's and the enqueue's."""
+
+    requests: Key
+    request: Key
+    record: Key
+    asklog: Key
+    durable: Key
+    named: Key
 
 
-async def withdraw(
+class AskArgv(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """ask.lua's ARGV, the gate's and the enqueue's."""
+
+    rid: str
+    body: bytes
+    agent: str
+    token: str
+    client: str
+    request_ttl: int
+    log_max: int
+    timeout: str
+    gate_only: str
+    token_sha: str
+    key: str
+    grace: int
+    digest: str
+
+
+class AskEnqueue(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """ask.lua's KEYS and ARGV for an ask that may enqueue (not sent to check the gate only)."""
+
+    outcome: Key
+    away: Key
+    solo: str
+    remember: str
+    result_ttl: int
+    lease: str
+    standbys: str
+    questions: Sequence[str]
+    decision_keys: Sequence[str]
+    attest: str | None = None
+
+
+def ask(
+    commands: Commands, *, keys: AskKeys, argv: AskArgv, enqueue: AskEnqueue | None = None
+) -> Awaitable[Asked | Refusal]:
+    """ask.lua; without ``enqueue``, the gate only."""
+    script_keys = [*msgspec.structs.astuple(keys)]
+    script_argv = [*msgspec.structs.astuple(argv)]
+    if enqueue is not None:
+        e = enqueue
+        script_keys += (e.outcome, e.away)
+        script_argv += (e.solo, e.remember, e.result_ttl, e.lease, e.standbys, len(e.questions))
+        script_argv += (*e.questions, *e.decision_keys)
+        if e.attest is not None:
+            script_argv.append(e.attest)
+    return commands.script(SCRIPTS["ask"], script_keys, script_argv, _asked)
+
+
+def withdraw(
     commands: Commands,
     *,
     request: Key,
@@ -182,15 +199,14 @@ async def withdraw(
     reason: str,
     group: str,
     log_max: int,
-) -> Reply:
+) -> Awaitable[Reply]:
     """withdraw.lua: 'ok' | 'settled' (``value`` the state) | 'gone'."""
-    reply = await commands.script(
-        SCRIPTS["withdraw"], [request, requests, asklog], [rid, state, reason, group, log_max]
+    return commands.script(
+        SCRIPTS["withdraw"], [request, requests, asklog], [rid, state, reason, group, log_max], _tagged
     )
-    return _tagged(reply)
 
 
-async def detach(
+def detach(
     commands: Commands,
     *,
     request: Key,
@@ -201,12 +217,11 @@ async def detach(
     client: str,
     log_max: int,
     result_ttl: int,
-) -> Reply:
+) -> Awaitable[Reply]:
     """detach.lua: 'ok' | 'settled' (``value`` the state) | 'gone' | 'other'."""
-    reply = await commands.script(
-        SCRIPTS["detach"], [request, requests, away, asklog], [rid, client, log_max, result_ttl]
+    return commands.script(
+        SCRIPTS["detach"], [request, requests, away, asklog], [rid, client, log_max, result_ttl], _tagged
     )
-    return _tagged(reply)
 
 
 def settled_cleanup(
@@ -222,7 +237,11 @@ def durable_release(commands: Commands, *, durable: Key, rid: str) -> None:
     commands.fire_script(SCRIPTS["durable_release"], [durable], [rid])
 
 
-async def agent_register(
+def _registered(reply: Sequence[Any]) -> int | Refusal:
+    return int(reply[1]) if reply[0] == "ok" else _refusal(reply)
+
+
+def agent_register(
     commands: Commands,
     *,
     record: Key,
@@ -234,15 +253,21 @@ async def agent_register(
     check_owner: str,
     agent: str,
     mode: str,
-) -> int | Refusal:
+) -> Awaitable[int | Refusal]:
     """agent_register.lua: when this process registered (Redis ms), or the refusal."""
-    reply = await commands.script(
-        SCRIPTS["agent_register"], [record, owner_record, agents], [fingerprint, owner, ttl, check_owner, agent, mode]
+    return commands.script(
+        SCRIPTS["agent_register"],
+        [record, owner_record, agents],
+        [fingerprint, owner, ttl, check_owner, agent, mode],
+        _registered,
     )
-    return int(reply[1]) if reply[0] == "ok" else _refusal(reply)
 
 
-async def agent_heartbeat(
+def _one(reply: Any) -> bool:
+    return bool(reply == 1)
+
+
+def agent_heartbeat(
     commands: Commands,
     *,
     record: Key,
@@ -252,18 +277,17 @@ async def agent_heartbeat(
     agent: str,
     registered: str,
     owner: str,
-) -> bool:
+) -> Awaitable[bool]:
     """agent_heartbeat.lua: True while this process is one of the live instance's."""
-    reply = await commands.script(
-        SCRIPTS["agent_heartbeat"], [record, agents], [fingerprint, ttl, agent, registered, owner]
+    return commands.script(
+        SCRIPTS["agent_heartbeat"], [record, agents], [fingerprint, ttl, agent, registered, owner], _one
     )
-    return bool(reply == 1)
 
 
 # -- the answering side -----------------------------------------------------------------------------------------
 
 
-class Lease(NamedTuple):
+class Lease(msgspec.Struct, frozen=True, gc=False):
     """lease_acquire.lua's reply: ``epoch`` 0 when another holds the lease (``holder``'s value) for ``remaining_ms``."""
 
     epoch: int
@@ -271,7 +295,11 @@ class Lease(NamedTuple):
     holder: str = ""
 
 
-async def lease_acquire(
+def _lease(reply: Sequence[Any]) -> Lease:
+    return Lease(int(reply[0]), int(reply[1]), str(reply[2]) if len(reply) > 2 else "")
+
+
+def lease_acquire(
     commands: Commands,
     *,
     lease: Key,
@@ -282,30 +310,34 @@ async def lease_acquire(
     name: str,
     ttl: int,
     standby_ttl: int,
-) -> Lease:
-    reply = await commands.script(
-        SCRIPTS["lease_acquire"], [lease, epoch, standbys, handover], [token, name, ttl, standby_ttl]
+) -> Awaitable[Lease]:
+    return commands.script(
+        SCRIPTS["lease_acquire"], [lease, epoch, standbys, handover], [token, name, ttl, standby_ttl], _lease
     )
-    return Lease(int(reply[0]), int(reply[1]), str(reply[2]) if len(reply) > 2 else "")
 
 
-async def lease_renew(commands: Commands, *, lease: Key, standbys: Key, fence: str, ttl: int, member: str) -> bool:
+def lease_renew(commands: Commands, *, lease: Key, standbys: Key, fence: str, ttl: int, member: str) -> Awaitable[bool]:
     """lease_renew.lua: True when renewed."""
-    return bool(await commands.script(SCRIPTS["lease_renew"], [lease, standbys], [fence, ttl, member]) == 1)
+    return commands.script(SCRIPTS["lease_renew"], [lease, standbys], [fence, ttl, member], _one)
 
 
-async def lease_release(commands: Commands, *, lease: Key, signal: Key, standbys: Key, fence: str, member: str) -> bool:
+def lease_release(
+    commands: Commands, *, lease: Key, signal: Key, standbys: Key, fence: str, member: str
+) -> Awaitable[bool]:
     """lease_release.lua: True when released (False: it was not ours)."""
-    return bool(await commands.script(SCRIPTS["lease_release"], [lease, signal, standbys], [fence, member]) == 1)
+    return commands.script(SCRIPTS["lease_release"], [lease, signal, standbys], [fence, member], _one)
 
 
-async def notice_ack(commands: Commands, *, lease: Key, requests: Key, fence: str, entry: str, group: str) -> bool:
-    """notice_ack.lua: False when the lease is lost (the notice is left for the holder)."""
-    reply = await commands.script(SCRIPTS["notice_ack"], [lease, requests], [fence, entry, group])
+def _ok(reply: Sequence[Any]) -> bool:
     return bool(reply[0] == "ok")
 
 
-class Delivering(NamedTuple):
+def notice_ack(commands: Commands, *, lease: Key, requests: Key, fence: str, entry: str, group: str) -> Awaitable[bool]:
+    """notice_ack.lua: False when the lease is lost (the notice is left for the holder)."""
+    return commands.script(SCRIPTS["notice_ack"], [lease, requests], [fence, entry, group], _ok)
+
+
+class Delivering(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One entry of a deliver.lua call: its five KEYS, then its three ARGV."""
 
     request: Key
@@ -318,7 +350,7 @@ class Delivering(NamedTuple):
     want_body: str
 
 
-class Delivery(NamedTuple):
+class Delivery(msgspec.Struct, frozen=True, gc=False):
     """deliver.lua's reply for one entry: ``kind`` 'ok', 'gone' (``body`` says why) or 'moved' (``client``)."""
 
     kind: str
@@ -354,7 +386,11 @@ def _delivery(one: Sequence[Any]) -> Delivery:
     )
 
 
-async def deliver(
+def _delivered(reply: Sequence[Any]) -> list[Delivery] | Refusal:
+    return _refusal(reply) if reply[0] != "ok" else [_delivery(one) for one in reply[1]]
+
+
+def deliver(
     commands: Commands,
     *,
     lease: Key,
@@ -368,21 +404,17 @@ async def deliver(
     audit_max: int,
     liveness_grace: int,
     entries: Sequence[Delivering],
-) -> list[Delivery] | Refusal:
+) -> Awaitable[list[Delivery] | Refusal]:
     """deliver.lua: a reply per entry, in order, or the refusal of the whole read (LEASE_LOST)."""
     keys = [lease, requests, audit, away]
     argv: list[Any] = [fence, group, epoch, result_ttl, audit_max, liveness_grace]
-    for entry in entries:
-        keys += entry[:5]
-        argv += entry[5:]
-    reply = await commands.script(SCRIPTS["deliver"], keys, argv)
-    if reply[0] != "ok":
-        return _refusal(reply)
-    return [_delivery(one) for one in reply[1]]
+    for e in entries:
+        keys += (e.request, e.record, e.liveness, e.inbox, e.outcome)
+        argv += (e.entry, e.rid, e.want_body)
+    return commands.script(SCRIPTS["deliver"], keys, argv, _delivered)
 
 
-@dataclass(slots=True)
-class Settlement:
+class Settlement(msgspec.Struct, kw_only=True):
     """One settlement of a settle.lua call: its KEYS (``request`` to ``decision_keys``), then its ARGV."""
 
     request: Key
@@ -402,7 +434,11 @@ class Settlement:
     """D, the decisions remembered with it ('-1': another asker of a coalesced card), then five per decision"""
 
 
-async def settle(
+def _settled(reply: Sequence[Any]) -> list[Reply | Refusal] | Refusal:
+    return _refusal(reply) if reply[0] != "ok" else [_reply(one) for one in reply[1]]
+
+
+def settle(
     commands: Commands,
     *,
     lease: Key,
@@ -418,21 +454,25 @@ async def settle(
     result_ttl: int,
     hold_notices: str,
     settlements: Sequence[Settlement],
-) -> list[Reply | Refusal]:
-    """settle.lua: a reply per settlement, 'ok' (``value`` a client still to be told, or '') or its refusal; the
-    refusal of the whole call (LEASE_LOST) as each one's."""
+) -> Awaitable[list[Reply | Refusal] | Refusal]:
+    """settle.lua: a reply per settlement, 'ok' (``value`` a client still to be told, or '') or its refusal; or the
+    refusal of the whole call (LEASE_LOST)."""
     keys = [lease, requests, audit, decisions, decision_expiry]
     argv: list[Any] = [fence, provider, epoch, group, audit_max, result_ttl, hold_notices]
     for s in settlements:
         keys += (s.request, s.outcome_key, s.inbox, s.durable, *s.decision_keys)
         argv += (s.rid, s.state, s.outcome, s.by, s.call, s.asker, *s.decisions)
-    reply = await commands.script(SCRIPTS["settle"], keys, argv)
+    return commands.script(SCRIPTS["settle"], keys, argv, _settled)
+
+
+def _votes(reply: Sequence[Any]) -> list[Any] | Refusal:
     if reply[0] != "ok":
-        return [_refusal(reply)] * len(settlements)
-    return [_reply(one) for one in reply[1]]
+        return _refusal(reply)
+    votes: list[Any] = reply[1]
+    return votes
 
 
-async def approve(
+def approve(
     commands: Commands,
     *,
     lease: Key,
@@ -449,20 +489,21 @@ async def approve(
     verdict: str,
     provider: str,
     epoch: int,
-) -> list[Any] | Refusal:
+) -> Awaitable[list[Any] | Refusal]:
     """approve.lua: every vote so far and its time, flat (field, value, ...), or the refusal."""
-    reply = await commands.script(
+    return commands.script(
         SCRIPTS["approve"],
         [lease, request, approvals, audit],
         [fence, rid, person, vote, ttl, audit_max, policy, verdict, provider, epoch],
+        _votes,
     )
-    if reply[0] != "ok":
-        return _refusal(reply)
-    votes: list[Any] = reply[1]
-    return votes
 
 
-async def deadletter(
+def _ignored(reply: Any) -> None:
+    return None
+
+
+def deadletter(
     commands: Commands,
     *,
     requests: Key,
@@ -479,16 +520,17 @@ async def deadletter(
     rid: str,
     audit_max: int,
     fields: bytes,
-) -> None:
+) -> Awaitable[None]:
     """deadletter.lua (its reply is always 'ok')."""
-    await commands.script(
+    return commands.script(
         SCRIPTS["deadletter"],
         [requests, dead, request, outcome, inbox, audit],
         [entry, reason, group, dead_max, result_ttl, rid, audit_max, fields],
+        _ignored,
     )
 
 
-async def decision_revoke(
+def decision_revoke(
     commands: Commands,
     *,
     decisions: Key,
@@ -498,21 +540,24 @@ async def decision_revoke(
     id: str,
     by: str,
     audit_max: int,
-) -> Reply:
+) -> Awaitable[Reply]:
     """decision_revoke.lua: 'ok' | 'gone' | 'moved' (``value`` the key the index names)."""
-    reply = await commands.script(SCRIPTS["decision_revoke"], [decisions, expiry, audit, decision], [id, by, audit_max])
-    return _tagged(reply)
+    return commands.script(
+        SCRIPTS["decision_revoke"], [decisions, expiry, audit, decision], [id, by, audit_max], _tagged
+    )
 
 
-async def audit_append(commands: Commands, *, audit: Key, audit_max: int, head: str, fields: Sequence[Any]) -> Reply:
+def audit_append(
+    commands: Commands, *, audit: Key, audit_max: int, head: str, fields: Sequence[Any]
+) -> Awaitable[Reply]:
     """audit_append.lua: 'ok' (``value`` the entry id) | 'moved' (the current head; nothing written)."""
-    return _tagged(await commands.script(SCRIPTS["audit_append"], [audit], [audit_max, head, *fields]))
+    return commands.script(SCRIPTS["audit_append"], [audit], [audit_max, head, *fields], _tagged)
 
 
 # -- the maintenance worker -------------------------------------------------------------------------------------
 
 
-async def reap(
+def reap(
     commands: Commands,
     *,
     request: Key,
@@ -529,17 +574,17 @@ async def reap(
     result_ttl: int,
     audit_max: int,
     liveness_grace: int,
-) -> Reply:
+) -> Awaitable[Reply]:
     """reap.lua: 'withdrawn' or 'away' (``value`` why) | 'live' | 'stale' (the state) | 'moved' (the client)."""
-    reply = await commands.script(
+    return commands.script(
         SCRIPTS["reap"],
         [request, requests, record, liveness, inbox, outcome, audit, away],
         [rid, entry, group, result_ttl, audit_max, liveness_grace],
+        _tagged,
     )
-    return _tagged(reply)
 
 
-async def expire(
+def expire(
     commands: Commands,
     *,
     request: Key,
@@ -552,7 +597,7 @@ async def expire(
     group: str,
     result_ttl: int,
     audit_max: int,
-) -> Reply:
+) -> Awaitable[Reply]:
     """expire.lua: 'expired' (``value`` a client still to be told, or '') | 'waiting' | 'no-deadline' | 'settled' |
     'gone' | 'keyed' (``value`` the agent id, ``detail`` the key: call again with their durable key)."""
     keys = (
@@ -560,10 +605,10 @@ async def expire(
         if durable is None
         else [request, requests, outcome, inbox, audit, durable]
     )
-    return _tagged(await commands.script(SCRIPTS["expire"], keys, [rid, group, result_ttl, audit_max]))
+    return commands.script(SCRIPTS["expire"], keys, [rid, group, result_ttl, audit_max], _tagged)
 
 
-async def away_end(
+def away_end(
     commands: Commands,
     *,
     request: Key,
@@ -575,24 +620,24 @@ async def away_end(
     rid: str,
     group: str,
     audit_max: int,
-) -> Reply:
+) -> Awaitable[Reply]:
     """away_end.lua: 'expired' | 'uncollected' | 'waiting' | 'back' | 'collected' | 'gone'."""
     keys = (
         [request, requests, outcome, away, audit]
         if durable is None
         else [request, requests, outcome, away, audit, durable]
     )
-    return _tagged(await commands.script(SCRIPTS["away_end"], keys, [rid, group, audit_max]))
+    return commands.script(SCRIPTS["away_end"], keys, [rid, group, audit_max], _tagged)
 
 
-async def standbys_prune(commands: Commands, *, standbys: Key) -> int:
+def standbys_prune(commands: Commands, *, standbys: Key) -> Awaitable[int]:
     """standbys_prune.lua: how many registrations it dropped."""
-    return int(await commands.script(SCRIPTS["standbys_prune"], [standbys], []))
+    return commands.script(SCRIPTS["standbys_prune"], [standbys], [], int)
 
 
-async def audit_cursor(commands: Commands, *, cursor: Key, read_from: str, to: str) -> bool:
+def audit_cursor(commands: Commands, *, cursor: Key, read_from: str, to: str) -> Awaitable[bool]:
     """audit_cursor.lua: True when advanced (False: another worker moved it first)."""
-    return bool(await commands.script(SCRIPTS["audit_cursor"], [cursor], [read_from, to]))
+    return commands.script(SCRIPTS["audit_cursor"], [cursor], [read_from, to], bool)
 
 
 BINDINGS: dict[str, Callable[..., Awaitable[Any] | None]] = {

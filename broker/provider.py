@@ -15,7 +15,6 @@ failure ends the reader: it waits the failure out until the lease is lost.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import logging
 import re
@@ -708,7 +707,7 @@ class Provider:
             first, *_ = batch[0]
             if first.decisions[0] == _CARRIED and carrier is not None:
                 # A coalesced card split across calls: this call carries its decisions again (written once).
-                carried = dataclasses.replace(first, decision_keys=carrier[0], decisions=carrier[1])
+                carried = msgspec.structs.replace(first, decision_keys=carrier[0], decisions=carrier[1])
                 batch[0] = (carried, batch[0][1], batch[0][2])
             for settlement, _, _ in batch:
                 if settlement.decisions[0] > 0:
@@ -720,7 +719,7 @@ class Provider:
             for (settlement, _, _), outcome in zip(batch, sealed, strict=True):
                 settlement.outcome = outcome
             try:
-                replies = await scripts.settle(
+                reply = await scripts.settle(
                     self.commands,
                     lease=self.keys.provider,
                     requests=self.keys.requests,
@@ -747,6 +746,7 @@ class Provider:
                 if not isinstance(error, Exception):
                     raise
                 continue
+            replies = [reply] * len(batch) if isinstance(reply, Refusal) else reply
             for (_, _, future), one in zip(batch, replies, strict=True):
                 if not future.done():
                     future.set_result(one)

@@ -20,6 +20,7 @@ import typing
 from pathlib import Path
 from typing import Annotated, Any
 
+import msgspec
 import pytest
 
 from broker import _lua, _scripts
@@ -104,19 +105,47 @@ def _is_key(hint: Any) -> bool:
 
 
 def _hints(target: Any) -> dict[str, Any]:
-    return typing.get_type_hints(target, vars(_scripts) | {"Commands": Commands}, include_extras=True)
+    hints = typing.get_type_hints(target, vars(_scripts) | {"Commands": Commands}, include_extras=True)
+    hints.pop("return", None)
+    hints.pop("commands", None)
+    return hints
 
 
-def _record(hint: Any) -> type | None:
-    """The record type of a parameter that takes a sequence of records (deliver.lua's entries, ...)."""
+def _struct(hint: Any) -> type[msgspec.Struct] | None:
+    """The record type of a parameter that takes one (ask.lua's AskKeys, ...), or of an optional one."""
+    for candidate in (hint, *typing.get_args(hint)):
+        if isinstance(candidate, type) and issubclass(candidate, msgspec.Struct):
+            return candidate
+    return None
+
+
+def _entries(hint: Any) -> type[msgspec.Struct] | None:
+    """The record type of a parameter that takes a list of them (deliver.lua's entries, ...)."""
     if typing.get_origin(hint) is not collections.abc.Sequence:
         return None
-    (item,) = typing.get_args(hint)
-    return item if isinstance(item, type) and (hasattr(item, "_fields") or dataclasses.is_dataclass(item)) else None
+    return _struct(typing.get_args(hint)[0])
 
 
 def _is_list(hint: Any) -> bool:
     return typing.get_origin(hint) in (collections.abc.Sequence, list)
+
+
+def items(name: str) -> list[tuple[str, Any]]:
+    """A binding's named items in order: its parameters, a record's fields in its place (a list of records aside)."""
+    found: list[tuple[str, Any]] = []
+    for parameter, hint in _hints(BINDINGS[name]).items():
+        record = _struct(hint)
+        if record is None:
+            found.append((parameter, hint))
+        elif _entries(hint) is None:
+            found += _hints(record).items()
+    return found
+
+
+def _sample(record: type[msgspec.Struct], lists: str) -> msgspec.Struct:
+    """A record with each field its own name; a list field empty, or (``lists='named'``) holding its name."""
+    fields = _hints(record)
+    return record(**{f: ([f] if lists == "named" else []) if _is_list(h) else f for f, h in fields.items()})
 
 
 class _Sent(Exception):
@@ -129,7 +158,7 @@ class Recorder:
     def __init__(self) -> None:
         self.sent: list[tuple[Script, list[Any], list[Any]]] = []
 
-    async def script(self, script: Script, keys: list[Any], args: list[Any]) -> Any:
+    async def script(self, script: Script, keys: list[Any], args: list[Any], decode: Any = None) -> Any:
         self.sent.append((script, list(keys), list(args)))
         raise _Sent
 
@@ -137,13 +166,19 @@ class Recorder:
         self.sent.append((script, list(keys), list(args)))
 
 
-def sent_by(name: str, **overrides: Any) -> tuple[list[Any], list[Any]]:
-    """The KEYS and ARGV binding ``name`` sends with each parameter its own name (a list: empty)."""
-    binding = BINDINGS[name]
-    hints = _hints(binding)
-    named = {p: [] if _is_list(hints[p]) else p for p in inspect.signature(binding).parameters if p != "commands"}
+def sent_by(name: str, *, one_entry: bool = False) -> tuple[list[Any], list[Any]]:
+    """The KEYS and ARGV binding ``name`` sends with each item its own name (a list empty; entries: none, or one)."""
+    named: dict[str, Any] = {}
+    for parameter, hint in _hints(BINDINGS[name]).items():
+        entry, record = _entries(hint), _struct(hint)
+        if entry is not None:
+            named[parameter] = [_sample(entry, "named")] if one_entry else []
+        elif record is not None:
+            named[parameter] = _sample(record, "empty")
+        else:
+            named[parameter] = [] if _is_list(hint) else parameter
     recorder = Recorder()
-    call = binding(recorder, **(named | overrides))
+    call = BINDINGS[name](recorder, **named)
     if inspect.iscoroutine(call):
         with pytest.raises(_Sent):
             call.send(None)
@@ -160,42 +195,42 @@ def test_every_script_has_one_binding() -> None:
 def test_a_binding_names_its_scripts_keys_and_argv_in_header_order(name: str) -> None:
     contract = header(name)
     binding = BINDINGS[name]
-    hints = _hints(binding)
-    parameters = [p for p in inspect.signature(binding).parameters if p != "commands"]
-    assert all(inspect.signature(binding).parameters[p].kind is inspect.Parameter.KEYWORD_ONLY for p in parameters)
-    keys = [p for p in parameters if _is_key(hints[p])]
-    assert parameters[: len(keys)] == keys, "KEYS come first"
-    argv = parameters[len(keys) :]
-    records = [p for p in parameters if _record(hints[p]) is not None]
-    for kind, named in (("KEYS", keys), ("ARGV", argv)):
-        assert named[: len(contract.fixed[kind])] == contract.fixed[kind]
-        for rest in named[len(contract.fixed[kind]) :]:  # lists and optional items after the numbered ones
-            assert rest in records or re.search(rf"\b{rest}\b", contract.text), f"{name}.lua does not name {rest}"
+    parameters = inspect.signature(binding).parameters
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for n, p in parameters.items() if n != "commands")
+    kinds = [_is_key(hint) for hint in _hints(binding).values() if _struct(hint) is None]
+    assert kinds == sorted(kinds, reverse=True), "KEYS come first"
+    named = items(name)
+    keys = [item for item, hint in named if _is_key(hint)]
+    argv = [item for item, hint in named if not _is_key(hint)]
+    for kind, in_order in (("KEYS", keys), ("ARGV", argv)):
+        assert in_order[: len(contract.fixed[kind])] == contract.fixed[kind]
+        for rest in in_order[len(contract.fixed[kind]) :]:  # lists and optional items after the numbered ones
+            assert re.search(rf"\b{rest}\b", contract.text), f"{name}.lua does not name {rest}"
+    hints = dict(named)
 
-    def sent(parameter: str, numbered: list[str]) -> list[Any]:
-        """What a parameter set to its name (or to an empty list) sends: a list numbered in the header, its length."""
-        if not _is_list(hints[parameter]):
-            return [parameter]
-        return [0] if parameter in numbered else []
+    def sent(item: str, numbered: list[str]) -> list[Any]:
+        """What an item set to its name (or to an empty list) sends: a list numbered in the header, its length."""
+        if not _is_list(hints[item]):
+            return [item]
+        return [0] if item in numbered else []
 
     sent_keys, sent_args = sent_by(name)
-    assert sent_keys == [item for p in keys for item in sent(p, contract.fixed["KEYS"])]
-    assert sent_args == [item for p in argv for item in sent(p, contract.fixed["ARGV"])]
+    assert sent_keys == [value for item in keys for value in sent(item, contract.fixed["KEYS"])]
+    assert sent_args == [value for item in argv for value in sent(item, contract.fixed["ARGV"])]
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if any(_record(h) for h in _hints(BINDINGS[n]).values())])
+@pytest.mark.parametrize("name", [n for n in NAMES if any(_entries(h) for h in _hints(BINDINGS[n]).values())])
 def test_a_bindings_entries_are_the_headers_repeated_items(name: str) -> None:
     """deliver.lua's five KEYS and three ARGV per entry, settle.lua's per settlement, ..."""
     contract = header(name)
-    ((parameter, record),) = [(p, r) for p, h in _hints(BINDINGS[name]).items() if (r := _record(h)) is not None]
+    (record,) = [entry for h in _hints(BINDINGS[name]).values() if (entry := _entries(h)) is not None]
     fields = _hints(record)
-    entry = record(**{field: [field] if _is_list(hint) else field for field, hint in fields.items()})
-    sent_keys, sent_args = sent_by(name, **{parameter: [entry]})
     keys = [field for field, hint in fields.items() if _is_key(hint)]
     argv = [field for field in fields if field not in keys]
     assert list(fields)[: len(keys)] == keys, "KEYS come first"
     assert keys == contract.repeated["KEYS"]
     assert argv == contract.repeated["ARGV"]
+    sent_keys, sent_args = sent_by(name, one_entry=True)
     assert sent_keys[len(contract.fixed["KEYS"]) :] == keys
     assert sent_args[len(contract.fixed["ARGV"]) :] == argv
 
