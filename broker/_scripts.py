@@ -1,16 +1,17 @@
 """One typed binding per Lua script: its KEYS and ARGV by name, in its header's order, and its reply decoded.
 
 A binding's keyword parameters are the names its script's contract header gives ``KEYS[i]`` and
-``ARGV[i]`` (those annotated ``Key`` are KEYS), in that order; a sequence parameter is a list
-the header describes after them. tests/test_script_bindings.py holds each binding to its header.
-Values go to Redis as given: the caller converts durations to ms, flags to the script's strings.
+``ARGV[i]``, those annotated ``Key`` being KEYS, in the header's order; a record parameter
+(ask.lua's ``AskKeys``, ...) stands for its fields, and a list of records for the items the
+header repeats per entry. tests/test_script_bindings.py holds each binding to its header. Values
+go to Redis as given: the caller converts durations to ms and flags to the script's strings. A
+binding returns ``Commands.script``'s awaitable, which decodes the reply: no coroutine of its own.
 
 A script's ``{'err', CODE, message}`` reply decodes to a ``Refusal``, whose ``error()`` is the
 one place such a reply becomes a ``UserQuestionError``.
 
-Records are msgspec Structs: built in C, they cost the ask path a fraction of a NamedTuple or a
-dataclass. ask.lua takes 29 items, given as three records (a call of more than 14 keyword arguments
-is compiled into a dict built and unpacked on every call).
+Records are msgspec Structs, built in C. ask.lua's 29 items come as three records: a call of more
+than 14 keyword arguments is compiled into a dict built and unpacked on every call.
 """
 
 from __future__ import annotations

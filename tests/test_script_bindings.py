@@ -2,9 +2,9 @@
 
 A header names each of its script's KEYS and ARGV, one a line: ``-- KEYS[2] requests  the requests stream``
 (ask.lua: ``-- KEYS[2] k.request ...``); an item repeated per entry is numbered from the entry's first,
-``-- KEYS[k + 1] record ...``. broker/_scripts.py binds each script: its keyword parameters are those
-names, KEYS (annotated ``Key``) first, each in the header's order. Each binding is called here with every
-parameter set to its own name, and what it would send is compared with the header.
+``-- KEYS[k + 1] record ...``. broker/_scripts.py binds each script: its keyword parameters (a record's
+fields in its place) are those names, KEYS annotated ``Key``, each in the header's order. Each binding is
+called here with every item set to its own name, and what it would send is compared with the header.
 
 broker/_lua.py loads every script; each names the helpers it uses (``--! include _audit``) and the
 include line is replaced by the helper's code, so that a script's line numbers are its file's.
