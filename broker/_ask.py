@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ._commands import SCRIPTS
+from . import _scripts as scripts
 from ._keys import TOMBSTONE_MS
 from ._redis_errors import unavailable
+from ._scripts import Asked, Refusal
 from .agents import Agent
 from .decisions import decision_keys, decision_setters, verified_decisions
 from .errors import (
@@ -49,6 +50,8 @@ _Withdrawal = Literal["withdrawn", "aborted", "timed_out"]
 
 _KEY = re.compile(r"^[^\x00-\x20\x7f]{1,200}$")
 _ATTACH_TRIES = 5
+_NOT_ASKED = Asked("")
+"""the reply of an ask whose ask.lua call did not return (it was cancelled and the withdrawal found an outcome)"""
 
 
 @dataclass(frozen=True)
@@ -143,65 +146,61 @@ async def ask_script(
     named: str | None = None,
     routing: _Routing = _Routing(),
     wire: bytes | None = None,
-) -> Any:
-    """Run ask.lua (KEYS and ARGV in its contract header's order); a keyed ask names the durable key's request as
-    it read it (``named``)."""
+) -> Asked | Refusal:
+    """Run ask.lua; a keyed ask names the durable key's request as it read it (``named``)."""
     body = wire if wire is not None else encode(request)
     keys = broker.keys
     request_key = keys.request(request_id)
-    script_keys = [
-        keys.requests,
-        request_key,
-        keys.agent(agent.id) if agent is not None else request_key,
-        keys.asklog,
-        keys.durable(request.agent, durable.key) if durable is not None else request_key,
-        keys.request(named) if named else request_key,
-    ]
-    remembered: list[Any] = []
-    if not gate_only:  # ask.lua's KEYS[7] and ARGV[14..]: coalescing, the provider check, remembered decisions
-        lookup = routing.remember and routing.lookup
-        script_keys += [keys.outcome(request_id), keys.away]
-        found = decision_keys(keys, request) if lookup else []
-        looked_up = len(found) // 2
-        remembered = [
-            "" if routing.coalesce else "solo",
-            ("1" if routing.lookup else "x") if routing.remember else "0",
-            int(broker._provider_settings.result_ttl * 1000),
-            keys.provider,  # read-only keys come in ARGV (broker/roles.py: the asker may only read them)
-            keys.standbys,
-            looked_up,
-            *(item.id for item in request.questions[:looked_up]),
-            *found,
-        ]
-        if broker.attest_key is not None and agent is not None:  # ask.lua's attestation, after the decisions
-            remembered.append(
-                broker.attest_key.attest(
-                    namespace=broker.namespace,
-                    request_id=request_id,
-                    request_sha=hashlib.sha256(body).hexdigest(),
-                    agent=agent.id,
-                    client=broker.client_id,
-                )
-            )
-    return await broker.commands.script(
-        SCRIPTS["ask"],
-        script_keys,
-        [
-            request_id,
-            b"" if gate_only else body,
-            agent.id if agent is not None else "",
-            agent.token if agent is not None else "",
-            broker.client_id,
-            int(broker.request_ttl * 1000),
-            broker._provider_settings.audit_maxlen,
-            timeout_ms,
-            "1" if gate_only else "0",
-            agent.fingerprint if agent is not None else "",
-            durable.key if durable is not None else "",
-            durable.grace_ms if durable is not None else 0,
-            durable.digest(body) if durable is not None else "",
-            *remembered,
-        ],
+    found = decision_keys(keys, request) if routing.remember and routing.lookup and not gate_only else []
+    looked_up = len(found) // 2
+    attest = None
+    if not gate_only and broker.attest_key is not None and agent is not None:  # checked by the provider
+        attest = broker.attest_key.attest(
+            namespace=broker.namespace,
+            request_id=request_id,
+            request_sha=hashlib.sha256(body).hexdigest(),
+            agent=agent.id,
+            client=broker.client_id,
+        )
+    return await scripts.ask(
+        broker.commands,
+        keys=scripts.AskKeys(
+            requests=keys.requests,
+            request=request_key,
+            record=keys.agent(agent.id) if agent is not None else request_key,
+            asklog=keys.asklog,
+            durable=keys.durable(request.agent, durable.key) if durable is not None else request_key,
+            named=keys.request(named) if named else request_key,
+        ),
+        argv=scripts.AskArgv(
+            rid=request_id,
+            body=b"" if gate_only else body,
+            agent=agent.id if agent is not None else "",
+            token=agent.token if agent is not None else "",
+            client=broker.client_id,
+            request_ttl=int(broker.request_ttl * 1000),
+            log_max=broker._provider_settings.audit_maxlen,
+            timeout=timeout_ms,
+            gate_only="1" if gate_only else "0",
+            token_sha=agent.fingerprint if agent is not None else "",
+            key=durable.key if durable is not None else "",
+            grace=durable.grace_ms if durable is not None else 0,
+            digest=durable.digest(body) if durable is not None else "",
+        ),
+        enqueue=None
+        if gate_only
+        else scripts.AskEnqueue(
+            outcome=keys.outcome(request_id),
+            away=keys.away,
+            solo="" if routing.coalesce else "solo",
+            remember=("1" if routing.lookup else "x") if routing.remember else "0",
+            result_ttl=int(broker._provider_settings.result_ttl * 1000),
+            lease=keys.provider,  # read-only keys come in ARGV (broker/roles.py: the asker may only read them)
+            standbys=keys.standbys,
+            questions=[item.id for item in request.questions[:looked_up]] if looked_up else (),
+            decision_keys=found,
+            attest=attest,
+        ),
     )
 
 
@@ -374,7 +373,7 @@ class _Ask:
         inbox = broker._inbox
         assert inbox is not None
         decided: AskUserQuestionAnswer | None = None
-        reply: Any = ("",)
+        reply = _NOT_ASKED
         future = self.future = inbox.expect(self.request_id)
         broker._asks[self.request_id] = self
         try:
@@ -384,7 +383,7 @@ class _Ask:
                     remaining = self.deadline - asyncio.get_running_loop().time()
                     timeout_ms = str(max(1, int(remaining * 1000)))
                 if self.durable is None:
-                    reply = await ask_script(
+                    asked = await ask_script(
                         broker,
                         self.request,
                         self.agent,
@@ -394,18 +393,19 @@ class _Ask:
                         wire=self.wire,
                     )
                 else:
-                    reply = await self._ask_keyed(timeout_ms)
+                    asked = await self._ask_keyed(timeout_ms)
                     future = self.future or future
-                kept = await self._kept_outcome(reply[1]) if reply[0] == "settled" else None
-                if reply[0] == "decided":  # a remembered decision answered it in the script
+                if isinstance(asked, Refusal):
+                    raise asked.error()
+                reply = asked
+                kept = await self._kept_outcome(reply.value) if reply.kind == "settled" else None
+                if reply.kind == "decided":  # a remembered decision answered it in the script
                     decided = self._verified_decision(reply)
                     outcome = ""
                 elif kept is not None:
                     outcome = kept
                 else:
-                    if reply[0] not in ("ok", "attached", "settled"):
-                        raise UserQuestionError(reply[2], reply[1])
-                    if reply[0] == "ok":
+                    if reply.kind == "ok":
                         self._to(AskState.WAITING)
                     inbox.enqueued(self.request_id)
                     # Shielded: cancelling this task must not cancel the future the inbox resolves.
@@ -432,14 +432,16 @@ class _Ask:
         # The request's keys go only now, after the ask call returned: a retried ask can then
         # never land after them and enqueue the question again.
         broker._forget_settled(self.request_id)
-        if self.durable is not None and reply[0] != "decided":  # received: the key names nothing any more
-            broker._fire_script(
-                "durable_release", [broker.keys.durable(self.request.agent, self.durable.key)], [self.request_id]
+        commands = broker._open_commands  # None once closed: a clean-up is dropped then
+        if self.durable is not None and reply.kind != "decided" and commands is not None:
+            # received: the key names nothing any more
+            scripts.durable_release(
+                commands, durable=broker.keys.durable(self.request.agent, self.durable.key), rid=self.request_id
             )
-        if reply[0] == "decided":
+        if reply.kind == "decided":
             if decided is not None:
                 broker.remembered_answers += 1
-                broker.last_remembered_by = decision_setters(list(reply[3]) if len(reply) > 3 else [])
+                broker.last_remembered_by = decision_setters(list(reply.records))
                 return answered(decided, ", ".join(broker.last_remembered_by))
             # No trusted key signed what the lookup found for this request: a human answers, as a new request.
             broker._rejected(self.request_id, "a remembered decision", "asking a human instead")
@@ -486,13 +488,13 @@ class _Ask:
         self._checked = (outcome, decoded)
         return True
 
-    def _verified_decision(self, reply: Any) -> AskUserQuestionAnswer | None:
+    def _verified_decision(self, reply: Asked) -> AskUserQuestionAnswer | None:
         broker = self.broker
-        records = list(reply[3]) if len(reply) > 3 else []
-        now_ms = int(reply[2]) if len(reply) > 2 else 0
-        return verified_decisions(broker.trusted_keys, broker.namespace, self.request, records, now_ms)
+        return verified_decisions(
+            broker.trusted_keys, broker.namespace, self.request, list(reply.records), reply.now_ms
+        )
 
-    async def _ask_keyed(self, timeout_ms: str) -> Any:
+    async def _ask_keyed(self, timeout_ms: str) -> Asked | Refusal:
         """ask.lua for a keyed ask: a new request, or the key's own one re-attached.
 
         The durable key is read first (a script may touch only the keys it is given); the
@@ -538,18 +540,22 @@ class _Ask:
             finally:
                 if named is not None:
                     broker._attaching.pop(named, None)
-            if reply[0] == "retry":
+            if isinstance(reply, Refusal):
+                if named is not None:
+                    inbox.forget(named)
+                return reply
+            if reply.kind == "retry":
                 if named is not None:
                     inbox.forget(named)
                 continue
-            if reply[0] in ("attached", "settled") and named is not None and attach is not None:
+            if reply.kind in ("attached", "settled") and named is not None and attach is not None:
                 inbox.forget(self.request_id)
                 del broker._asks[self.request_id]
                 self.request_id, self.future = named, attach
                 broker._asks[named] = self
                 self._to(AskState.REATTACHED)
-                if reply[0] == "attached" and reply[1] and reply[1] != broker.client_id:
-                    self._tell_replaced(reply[1])
+                if reply.kind == "attached" and reply.value and reply.value != broker.client_id:
+                    self._tell_replaced(reply.value)
             elif named is not None:
                 inbox.forget(named)
             return reply
@@ -602,13 +608,19 @@ class _Ask:
         except Exception as error:
             log.warning("could not withdraw request %s: %r (housekeeping reaps it)", self.request_id, error)
 
-    async def _detach(self, request_id: str) -> Any:
+    async def _detach(self, request_id: str) -> scripts.Reply:
         broker, keys = self.broker, self.broker.keys
         settings = broker._provider_settings
-        return await broker.commands.script(
-            SCRIPTS["detach"],
-            [keys.request(request_id), keys.requests, keys.away, keys.asklog],
-            [request_id, broker.client_id, settings.audit_maxlen, int(settings.result_ttl * 1000)],
+        return await scripts.detach(
+            broker.commands,
+            request=keys.request(request_id),
+            requests=keys.requests,
+            away=keys.away,
+            asklog=keys.asklog,
+            rid=request_id,
+            client=broker.client_id,
+            log_max=settings.audit_maxlen,
+            result_ttl=int(settings.result_ttl * 1000),
         )
 
     async def _withdraw(self, future: asyncio.Future[str]) -> str | None:
@@ -622,33 +634,34 @@ class _Ask:
             await self._detach(self.attached_unsure)
         if self.durable is not None and self.withdrawal == "withdrawn":
             # A keyed ask is given up only by an abort or a timeout; otherwise it is detached.
-            reply = await self._detach(self.request_id)
-            if reply[0] != "settled":
+            detached = await self._detach(self.request_id)
+            if detached.kind != "settled":
                 self._to(AskState.DETACHED)
                 return _outcome_of(future)
             outcome_key = keys.outcome(self.request_id)
             outcome: str | None = await broker.commands.call("GET", outcome_key)
             return outcome if outcome is not None and self.accepts(outcome) else _outcome_of(future)
-        reply = await broker.commands.script(
-            SCRIPTS["withdraw"],
-            [keys.request(self.request_id), keys.requests, keys.asklog],
-            [
-                self.request_id,
-                self.withdrawal,
-                f"the asker {self.withdrawal}",
-                "providers",
-                broker._provider_settings.audit_maxlen,
-            ],
+        withdrawn = await scripts.withdraw(
+            broker.commands,
+            request=keys.request(self.request_id),
+            requests=keys.requests,
+            asklog=keys.asklog,
+            rid=self.request_id,
+            state=self.withdrawal,
+            reason=f"the asker {self.withdrawal}",
+            group="providers",
+            log_max=broker._provider_settings.audit_maxlen,
         )
-        if reply[0] != "settled":
+        if withdrawn.kind != "settled":
             return _outcome_of(future)
         outcome_key = keys.outcome(self.request_id)
         outcome = await broker.commands.call("GET", outcome_key)
         if outcome is None or not self.accepts(outcome):
             return _outcome_of(future)  # the inbox waiter took the outcome meanwhile
-        if broker._commands is not None and broker._open:
+        commands = broker._open_commands
+        if commands is not None:
             cleanup = [keys.request(self.request_id), outcome_key]
-            broker._commands.fire_script(SCRIPTS["settled_cleanup"], cleanup, [TOMBSTONE_MS, broker.client_id])
+            scripts.settled_cleanup(commands, settled=cleanup, tombstone=TOMBSTONE_MS, client=broker.client_id)
         return outcome
 
 

@@ -19,121 +19,23 @@ its caller gets ``BROKER_UNAVAILABLE``. Any other Redis error goes to its caller
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import re
-from importlib import resources
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
 
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
 
 from ._backoff import Backoff
+from ._lua import Script
 from ._redis_errors import is_transient, unavailable
 from .connection import COMMAND_TIMEOUT
 
-__all__ = ["SCRIPTS", "Commands", "Script"]
+__all__ = ["Commands"]
 
 log = logging.getLogger(__name__)
 
-
-class Script:
-    """A Lua script from ``broker/scripts``; run by SHA, reloaded after NOSCRIPT.
-
-    Each starts with ``#!lua`` so that Redis 7 refuses it on a read-only replica (READONLY,
-    which a Sentinel client turns into a reconnect to the master) rather than answering
-    from the replica's state. ``plain`` is the same script without that line, for fakeredis,
-    which does not know it.
-    """
-
-    __slots__ = ("batches", "name", "plain", "plain_sha", "sha", "source")
-
-    def __init__(self, name: str, *, batches: bool = False) -> None:
-        self.name = name
-        self.batches = batches
-        """takes several calls in one: ARGV[1] '*', ARGV[2] n, then n (key count, argument count) pairs"""
-        self.source = _with_library(resources.files(__package__).joinpath("scripts", f"{name}.lua").read_text())
-        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
-        self.plain = self.source.removeprefix("#!lua\n")
-        self.plain_sha = hashlib.sha1(self.plain.encode()).hexdigest()
-
-    def __repr__(self) -> str:
-        return f"Script({self.name!r})"
-
-
-def _one_line(library: str) -> str:
-    """A helper file's code on one line: its comment lines dropped, the rest joined."""
-    code = [line.strip() for line in library.splitlines() if line.strip() and not line.strip().startswith("--")]
-    if any("--" in line for line in code):
-        raise ValueError("a script helper may have whole-line comments only: it is joined onto one line")
-    return " ".join(code)
-
-
-_LIBRARIES = (
-    "_audit",
-    "_away",
-    "_restart",
-    "_agent_beat",
-    "_ask_gate",
-    "_ask_attach",
-    "_ask_decisions",
-    "_ask_enqueue",
-)
-"""the helper files (``scripts/_*.lua``), in the order they are put in front of a script"""
-
-
-def _library(name: str) -> tuple[str, tuple[str, ...]]:
-    """A helper's code on one line, and the functions it defines (a script that calls one includes it)."""
-    source = resources.files(__package__).joinpath("scripts", f"{name}.lua").read_text()
-    return _one_line(source), tuple(re.findall(r"^local function (\w+)\(", source, re.M))
-
-
-_HELPERS = {name: _library(name) for name in _LIBRARIES}
-
-
-def _with_library(source: str) -> str:
-    """The script with the helpers it calls (``scripts/_*.lua``) in front of its second line.
-
-    Every audit entry is chained by one helper (``_audit.lua``, no copy of it per script), and
-    ask.lua's steps (gate, re-attach, decisions, enqueue) are helpers of their own, each readable
-    alone; put in front of a line rather than on lines of their own, so an error's line number is
-    still the script file's (an error inside a helper reports the script's line 2).
-    """
-    used = [
-        code
-        for code, functions in _HELPERS.values()
-        if any(re.search(rf"(?<![\w.]){function}\(", source) for function in functions)
-    ]
-    if not used:
-        return source
-    shebang, rest = source.split("\n", 1)
-    if not shebang.startswith("#!"):
-        raise ValueError("a script that calls a helper starts with #!lua; the helpers go in front of the next line")
-    return f"{shebang}\n{' '.join(used)} {rest}"
-
-
-SCRIPTS = {
-    name: Script(name, batches=name == "ask")
-    for name in (
-        "ask",
-        "deliver",
-        "settle",
-        "approve",
-        "withdraw",
-        "detach",
-        "deadletter",
-        "lease_acquire",
-        "lease_renew",
-        "lease_release",
-        "agent_register",
-        "agent_heartbeat",
-        "notice_ack",
-        "settled_cleanup",
-        "durable_release",
-        "decision_revoke",
-        "audit_append",
-    )
-}
+_T = TypeVar("_T")
 
 
 def _log_failure(future: asyncio.Future[Any]) -> None:
@@ -276,15 +178,26 @@ class Commands:
         self._wakeup.set()
         self._idle.clear()
 
-    async def script(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+    @overload
+    async def script(self, script: Script, keys: list[str], args: list[Any]) -> Any: ...
+
+    @overload
+    async def script(self, script: Script, keys: list[str], args: list[Any], decode: Callable[[Any], _T]) -> _T: ...
+
+    async def script(
+        self, script: Script, keys: list[str], args: list[Any], decode: Callable[[Any], Any] | None = None
+    ) -> Any:
+        """Run a script; its reply through ``decode`` (broker/_scripts.py: a binding adds no coroutine of its own)."""
         source, sha = (script.plain, script.plain_sha) if self._plain_scripts else (script.source, script.sha)
         try:
             if script.batches:
-                return await self._merged_call(sha, ("EVALSHA", sha, len(keys), *keys, *args))
-            return await self.call("EVALSHA", sha, len(keys), *keys, *args)
+                reply = await self._merged_call(sha, ("EVALSHA", sha, len(keys), *keys, *args))
+            else:
+                reply = await self.call("EVALSHA", sha, len(keys), *keys, *args)
         except NoScriptError:
             # Redis restarted or flushed its script cache; EVAL caches the script again.
-            return await self.call("EVAL", source, len(keys), *keys, *args)
+            reply = await self.call("EVAL", source, len(keys), *keys, *args)
+        return reply if decode is None else decode(reply)
 
     async def run(self) -> None:
         """Send queued commands until cancelled; the owner runs this as a background task.

@@ -30,8 +30,9 @@ from collections.abc import Callable
 
 from redis.asyncio import Redis, RedisCluster
 
+from . import _scripts as scripts
 from ._backoff import Backoff
-from ._commands import SCRIPTS, Commands
+from ._commands import Commands
 from ._keys import TOMBSTONE_MS, Keys
 from ._redis_errors import is_transient
 from .errors import ASK_TIMED_OUT, BROKER_UNAVAILABLE, UserQuestionError
@@ -256,10 +257,12 @@ class Inbox:
             if future is not None and not future.done():
                 future.set_result(outcome)
             elif future is None:  # nobody here waits for it (any more): clean up, unless a keyed asker may re-attach
-                self._commands.fire_script(
-                    SCRIPTS["settled_cleanup"],
-                    [self._keys.request(request_id), self._keys.outcome(request_id)],
-                    [TOMBSTONE_MS, self._client_id, "unclaimed"],
+                scripts.settled_cleanup(
+                    self._commands,
+                    settled=[self._keys.request(request_id), self._keys.outcome(request_id)],
+                    tombstone=TOMBSTONE_MS,
+                    client=self._client_id,
+                    unclaimed="unclaimed",
                 )
         if bare:  # housekeeping's notices carry no outcome
             await self._resolve(bare)

@@ -20,7 +20,8 @@ import logging
 import secrets
 from typing import TYPE_CHECKING
 
-from ._commands import SCRIPTS, Commands
+from . import _scripts as scripts
+from ._commands import Commands
 from ._keys import Keys
 from ._redis_errors import is_transient
 
@@ -94,24 +95,26 @@ class Agent:
         """``Broker.attach``: keep a text a question names by its SHA-256 (the digest returned)."""
         return await self._broker.attach(text)
 
-    async def register(self, commands: Commands, keys: Keys, ttl: float) -> list[str]:
-        owner_key = keys.agent(self.owner) if self.owner else keys.agent(self.id)
-        reply = await commands.script(
-            SCRIPTS["agent_register"],
-            [keys.agent(self.id), owner_key, keys.agents],
-            [
-                self._fingerprint,
-                self.owner or "",
-                int(ttl * 1000),
-                "1" if self.owner else "0",
-                self.id,
-                "restart" if self.restart else "join",
-            ],
+    async def register(self, commands: Commands, keys: Keys, ttl: float) -> scripts.Refusal | None:
+        """Add this process to the agent's record; the refusal when the script refused it."""
+        registered = await scripts.agent_register(
+            commands,
+            record=keys.agent(self.id),
+            owner_record=keys.agent(self.owner) if self.owner else keys.agent(self.id),
+            agents=keys.agents,
+            fingerprint=self._fingerprint,
+            owner=self.owner or "",
+            ttl=int(ttl * 1000),
+            check_owner="1" if self.owner else "0",
+            agent=self.id,
+            mode="restart" if self.restart else "join",
         )
-        self.alive = reply[0] == "ok"
-        if self.alive:
-            self._registered = str(reply[1])
-        return list(reply)
+        if isinstance(registered, scripts.Refusal):
+            self.alive = False
+            return registered
+        self.alive = True
+        self._registered = str(registered)
+        return None
 
     async def heartbeat(self, commands: Commands, keys: Keys, ttl: float) -> None:
         """Refresh this process's entry every third of its TTL until cancelled or superseded.
@@ -125,10 +128,15 @@ class Agent:
         while True:
             await asyncio.sleep(ttl / 3)
             try:
-                held = await commands.script(
-                    SCRIPTS["agent_heartbeat"],
-                    [keys.agent(self.id), keys.agents],
-                    [self._fingerprint, int(ttl * 1000), self.id, self._registered, self.owner or ""],
+                held = await scripts.agent_heartbeat(
+                    commands,
+                    record=keys.agent(self.id),
+                    agents=keys.agents,
+                    fingerprint=self._fingerprint,
+                    ttl=int(ttl * 1000),
+                    agent=self.id,
+                    registered=self._registered,
+                    owner=self.owner or "",
                 )
             except Exception as error:
                 log.log(
@@ -141,7 +149,7 @@ class Agent:
                     log.warning("agent %s missed its heartbeats for %.0fs: not live until one succeeds", self.id, ttl)
                     self.alive = False
                 continue
-            if held != 1:
+            if not held:
                 log.warning("agent %s restarted: this process is no longer one of its live instance's", self.id)
                 self.alive = False
                 return
@@ -150,8 +158,13 @@ class Agent:
 
     async def remove(self, commands: Commands, keys: Keys) -> None:
         self.alive = False
-        await commands.script(
-            SCRIPTS["agent_heartbeat"],
-            [keys.agent(self.id), keys.agents],
-            [self._fingerprint, "0", self.id, self._registered, self.owner or ""],
+        await scripts.agent_heartbeat(
+            commands,
+            record=keys.agent(self.id),
+            agents=keys.agents,
+            fingerprint=self._fingerprint,
+            ttl="0",
+            agent=self.id,
+            registered=self._registered,
+            owner=self.owner or "",
         )

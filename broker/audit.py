@@ -31,7 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from ._commands import SCRIPTS, Commands
+from . import _scripts as scripts
+from ._commands import Commands
 from ._keys import Keys
 from .signing import SigningKey, TrustedKeys
 
@@ -94,11 +95,10 @@ async def checkpoint(
             return None
         signature = key.sign_checkpoint(checkpoint_message(keys.namespace, entry_id, chain))
         fields = ["event", "checkpoint", "at", entry_id, "sealed", chain, "key", key.id, "sig", signature]
-        reply = await commands.script(
-            SCRIPTS["audit_append"], [keys.audit], [maxlen, head, *fields, "provider", provider, "epoch", epoch]
-        )
-        if reply[0] == "ok":
-            return str(reply[1])
+        fields += ("provider", provider, "epoch", epoch)
+        reply = await scripts.audit_append(commands, audit=keys.audit, audit_max=maxlen, head=head, fields=fields)
+        if reply.kind == "ok":
+            return reply.value
         # Another entry came first: sign the new head, so a checkpoint always seals all before it.
     log.info("audit checkpoint of %s skipped: the audit kept moving", keys.namespace)
     return None

@@ -14,8 +14,9 @@ import msgspec
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
+from . import _scripts as scripts
 from ._ask import DEFAULT_ROUTING, Answerer, Next, _Ask, _Durable, _durable, _Routing, ask_script
-from ._commands import SCRIPTS, Commands
+from ._commands import Commands
 from ._ids import UniqueIds
 from ._inbox import Inbox
 from ._keys import TOMBSTONE_MS, Keys
@@ -331,12 +332,12 @@ class Broker:
             keys = [
                 key for i in ids[start : start + _CLEANUP_BATCH] for key in (self.keys.request(i), self.keys.outcome(i))
             ]
-            self._commands.fire_script(SCRIPTS["settled_cleanup"], keys, [TOMBSTONE_MS, self.client_id])
+            scripts.settled_cleanup(self._commands, settled=keys, tombstone=TOMBSTONE_MS, client=self.client_id)
 
-    def _fire_script(self, name: str, keys: list[str], args: list[Any]) -> None:
-        """Queue a clean-up script nobody waits for; dropped once the broker is closed."""
-        if self._commands is not None and self._open:
-            self._commands.fire_script(SCRIPTS[name], keys, args)
+    @property
+    def _open_commands(self) -> Commands | None:
+        """The commands a clean-up nobody waits for goes through; None once the broker is closed (it is dropped)."""
+        return self._commands if self._open else None
 
     def _fire(self, *args: Any) -> None:
         """Queue a clean-up command nobody waits for; dropped once the broker is closed."""
@@ -366,11 +367,11 @@ class Broker:
         agent = Agent(self, agent_id, owner_id, restart=restart)
         commands = self.commands
         try:
-            reply = await agent.register(commands, self.keys, self.agent_ttl)
+            refused = await agent.register(commands, self.keys, self.agent_ttl)
         except (RedisError, OSError) as error:
             raise unavailable(error, "registering the agent") from error
-        if reply[0] != "ok":
-            raise UserQuestionError(reply[2], reply[1])
+        if refused is not None:
+            raise refused.error()
         self._agents[agent_id] = agent
         try:
             async with running(lambda: agent.heartbeat(commands, self.keys, self.agent_ttl)):
@@ -506,8 +507,8 @@ class Broker:
 
     async def _gate(self, request: AskUserQuestionRequest, agent: Agent) -> None:
         reply = await ask_script(self, request, agent, "", gate_only=True)
-        if reply[0] != "ok":
-            raise UserQuestionError(reply[2], reply[1])
+        if isinstance(reply, scripts.Refusal):
+            raise reply.error()
 
     # -- attachments ----------------------------------------------------------------------
 

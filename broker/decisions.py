@@ -28,7 +28,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from ._commands import SCRIPTS, Commands
+from . import _scripts as scripts
+from ._commands import Commands
 from ._keys import Keys
 from .errors import BAD_ANSWER, BAD_REQUEST, UserQuestionError
 from .signing import SigningKey, TrustedKeys, decision_message
@@ -299,13 +300,18 @@ async def revoke_decision(commands: Commands, keys: Keys, decision_id: str, *, b
         key = await commands.call("HGET", keys.decisions, decision_id)
         if key is None:
             return False
-        reply = await commands.script(
-            SCRIPTS["decision_revoke"],
-            [keys.decisions, keys.decision_expiry, keys.audit, key],
-            [decision_id, by, audit_maxlen],
+        reply = await scripts.decision_revoke(
+            commands,
+            decisions=keys.decisions,
+            expiry=keys.decision_expiry,
+            audit=keys.audit,
+            decision=key,
+            id=decision_id,
+            by=by,
+            audit_max=audit_maxlen,
         )
-        if reply[0] != "moved":
-            return bool(reply[0] == "ok")
+        if reply.kind != "moved":
+            return reply.kind == "ok"
     return False
 
 

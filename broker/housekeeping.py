@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ._commands import Script
+from . import _scripts as scripts
 from ._keys import GROUP
 from .types import decode_request
 
@@ -57,11 +57,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _PAGE = 256
-_REAP = Script("reap")
-_EXPIRE = Script("expire")
-_PRUNE = Script("standbys_prune")
-_CURSOR = Script("audit_cursor")
-_AWAY_END = Script("away_end")
 _JUDGED = ("state", "client", "agent", "agent_fp", "away", "deadline")
 """the request hash's fields a paced round reads to tell whether reap.lua or expire.lua has anything to do"""
 
@@ -171,47 +166,46 @@ async def _reap(broker: Broker, asks: list[tuple[str, dict[str, str]]], report: 
     keys = broker.keys
     settings = broker._provider_settings
 
-    async def reap(entry_id: str, fields: dict[str, str]) -> Any:
-        rid, client, agent = fields["rid"], fields["client"], fields.get("agent", "")
+    async def reap(entry_id: str, fields: dict[str, str]) -> scripts.Reply:
+        rid, agent = fields["rid"], fields.get("agent", "")
         request_key = keys.request(rid)
-        reply: Any = None
+
+        async def judged_as(client: str) -> scripts.Reply:
+            return await scripts.reap(
+                broker.commands,
+                request=request_key,
+                requests=keys.requests,
+                record=keys.agent(agent) if agent else request_key,
+                liveness=keys.client(client),
+                inbox=keys.inbox(client),
+                outcome=keys.outcome(rid),
+                audit=keys.audit,
+                away=keys.away,
+                rid=rid,
+                entry=entry_id,
+                group=GROUP,
+                result_ttl=int(settings.result_ttl * 1000),
+                audit_max=settings.audit_maxlen,
+                liveness_grace=int(settings.liveness_grace * 1000),
+            )
+
         # The entry's client is who asked first; the hash names who asks now (a keyed ask re-attached): reap.lua
         # says 'moved' when they differ, and is called again with the hash's.
-        for _ in range(3):
-            reply = await broker.commands.script(
-                _REAP,
-                [
-                    request_key,
-                    keys.requests,
-                    keys.agent(agent) if agent else request_key,
-                    keys.client(client),
-                    keys.inbox(client),
-                    keys.outcome(rid),
-                    keys.audit,
-                    keys.away,
-                ],
-                [
-                    rid,
-                    entry_id,
-                    GROUP,
-                    int(settings.result_ttl * 1000),
-                    settings.audit_maxlen,
-                    int(settings.liveness_grace * 1000),
-                ],
-            )
-            if reply[0] != "moved":
+        reply = await judged_as(fields["client"])
+        for _ in range(2):
+            if reply.kind != "moved":
                 break
-            client = reply[1]
+            reply = await judged_as(reply.value)
         return reply
 
     calls = [reap(entry_id, fields) for entry_id, fields in asks]
     for (_, fields), reply in zip(asks, await asyncio.gather(*calls), strict=True):
-        if reply[0] == "withdrawn":
+        if reply.kind == "withdrawn":
             report.withdrawn.append(fields["rid"])
-            _log_end(broker, "withdrew", fields, reply[1])
-        elif reply[0] == "stale":
+            _log_end(broker, "withdrew", fields, reply.value)
+        elif reply.kind == "stale":
             report.stale_entries += 1
-        elif reply[0] == "away":
+        elif reply.kind == "away":
             report.away.append(fields["rid"])
 
 
@@ -228,20 +222,26 @@ async def end_away(broker: Broker) -> list[str]:
         named = await asyncio.gather(*(broker.commands.call("HMGET", keys.request(rid), "agent", "key") for rid in due))
         replies = await asyncio.gather(
             *(
-                broker.commands.script(
-                    _AWAY_END,
-                    [keys.request(rid), keys.requests, keys.outcome(rid), keys.away, keys.audit]
-                    + ([keys.durable(agent or None, key)] if key else []),
-                    [rid, GROUP, broker._provider_settings.audit_maxlen],
+                scripts.away_end(
+                    broker.commands,
+                    request=keys.request(rid),
+                    requests=keys.requests,
+                    outcome=keys.outcome(rid),
+                    away=keys.away,
+                    audit=keys.audit,
+                    durable=keys.durable(agent or None, key) if key else None,
+                    rid=rid,
+                    group=GROUP,
+                    audit_max=broker._provider_settings.audit_maxlen,
                 )
                 for rid, (agent, key) in zip(due, named, strict=True)
             )
         )
         for rid, reply in zip(due, replies, strict=True):
-            if reply[0] == "expired":
+            if reply.kind == "expired":
                 ended.append(rid)
                 log.info("request %s in %s ended: its asker stayed away past the grace", rid, keys.namespace)
-        if len(due) < _PAGE or all(reply[0] == "waiting" for reply in replies):
+        if len(due) < _PAGE or all(reply.kind == "waiting" for reply in replies):
             return ended
 
 
@@ -258,21 +258,34 @@ async def _expire(broker: Broker, asks: list[dict[str, str]], report: Housekeepi
     keys = broker.keys
     settings = broker._provider_settings
 
-    async def expire(fields: dict[str, str]) -> Any:
+    async def expire(fields: dict[str, str]) -> scripts.Reply:
         rid = fields["rid"]
-        request_keys = [keys.request(rid), keys.requests, keys.outcome(rid), keys.inbox(fields["client"]), keys.audit]
-        args = [rid, GROUP, int(settings.result_ttl * 1000), settings.audit_maxlen]
-        reply = await broker.commands.script(_EXPIRE, request_keys, args)
-        if reply[0] == "keyed":  # past its deadline: again with its durable key, released as it ends
-            durable = keys.durable(reply[1] or None, reply[2])
-            reply = await broker.commands.script(_EXPIRE, [*request_keys, durable], args)
+
+        async def expired_with(durable: str | None) -> scripts.Reply:
+            return await scripts.expire(
+                broker.commands,
+                request=keys.request(rid),
+                requests=keys.requests,
+                outcome=keys.outcome(rid),
+                inbox=keys.inbox(fields["client"]),
+                audit=keys.audit,
+                durable=durable,
+                rid=rid,
+                group=GROUP,
+                result_ttl=int(settings.result_ttl * 1000),
+                audit_max=settings.audit_maxlen,
+            )
+
+        reply = await expired_with(None)
+        if reply.kind == "keyed":  # past its deadline: again with its durable key, released as it ends
+            reply = await expired_with(keys.durable(reply.value or None, reply.detail))
         return reply
 
     calls = [expire(fields) for fields in asks]
     for fields, reply in zip(asks, await asyncio.gather(*calls), strict=True):
-        if reply[0] == "expired":
-            if len(reply) > 1 and reply[1]:  # a keyed ask re-attached from another process: tell that one
-                inbox = keys.inbox(reply[1])
+        if reply.kind == "expired":
+            if reply.value:  # a keyed ask re-attached from another process: tell that one
+                inbox = keys.inbox(reply.value)
                 await broker.commands.call("RPUSH", inbox, fields["rid"])
                 await broker.commands.call("PEXPIRE", inbox, int(settings.result_ttl * 1000))
             report.expired.append(fields["rid"])
@@ -373,8 +386,7 @@ async def trim_audit(broker: Broker, maxlen: int | None = None) -> int:
 
 async def drop_stale_standbys(broker: Broker) -> int:
     """Remove standby registrations that were not refreshed in time; returns how many."""
-    dropped: int = await broker.commands.script(_PRUNE, [broker.keys.standbys], [])
-    return dropped
+    return await scripts.standbys_prune(broker.commands, standbys=broker.keys.standbys)
 
 
 async def dead_letter_count(broker: Broker) -> int:
@@ -523,7 +535,7 @@ async def _digest_stream(broker: Broker, stream: str, cursor_key: str, batch: in
         page = await broker.commands.call("XRANGE", stream, f"({cursor}" if cursor else "-", "+", "COUNT", batch)
         if not page:
             break
-        if not await broker.commands.script(_CURSOR, [cursor_key], [cursor or "", page[-1][0]]):
+        if not await scripts.audit_cursor(broker.commands, cursor=cursor_key, read_from=cursor or "", to=page[-1][0]):
             return ended or None
         asked: dict[str, int] = {}
         ends: list[tuple[str, str, int]] = []

@@ -27,14 +27,16 @@ import msgspec
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError, ResponseError
 
+from . import _scripts as scripts
 from . import audit
 from ._backoff import Backoff
-from ._commands import SCRIPTS, Commands
+from ._commands import Commands
 from ._ids import UniqueIds
 from ._keys import GROUP, Keys
 from ._members import Members
 from ._redis_errors import is_transient, unavailable
 from ._schedule import Lineup, Schedule, request_fingerprint
+from ._scripts import Delivering, Refusal, Reply, Settlement
 from .decisions import Remember, check_remember, settle_extension, why_not_rememberable
 from .errors import (
     ASK_CANCELLED,
@@ -87,8 +89,8 @@ class ProviderSettings:
         return max(0.2, self.lease_ttl / 2)
 
 
-_Settlement = tuple[list[str], list[Any], Seal]
-"""one settlement's settle.lua keys and arguments, and what seals its outcome"""
+_Settlement = tuple[Settlement, Seal]
+"""one settlement's part of a settle.lua call, and what seals its outcome"""
 _CARRIED = -1
 """settle.lua's D for a coalesced card's later asker: the card's decisions go with it when the first asker's
 request was no longer pending"""
@@ -354,23 +356,22 @@ class PendingRequest:
         self, member: _Member, state: str, outcome: str, by: str, extra_keys: list[str], extra_args: list[Any]
     ) -> _Settlement:
         keys, request_id = self._provider.keys, member.request_id
+        request_key = keys.request(request_id)
         return (
-            [
-                keys.request(request_id),
-                keys.outcome(request_id),
-                keys.inbox(member.client_id),
-                keys.durable(member.request.agent, member.durable) if member.durable else keys.request(request_id),
-                *extra_keys,
-            ],
-            [
-                member.request_id,
-                state,
-                outcome,
-                by,
-                self._provider.settle_call_ids.next(),
-                "verified" if member.verified else "claimed",
-                *extra_args,
-            ],
+            Settlement(
+                request=request_key,
+                outcome_key=keys.outcome(request_id),
+                inbox=keys.inbox(member.client_id),
+                durable=keys.durable(member.request.agent, member.durable) if member.durable else request_key,
+                decision_keys=extra_keys,
+                rid=member.request_id,
+                state=state,
+                outcome=outcome,
+                by=by,
+                call=self._provider.settle_call_ids.next(),
+                asker="verified" if member.verified else "claimed",
+                decisions=extra_args,
+            ),
             Seal(
                 request_id,
                 member.request_sha,
@@ -382,29 +383,31 @@ class PendingRequest:
             ),
         )
 
-    async def _settled(self, members: list[_Member], settlements: list[_Settlement], replies: list[Any]) -> None:
+    async def _settled(
+        self, members: list[_Member], settlements: list[_Settlement], replies: list[Reply | Refusal]
+    ) -> None:
         """Forget the settled askers (and those already gone); raise when none was settled here."""
         provider = self._provider
         refused: UserQuestionError | None = None
         settled: list[tuple[_Member, str]] = []
         tell: list[tuple[_Member, str, str]] = []
         """settled askers still to be told: (member, outcome, the client the request hash names)"""
-        for member, (_, args, _), reply in zip(members, settlements, replies, strict=True):
-            if reply[0] == "ok":
-                settled.append((member, args[2]))
-                if len(reply) > 1 and reply[1]:
-                    tell.append((member, args[2], str(reply[1])))
+        for member, (settlement, _), reply in zip(members, settlements, replies, strict=True):
+            if isinstance(reply, Reply):  # 'ok'
+                settled.append((member, settlement.outcome))
+                if reply.value:
+                    tell.append((member, settlement.outcome, reply.value))
                 provider.forget(member.request_id)
                 continue
-            if reply[1] == LEASE_LOST:
+            if reply.code == LEASE_LOST:
                 provider.fenced()
-                raise UserQuestionError(reply[2], reply[1])
-            if reply[1] == NOT_PENDING:  # withdrawn, lapsed or settled meanwhile: it leaves the card
+                raise reply.error()
+            if reply.code == NOT_PENDING:  # withdrawn, lapsed or settled meanwhile: it leaves the card
                 shown = provider._shown.get(member.request_id) is self
                 provider.forget(member.request_id)
                 if shown and self._leave(member.request_id):
                     self._set_withdrawn()  # its last asker: the UI takes the card down
-            refused = refused or UserQuestionError(reply[2], reply[1])
+            refused = refused or reply.error()
         if refused is not None and (not settled or refused.code != NOT_PENDING):
             raise refused
         settings = provider.settings
@@ -489,7 +492,7 @@ class Provider:
         self._lineup: Lineup[PendingRequest] = Lineup()
         """the live cards in ``pending``'s order"""
         self._wake = asyncio.Event()
-        self._settles: list[tuple[list[str], list[Any], Seal, asyncio.Future[Any]]] = []
+        self._settles: list[tuple[Settlement, Seal, asyncio.Future[Reply | Refusal]]] = []
         self._settler: asyncio.Future[None] | None = None
         self.settle_call_ids = UniqueIds()
         """one per settle.lua settlement, so that a retry after a lost reply recognises its own"""
@@ -680,16 +683,16 @@ class Provider:
             pending._fingerprint = fingerprint
         return pending
 
-    async def settle_all(self, settlements: list[_Settlement]) -> list[Any]:
+    async def settle_all(self, settlements: list[_Settlement]) -> list[Reply | Refusal]:
         """Settlements (a coalesced card's askers) through settle.lua, a reply for each.
 
         Those queued meanwhile go in the same call, sealed together under one signature.
         """
         loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[Any]] = []
-        for keys, args, seal in settlements:
+        futures: list[asyncio.Future[Reply | Refusal]] = []
+        for settlement, seal in settlements:
             futures.append(loop.create_future())
-            self._settles.append((keys, args, seal, futures[-1]))
+            self._settles.append((settlement, seal, futures[-1]))
         if self._settler is None or self._settler.done():
             self._settler = asyncio.ensure_future(self._send_settles())
         if len(futures) == 1:  # the usual case; gather's machinery was 5 % of a busy provider's CPU
@@ -701,41 +704,39 @@ class Provider:
         carrier: tuple[list[str], list[Any]] | None = None  # the last decisions sent: their keys, D and arguments
         while self._settles:
             batch, self._settles = self._settles[:_SETTLE_BATCH], self._settles[_SETTLE_BATCH:]
-            keys: list[str] = [
-                self.keys.provider,
-                self.keys.requests,
-                self.keys.audit,
-                self.keys.decisions,
-                self.keys.decision_expiry,
-            ]
-            args: list[Any] = [
-                self.fence,
-                self.name,
-                self.epoch,
-                GROUP,
-                settings.audit_maxlen,
-                int(settings.result_ttl * 1000),
-                "1" if settings.min_replicas else "0",
-            ]
-            first_keys, first_args, *_ = batch[0]
-            if first_args[6] == _CARRIED and carrier is not None:
+            first, *_ = batch[0]
+            if first.decisions[0] == _CARRIED and carrier is not None:
                 # A coalesced card split across calls: this call carries its decisions again (written once).
-                batch[0] = (first_keys[:4] + carrier[0], [*first_args[:6], *carrier[1]], batch[0][2], batch[0][3])
-            for settle_keys, settle_args, _, _ in batch:
-                if settle_args[6] > 0:
-                    carrier = (settle_keys[4:], settle_args[6:])
+                carried = msgspec.structs.replace(first, decision_keys=carrier[0], decisions=carrier[1])
+                batch[0] = (carried, batch[0][1], batch[0][2])
+            for settlement, _, _ in batch:
+                if settlement.decisions[0] > 0:
+                    carrier = (settlement.decision_keys, settlement.decisions)
             # Sealed once per batch, before the first send: a retry after a lost reply sends the same bytes.
             sealed = seal_outcomes(
-                self._signing_key, self.keys.namespace, self.epoch, self.redis_ms(), [s for _, _, s, _ in batch]
+                self._signing_key, self.keys.namespace, self.epoch, self.redis_ms(), [s for _, s, _ in batch]
             )
-            for (settle_keys, settle_args, _, _), outcome in zip(batch, sealed, strict=True):
-                settle_args[2] = outcome
-                keys += settle_keys
-                args += settle_args
+            for (settlement, _, _), outcome in zip(batch, sealed, strict=True):
+                settlement.outcome = outcome
             try:
-                reply = await self.commands.script(SCRIPTS["settle"], keys, args)
+                reply = await scripts.settle(
+                    self.commands,
+                    lease=self.keys.provider,
+                    requests=self.keys.requests,
+                    audit=self.keys.audit,
+                    decisions=self.keys.decisions,
+                    decision_expiry=self.keys.decision_expiry,
+                    fence=self.fence,
+                    provider=self.name,
+                    epoch=self.epoch,
+                    group=GROUP,
+                    audit_max=settings.audit_maxlen,
+                    result_ttl=int(settings.result_ttl * 1000),
+                    hold_notices="1" if settings.min_replicas else "0",
+                    settlements=[settlement for settlement, _, _ in batch],
+                )
             except BaseException as error:
-                for _, _, _, future in batch:
+                for _, _, future in batch:
                     if future.done():
                         continue
                     if isinstance(error, asyncio.CancelledError):
@@ -745,8 +746,8 @@ class Provider:
                 if not isinstance(error, Exception):
                     raise
                 continue
-            replies = [reply] * len(batch) if reply[0] != "ok" else reply[1]
-            for (_, _, _, future), one in zip(batch, replies, strict=True):
+            replies = [reply] * len(batch) if isinstance(reply, Refusal) else reply
+            for (_, _, future), one in zip(batch, replies, strict=True):
                 if not future.done():
                     future.set_result(one)
 
@@ -765,17 +766,20 @@ class Provider:
             await asyncio.sleep(ttl / 3)
             try:
                 async with asyncio.timeout_at(valid_until):
-                    renewed = await self.commands.script(
-                        SCRIPTS["lease_renew"],
-                        [self.keys.provider, self.keys.standbys],
-                        [self.fence, int(ttl * 1000), f"{self.token}:{self.name}"],
+                    renewed = await scripts.lease_renew(
+                        self.commands,
+                        lease=self.keys.provider,
+                        standbys=self.keys.standbys,
+                        fence=self.fence,
+                        ttl=int(ttl * 1000),
+                        member=f"{self.token}:{self.name}",
                     )
             except Exception as error:
                 log.warning("lease renewal failed: %r", error)
                 if loop.time() >= valid_until:
                     self.fenced()
                 continue
-            if renewed != 1:
+            if not renewed:
                 self.fenced()
             else:
                 valid_until = loop.time() + ttl
@@ -961,10 +965,15 @@ class Provider:
 
         A ``back`` notice may name the request's new asking process: settlements go to it.
         """
-        acked = await self.commands.script(
-            SCRIPTS["notice_ack"], [self.keys.provider, self.keys.requests], [self.fence, entry_id, GROUP]
+        acked = await scripts.notice_ack(
+            self.commands,
+            lease=self.keys.provider,
+            requests=self.keys.requests,
+            fence=self.fence,
+            entry=entry_id,
+            group=GROUP,
         )
-        if acked[0] != "ok":
+        if not acked:
             self.fenced()
             return False
         card = self._shown.get(request_id)
@@ -1014,39 +1023,48 @@ class Provider:
         self, asks: list[tuple[str, dict[str, str], str, str]], shown: list[tuple[PendingRequest, bool]]
     ) -> list[tuple[str, dict[str, str], str, str]]:
         keys = self.keys
-        script_keys = [keys.provider, keys.requests, keys.audit, keys.away]
-        args: list[Any] = [
-            self.fence,
-            GROUP,
-            self.epoch,
-            int(self.settings.result_ttl * 1000),
-            self.settings.audit_maxlen,
-            int(self.settings.liveness_grace * 1000),
-        ]
+        entries = []
         for entry_id, fields, request_id, client_id in asks:
             agent_id = fields.get("agent", "")
             request_key = keys.request(request_id)
-            script_keys += [
-                request_key,
-                keys.agent(agent_id) if agent_id else request_key,
-                keys.client(client_id),
-                keys.inbox(client_id),
-                keys.outcome(request_id),
-            ]
-            args += [entry_id, request_id, "0" if "request" in fields else "1"]
-        reply = await self.commands.script(SCRIPTS["deliver"], script_keys, args)
-        if reply[0] != "ok":
+            entries.append(
+                Delivering(
+                    request=request_key,
+                    record=keys.agent(agent_id) if agent_id else request_key,
+                    liveness=keys.client(client_id),
+                    inbox=keys.inbox(client_id),
+                    outcome=keys.outcome(request_id),
+                    entry=entry_id,
+                    rid=request_id,
+                    want_body="0" if "request" in fields else "1",
+                )
+            )
+        deliveries = await scripts.deliver(
+            self.commands,
+            lease=keys.provider,
+            requests=keys.requests,
+            audit=keys.audit,
+            away=keys.away,
+            fence=self.fence,
+            group=GROUP,
+            epoch=self.epoch,
+            result_ttl=int(self.settings.result_ttl * 1000),
+            audit_max=self.settings.audit_maxlen,
+            liveness_grace=int(self.settings.liveness_grace * 1000),
+            entries=entries,
+        )
+        if isinstance(deliveries, Refusal):
             self.fenced()
             return []
         moved: list[tuple[str, dict[str, str], str, str]] = []
-        for (entry_id, fields, request_id, client_id), one in zip(asks, reply[1], strict=True):
-            if one[0] == "moved":
-                moved.append((entry_id, fields, request_id, str(one[1])))
+        for (entry_id, fields, request_id, client_id), one in zip(asks, deliveries, strict=True):
+            if one.kind == "moved":
+                moved.append((entry_id, fields, request_id, str(one.client)))
                 continue
-            if one[0] == "gone":
-                log.info("request %s not presented: %s", request_id, one[1])
+            if one.kind == "gone":
+                log.info("request %s not presented: %s", request_id, one.body)
                 continue
-            raw: str = fields.get("request") or one[1]
+            raw: str = fields.get("request") or one.body  # type: ignore[assignment]
             try:
                 request = decode_request(raw)
                 check_request(request, self.settings.limits)
@@ -1054,21 +1072,21 @@ class Provider:
                 await self._dead_letter(entry_id, fields, f"undeliverable request: {error}")
                 continue
             # the hash's word (who asks, the opt-outs), the entry's only for a hash written before it had them
-            remember = str(one[8]) if len(one) > 8 and one[8] else fields.get("remember", "1")
-            coalesce = str(one[9]) if len(one) > 9 and one[9] else fields.get("coalesce", "1")
+            remember = one.remember or fields.get("remember", "1")
+            coalesce = one.coalesce or fields.get("coalesce", "1")
             pending = PendingRequest(
                 self,
                 request_id=request_id,
                 request=request,
                 request_sha=hashlib.sha256(raw.encode()).hexdigest(),
-                client_id=str(one[7]) if len(one) > 7 else client_id,
-                created_ms=int(one[3]),
+                client_id=one.client if one.client is not None else client_id,
+                created_ms=one.created_ms,
                 entry_id=entry_id,
-                asker_away=len(one) > 5 and one[5] == "1",
-                durable=str(one[6]) if len(one) > 6 else "",
+                asker_away=one.away,
+                durable=one.key,
                 opted_out=remember == "0",
                 attestation=fields.get("attest", ""),
-                deadline_ms=int(one[10]) if len(one) > 10 and one[10] else None,
+                deadline_ms=one.deadline_ms,
             )
             member = pending._members[0]
             member.verified = self._attested(member)
@@ -1094,26 +1112,22 @@ class Provider:
         request_id, client_id = fields.get("rid", ""), fields.get("client", "")
         known = bool(_ID.match(request_id) and _ID.match(client_id))
         log.warning("dead-lettering stream entry %s: %s", entry_id, reason)
-        await self.commands.script(
-            SCRIPTS["deadletter"],
-            [
-                keys.requests,
-                keys.dead,
-                keys.request(request_id) if known else keys.dead,
-                keys.outcome(request_id) if known else keys.dead,
-                keys.inbox(client_id) if known else keys.dead,
-                keys.audit,
-            ],
-            [
-                entry_id,
-                reason,
-                GROUP,
-                self.settings.dead_maxlen,
-                int(self.settings.result_ttl * 1000),
-                request_id if known else "",
-                self.settings.audit_maxlen,
-                encode(fields),
-            ],
+        await scripts.deadletter(
+            self.commands,
+            requests=keys.requests,
+            dead=keys.dead,
+            request=keys.request(request_id) if known else keys.dead,
+            outcome=keys.outcome(request_id) if known else keys.dead,
+            inbox=keys.inbox(client_id) if known else keys.dead,
+            audit=keys.audit,
+            entry=entry_id,
+            reason=reason,
+            group=GROUP,
+            dead_max=self.settings.dead_maxlen,
+            result_ttl=int(self.settings.result_ttl * 1000),
+            rid=request_id if known else "",
+            audit_max=self.settings.audit_maxlen,
+            fields=encode(fields),
         )
 
 
@@ -1148,18 +1162,24 @@ async def acquire_lease(
     backoff = Backoff(first=0.05, cap=2.0)
     try:
         while True:
-            reply = await commands.script(
-                SCRIPTS["lease_acquire"],
-                [keys.provider, keys.epoch, keys.standbys, keys.handover],
-                [token, name, ttl_ms, ttl_ms * 3 if standby else 0],
+            lease = await scripts.lease_acquire(
+                commands,
+                lease=keys.provider,
+                epoch=keys.epoch,
+                standbys=keys.standbys,
+                handover=keys.handover,
+                token=token,
+                name=name,
+                ttl=ttl_ms,
+                standby_ttl=ttl_ms * 3 if standby else 0,
             )
-            epoch, remaining_ms = int(reply[0]), int(reply[1])
+            epoch, remaining_ms = lease.epoch, lease.remaining_ms
             if epoch:
                 if await replicated(commands, settings, f"the lease of {keys.namespace}"):
                     return token, epoch
                 await asyncio.sleep(backoff.next())
                 continue
-            holder = _holder_name(reply[2])
+            holder = _holder_name(lease.holder)
             if not standby:
                 raise UserQuestionError(
                     f"provider {holder!r} is already active in namespace {keys.namespace!r}", DUPLICATE_PROVIDER
@@ -1202,10 +1222,13 @@ async def replicated(commands: Commands, settings: ProviderSettings, what: str) 
 
 
 async def release_lease(commands: Commands, keys: Keys, provider: Provider) -> None:
-    await commands.script(
-        SCRIPTS["lease_release"],
-        [keys.provider, keys.lease_signal, keys.standbys],
-        [provider.fence, f"{provider.token}:{provider.name}"],
+    await scripts.lease_release(
+        commands,
+        lease=keys.provider,
+        signal=keys.lease_signal,
+        standbys=keys.standbys,
+        fence=provider.fence,
+        member=f"{provider.token}:{provider.name}",
     )
 
 

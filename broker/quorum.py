@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ._commands import SCRIPTS
+from . import _scripts as scripts
 from .decisions import Decision, Remember
 from .errors import BAD_ANSWER, LEASE_LOST, NOT_APPROVER, UserQuestionError
 from .provider import PendingRequest
@@ -337,27 +337,28 @@ async def vote(
         message=message,
     )
     keys, settings = provider.keys, provider.settings
-    reply = await provider.commands.script(
-        SCRIPTS["approve"],
-        [keys.provider, keys.request(pending.request_id), keys.approvals(pending.request_id), keys.audit],
-        [
-            provider.fence,
-            pending.request_id,
-            by,
-            msgspec.json.encode(record).decode(),
-            int(settings.result_ttl * 1000),
-            settings.audit_maxlen,
-            policy.name,
-            "approve" if record.approving else "decline",
-            provider.name,
-            provider.epoch,
-        ],
+    votes = await scripts.approve(
+        provider.commands,
+        lease=keys.provider,
+        request=keys.request(pending.request_id),
+        approvals=keys.approvals(pending.request_id),
+        audit=keys.audit,
+        fence=provider.fence,
+        rid=pending.request_id,
+        person=by,
+        vote=msgspec.json.encode(record).decode(),
+        ttl=int(settings.result_ttl * 1000),
+        audit_max=settings.audit_maxlen,
+        policy=policy.name,
+        verdict="approve" if record.approving else "decline",
+        provider=provider.name,
+        epoch=provider.epoch,
     )
-    if reply[0] != "ok":
-        if reply[1] == LEASE_LOST:
+    if isinstance(votes, scripts.Refusal):
+        if votes.code == LEASE_LOST:
             provider.fenced()
-        raise UserQuestionError(reply[2], reply[1])
-    result = tally(policy, policies.voters(policy, escalated), _votes(reply[1]), escalated)
+        raise votes.error()
+    result = tally(policy, policies.voters(policy, escalated), _votes(votes), escalated)
     await settle(pending, result)
     return result
 

@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError, NoPermissionError
 
 from broker import Broker, Remember, UserQuestionError
-from broker._commands import SCRIPTS
+from broker._lua import SCRIPTS
 from broker.connection import redis_from_url
 from broker.errors import BROKER_UNAVAILABLE
 from tests.helpers import KEYS, one_question, pick

@@ -16,7 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import Agent, Broker, PendingRequest, Provider, Remember, UserQuestionError
-from broker._commands import SCRIPTS
+from broker._lua import SCRIPTS
 from broker.errors import BAD_ANSWER, CALLER_NOT_LIVE
 from broker.housekeeping import end_away, reap_abandoned, run_housekeeping
 from tests.faultproxy import FaultProxy

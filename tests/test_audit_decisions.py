@@ -19,7 +19,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import Remember
-from broker._commands import SCRIPTS
+from broker._lua import SCRIPTS
 from broker.audit import HUMAN_EVENTS, AuditReport, chain_of, verify
 from broker.housekeeping import trim_audit
 from broker.signing import TrustedKeys

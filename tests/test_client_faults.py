@@ -16,7 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import UserQuestionError
-from broker._commands import SCRIPTS
+from broker._lua import SCRIPTS
 from broker.errors import ASK_TIMED_OUT, BAD_REQUEST, BROKER_UNAVAILABLE
 from tests.faultproxy import FaultProxy
 from tests.helpers import KEYS, one_question, pick

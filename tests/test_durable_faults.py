@@ -12,7 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import Broker, UserQuestionError
-from broker._commands import SCRIPTS
+from broker._lua import SCRIPTS
 from broker.errors import BROKER_UNAVAILABLE
 from tests.faultproxy import FaultProxy
 from tests.helpers import one_question, pick

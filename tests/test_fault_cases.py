@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from broker import UserQuestionError
-from broker._commands import SCRIPTS
+from broker._lua import SCRIPTS
 from tests.faultproxy import FaultProxy
 from tests.helpers import one_question, pick
 from tests.redis_server import RedisServer

@@ -19,7 +19,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import Broker, Remember, SigningKey, namespace_status
-from broker._commands import SCRIPTS
+from broker._lua import SCRIPTS
 from broker.decisions import question_fingerprint
 from broker.types import encode
 from tests.helpers import one_question, pick, plan_review

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from broker._commands import Script
 from broker._keys import GROUP
+from broker._lua import Script
 from tests.test_script_invariants import RESULT_MS, Namespace, delivered_request, holder, ns, outcome, redis_ms
 
 __all__ = ["ns"]  # the fixture the tests use

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import pytest
 from redis.asyncio import Redis
 
-from broker._commands import SCRIPTS
 from broker._keys import Keys
+from broker._lua import SCRIPTS
 from tests.faultproxy import FaultProxy
 from tests.redis_server import RedisServer
 from tests.workers.procs import Worker, env_for, run_qbroker

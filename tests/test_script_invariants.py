@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from broker._commands import SCRIPTS
 from broker._keys import GROUP, Keys
+from broker._lua import SCRIPTS
 
 pytestmark = pytest.mark.timeout(20)
 

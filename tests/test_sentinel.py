@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ReadOnlyError, ResponseError
 
 from broker import Broker, Provider, UserQuestionError
-from broker._commands import SCRIPTS
+from broker._lua import SCRIPTS
 from tests.helpers import KEYS, one_question, pick
 from tests.sentinel import SentinelGroup
 from tests.test_ask import code_of, next_pending

@@ -1,6 +1,6 @@
 -- _agent_beat: a process's beat in its agent's record (agent_register.lua, agent_heartbeat.lua).
--- Not a script of its own: broker/_commands.py puts it in front of the second line of each script that calls
--- agent_beat, on one line; so no comment may follow code here.
+-- Not a script of its own: a script that calls agent_beat includes it (a line '--! include _agent_beat', which
+-- broker/_lua.py replaces with this code on one line); so no comment may follow code here.
 -- agent_beat(agent record key, agents index key, token fingerprint, agent id, now: Redis ms, ttl: ms)
 -- The process's field 'p:<fingerprint>' says when it lapses; the record lives as long as its longest-lived process,
 -- and the index scores the agent id by when the record expires (a status read needs no SCAN).

@@ -1,8 +1,8 @@
 -- _ask_attach: a keyed ask re-attaches to its key's request while that lives (pending, or settled and not yet
 -- collected). The request hash is the record of who asks (docs/architecture.md): the re-attach rewrites its
 -- 'client', 'agent_fp', 'deadline' and opt-outs ('remember', 'coalesce'), and clears 'away'.
--- Not a script of its own: broker/_commands.py puts it in front of ask.lua's second line, on one line; so no
--- comment may follow code here.
+-- Not a script of its own: ask.lua includes it (a line '--! include _ask_attach', which broker/_lua.py replaces with
+-- this code on one line); so no comment may follow code here.
 -- ask_attach(k, a, fp, deadline) (k, a: ask.lua's named KEYS and ARGV; fp the agent token's fingerprint; deadline
 -- the asker's, Redis ms or '') returns ask.lua's reply when the key decides the ask, nil for a new question:
 --   {'retry'}                   the durable key changed since the asker read it (k.named is not what it names)

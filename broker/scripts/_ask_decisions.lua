@@ -1,6 +1,6 @@
 -- _ask_decisions: remembered decisions (issue 15) answer an ask in ask.lua when every question has a live one.
--- Not a script of its own: broker/_commands.py puts it in front of ask.lua's second line, on one line; so no
--- comment may follow code here.
+-- Not a script of its own: ask.lua includes it (a line '--! include _ask_decisions', which broker/_lua.py replaces with
+-- this code on one line); so no comment may follow code here.
 -- ask_decided(k, a, fp, now) (k, a: ask.lua's named KEYS and ARGV; fp the agent token's fingerprint; now Redis ms)
 -- returns {'decided', outcome JSON, now, records}, or nil when the ask is not looked up (a.remember is not '1', or
 -- no question is: a.questions empty) or a question has no live decision.
@@ -33,7 +33,7 @@ local function ask_decided(k, a, fp, now)
   end
   local decided = '{"answer":{"answers":[' .. table.concat(items, ',') .. ']}}'
   local by = 'decision:' .. table.concat(ids, ',')
-  redis.call('HSET', k.request, 'state', 'answered', 'request', a.request, 'agent', a.agent, 'agent_fp', fp,
+  redis.call('HSET', k.request, 'state', 'answered', 'request', a.body, 'agent', a.agent, 'agent_fp', fp,
     'client', a.client, 'created', now, 'deadline', '', 'by', by, 'settle_call', by)
   redis.call('PEXPIRE', k.request, a.result_ttl)
   redis.call('SET', k.outcome, decided, 'PX', a.result_ttl)

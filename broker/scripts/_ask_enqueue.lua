@@ -1,7 +1,7 @@
 -- _ask_enqueue: ask.lua's last step: a new question goes onto the requests stream for the namespace's provider,
 -- and its request hash, the record of who asks (docs/architecture.md), is written.
--- Not a script of its own: broker/_commands.py puts it in front of ask.lua's second line, on one line; so no
--- comment may follow code here.
+-- Not a script of its own: ask.lua includes it (a line '--! include _ask_enqueue', which broker/_lua.py replaces with
+-- this code on one line); so no comment may follow code here.
 -- ask_enqueue(k, a, fp, now, deadline) (k, a: ask.lua's named KEYS and ARGV; fp the agent token's fingerprint; now
 -- Redis ms; deadline the asker's, Redis ms or '') returns {'ok', entry id}, or {'err', 'NO_PROVIDER', message}
 -- when no provider holds the lease or stands by (a standby's score is when it lapses).
@@ -15,7 +15,7 @@ local function ask_enqueue(k, a, fp, now, deadline)
     return {'err', 'NO_PROVIDER', 'no provider holds or stands by for this namespace'}
   end
   local remember, coalesce = a.remember == '0' and '0' or '1', a.solo and '0' or '1'
-  local fields = {'kind', 'ask', 'rid', a.rid, 'client', a.client, 'agent', a.agent, 'request', a.request,
+  local fields = {'kind', 'ask', 'rid', a.rid, 'client', a.client, 'agent', a.agent, 'request', a.body,
     'remember', remember}
   if a.solo then
     fields[#fields + 1] = 'coalesce'
@@ -26,7 +26,7 @@ local function ask_enqueue(k, a, fp, now, deadline)
     fields[#fields + 1] = a.attest
   end
   local entry = redis.call('XADD', k.requests, '*', unpack(fields))
-  redis.call('HSET', k.request, 'state', 'pending', 'request', a.request, 'agent', a.agent, 'agent_fp', fp,
+  redis.call('HSET', k.request, 'state', 'pending', 'request', a.body, 'agent', a.agent, 'agent_fp', fp,
     'client', a.client, 'entry', entry, 'created', now, 'deadline', deadline, 'remember', remember,
     'coalesce', coalesce)
   redis.call('PEXPIRE', k.request, a.request_ttl)

@@ -1,6 +1,6 @@
 -- _ask_gate: ask.lua's caller gate: only the exact live instance of an agent, and one nobody owns, may ask.
--- Not a script of its own: broker/_commands.py puts it in front of ask.lua's second line, on one line; so no
--- comment may follow code here.
+-- Not a script of its own: ask.lua includes it (a line '--! include _ask_gate', which broker/_lua.py replaces with
+-- this code on one line); so no comment may follow code here.
 -- ask_gate(k, a) (k, a: ask.lua's named KEYS and ARGV) returns the agent token's fingerprint ('' for an agentless
 -- ask) and, when the gate refuses, {'err', CODE, message} (nil when it passes).
 -- The agent record holds one field per live process of the agent (agent_register.lua): 'p:<fingerprint>', when it
@@ -13,7 +13,7 @@ local function ask_gate(k, a)
   if redis.sha1hex then
     fp = redis.sha1hex(a.token)
   end
-  local record = redis.call('HMGET', k.agent, 'p:' .. fp, 'owner')
+  local record = redis.call('HMGET', k.record, 'p:' .. fp, 'owner')
   local clock = redis.call('TIME')
   if not record[1] or tonumber(record[1]) < clock[1] * 1000 + math.floor(clock[2] / 1000) then
     return fp, {'err', 'CALLER_NOT_LIVE', 'agent ' .. a.agent .. ' is not the live instance'}

@@ -1,6 +1,7 @@
 -- _audit: the one way every script appends to the audit stream, chained (docs/protocol.md, "the audit chain").
--- Not a script of its own: broker/_commands.py puts it in front of the second line of each script that calls
--- audit_append (so the script's own line numbers hold), on one line; so no comment may follow code here.
+-- Not a script of its own: a script that calls audit_append includes it (a line '--! include _audit', which
+-- broker/_lua.py replaces with this code on one line, so the script's own line numbers hold); so no comment may
+-- follow code here.
 -- audit_append(stream key, max length, field, value, ...) returns the new entry's id.
 -- Each entry starts with prev: the chain head before it, '<entry id> <chain>' ('' for the first), and ends with
 -- chain: the SHA-1 hex of every field and value before it, each as '<byte length>:<bytes>'. The head is kept

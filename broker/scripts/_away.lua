@@ -1,6 +1,6 @@
 -- _away: an asker marked away, and the away zset's lifetime (deliver.lua, reap.lua, detach.lua).
--- Not a script of its own: broker/_commands.py puts it in front of the second line of each script that calls
--- away_add, on one line; so no comment may follow code here.
+-- Not a script of its own: a script that calls away_add includes it (a line '--! include _away', which
+-- broker/_lua.py replaces with this code on one line); so no comment may follow code here.
 -- away_add(away zset key, request id, now: Redis ms, when its grace ends: Redis ms, keep: ms)
 -- Scores the request by when its grace ends. Without a maintenance worker nothing ends an away asker's grace: the
 -- zset lapses keep ms (the result TTL) after the last grace it holds ends.

@@ -1,6 +1,7 @@
 -- _restart: whether a request was asked before this Redis started, within the askers' liveness grace (deliver.lua,
--- reap.lua). Not a script of its own: broker/_commands.py puts it in front of the second line of each script that
--- calls asked_before_a_restart, on one line; so no comment may follow code here.
+-- reap.lua). Not a script of its own: a script that calls asked_before_a_restart includes it (a line
+-- '--! include _restart', which broker/_lua.py replaces with this code on one line); so no comment may follow code
+-- here.
 -- asked_before_a_restart(created: Redis ms or nil, now: Redis ms, grace: ms) returns true while the server has been
 -- up for less than grace and the request was created before it started: a restart that outlasted the liveness TTLs
 -- dropped live askers' keys with the dead ones', so its asker is not judged by them yet (time to beat again).

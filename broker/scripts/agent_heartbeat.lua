@@ -1,8 +1,13 @@
 #!lua
+--! include _agent_beat
 -- agent_heartbeat: keep this process in its agent's record, or take it out; never once a restart superseded it.
--- KEYS[1] agent record   KEYS[2] the agents index (zset)
--- ARGV[1] token fingerprint   ARGV[2] TTL ms, or '0' to take this process out   ARGV[3] agent id
--- ARGV[4] when this process registered (agent_register's reply, Redis ms)   ARGV[5] its owner id ('' for a root)
+-- KEYS[1] record      the agent record
+-- KEYS[2] agents      the agents index (zset)
+-- ARGV[1] fingerprint  the token's fingerprint
+-- ARGV[2] ttl          TTL ms, or '0' to take this process out
+-- ARGV[3] agent        agent id
+-- ARGV[4] registered   when this process registered (agent_register's reply, Redis ms)
+-- ARGV[5] owner        its owner id ('' for a root)
 -- returns 1 while this process is one of the live instance's, 0 once a restart of the id superseded it
 -- A process whose entry lapsed, or whose whole record did (a Redis restart that outlasted the TTL, a pause), is put
 -- back: only a restart (agent_register.lua) supersedes a live process. The last process out removes the record.

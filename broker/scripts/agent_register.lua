@@ -1,9 +1,15 @@
 #!lua
+--! include _agent_beat
 -- agent_register: add this process to its agent id's record, or (a restart) start a new instance of the id.
--- KEYS[1] agent record   ARGV[1] token fingerprint   ARGV[2] owner id ('' for a root)   ARGV[3] TTL ms
--- ARGV[4] owner's record key check: '1' when an owner is named and must be live
--- KEYS[2] owner's record (the agent record when no owner)   KEYS[3] the agents index (zset)   ARGV[5] agent id
--- ARGV[6] 'restart' to start a new instance: every process registered before is superseded; else join
+-- KEYS[1] record        the agent record
+-- KEYS[2] owner_record  the owner's record (the agent record when no owner)
+-- KEYS[3] agents        the agents index (zset)
+-- ARGV[1] fingerprint   the token's fingerprint
+-- ARGV[2] owner         owner id ('' for a root)
+-- ARGV[3] ttl           TTL ms
+-- ARGV[4] check_owner   '1' when an owner is named and must be live
+-- ARGV[5] agent         agent id
+-- ARGV[6] mode          'restart' to start a new instance: every process registered before is superseded; else join
 -- returns {'ok', when this process registered (Redis ms)} | {'err', 'CALLER_NOT_LIVE', message}
 -- The record is the live instance: 'owner', 'since' (unix s), 'restarted' and 'restarted_by' (Redis ms of its start
 -- by a restart, and that process's fingerprint; absent when it began with a join) and one field per live process,

@@ -1,12 +1,22 @@
 #!lua
+--! include _audit
 -- approve: the lease holder records one person's vote on a request that a quorum policy covers
 -- (broker/quorum.py); the votes so far live in an answerer-only hash, so a standby that takes over has them.
--- KEYS[1] provider lease   KEYS[2] request hash   KEYS[3] approvals hash (person -> vote JSON, and '#at:' .. person ->
---   when that vote was given, unix ms by the Redis clock)   KEYS[4] audit stream
--- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] request id   ARGV[3] person   ARGV[4] the vote (JSON)
--- ARGV[5] the approvals' TTL ms at least (they live as long as the request hash, and no shorter than this)
--- ARGV[6] audit max length   ARGV[7] the policy's name   ARGV[8] 'approve' | 'decline' (for the audit)
--- ARGV[9] provider name   ARGV[10] epoch
+-- KEYS[1] lease      the provider lease
+-- KEYS[2] request    the request hash
+-- KEYS[3] approvals  the approvals hash (person -> vote JSON, and '#at:' .. person -> when that vote was given, unix ms
+--                    by the Redis clock)
+-- KEYS[4] audit      the audit stream
+-- ARGV[1] fence      '<epoch>:<token>:'
+-- ARGV[2] rid        request id
+-- ARGV[3] person
+-- ARGV[4] vote       the vote (JSON)
+-- ARGV[5] ttl        the approvals' TTL ms at least (they live as long as the request hash, and no shorter than this)
+-- ARGV[6] audit_max  the audit's max length
+-- ARGV[7] policy     the policy's name
+-- ARGV[8] verdict    'approve' | 'decline' (for the audit)
+-- ARGV[9] provider   provider name
+-- ARGV[10] epoch
 -- returns {'err', 'LEASE_LOST', message} | {'err', 'NOT_PENDING', message} | {'ok', {field, value, ...}} every
 --   vote so far (this one included) and its time, flat
 -- The same vote again (a retry after a lost reply, a second click) changes nothing and writes no audit entry.

@@ -1,11 +1,15 @@
 #!lua
+--! include _ask_gate
+--! include _ask_attach
+--! include _ask_decisions
+--! include _ask_enqueue
 -- ask: the caller gate and the enqueue, as one atomic step: gate, then a keyed ask's re-attach, then remembered
 -- decisions, then the enqueue, each in a helper of its own (_ask_gate.lua, _ask_attach.lua, _ask_decisions.lua,
--- _ask_enqueue.lua, put in front of this script's second line by broker/_commands.py). The arguments are named
--- once, below (k.* and a.*); the helpers use the names only.
+-- _ask_enqueue.lua, included above: broker/_lua.py replaces each include line with the helper's code). The
+-- arguments are named once, below (k.* and a.*); the helpers use the names only.
 -- KEYS[1] k.requests   the requests stream
 -- KEYS[2] k.request    the request hash
--- KEYS[3] k.agent      the agent record (the request hash when no agent)
+-- KEYS[3] k.record     the agent record (the request hash when no agent)
 -- KEYS[4] k.asklog     the askers' log (qb:{NS}:asklog: the asker may not write the audit, the answering side's)
 -- KEYS[5] k.durable    a keyed ask's durable key (the request hash when unkeyed)
 -- KEYS[6] k.named      the request hash the durable key named when the asker read it (KEYS[2] when it named none)
@@ -16,7 +20,7 @@
 -- (broker/roles.py); every command on them is still checked against that user. They share the namespace's hash
 -- tag, so the script stays in one Cluster slot.
 -- ARGV[1]  a.rid          request id
--- ARGV[2]  a.request      request JSON
+-- ARGV[2]  a.body         the request JSON
 -- ARGV[3]  a.agent        agent id ('' for none)
 -- ARGV[4]  a.token        agent token ('' for none)
 -- ARGV[5]  a.client       client id (the asking process)
@@ -35,9 +39,10 @@
 -- ARGV[16] a.result_ttl   result TTL ms
 -- ARGV[17] a.lease        the provider lease key
 -- ARGV[18] a.standbys     the standbys zset key
--- ARGV[19] n, the number of questions looked up (0: no lookup); then a.questions: ARGV[20 + i], question i's id,
--- i = 0 .. n - 1; then a.decision_keys: two per question from ARGV[20 + n + 2i], the agent's decision key for the
--- question's fingerprint (the namespace's key again when no agent), then the namespace's decision key
+-- ARGV[19] a.questions    n, the number of questions looked up (0: no lookup); then their ids: ARGV[20 + i],
+--                         question i's, i = 0 .. n - 1
+-- then a.decision_keys: two per question from ARGV[20 + n + 2i], the agent's decision key for the question's
+-- fingerprint (the namespace's key again when no agent), then the namespace's decision key
 -- ARGV[20 + 3n] a.attest a gateway's attestation of this ask ('' or absent for none): carried on the stream entry as
 --                        'attest'; the provider verifies it (broker/signing.py), the script does not
 -- The request hash is the record of who asks (docs/architecture.md): 'client' (the asking process), 'away',
@@ -49,12 +54,12 @@
 -- and argument counts; each ask's KEYS and ARGV as above follow one another, the KEYS from KEYS[1], the ARGV after
 -- the counts. Returns {one reply per ask, in order}. Each ask is judged as if called alone.
 local function named_keys(KEYS)
-  return {requests = KEYS[1], request = KEYS[2], agent = KEYS[3], asklog = KEYS[4], durable = KEYS[5],
+  return {requests = KEYS[1], request = KEYS[2], record = KEYS[3], asklog = KEYS[4], durable = KEYS[5],
     named = KEYS[6], outcome = KEYS[7], away = KEYS[8]}
 end
 local function named_args(ARGV)
   local n = tonumber(ARGV[19] or '0') or 0
-  return {rid = ARGV[1], request = ARGV[2], agent = ARGV[3], token = ARGV[4], client = ARGV[5],
+  return {rid = ARGV[1], body = ARGV[2], agent = ARGV[3], token = ARGV[4], client = ARGV[5],
     request_ttl = ARGV[6], log_max = ARGV[7], timeout = ARGV[8], gate_only = ARGV[9] == '1', token_sha = ARGV[10],
     key = ARGV[11] or '', grace = ARGV[12], digest = ARGV[13], solo = ARGV[14] == 'solo', remember = ARGV[15],
     result_ttl = ARGV[16], lease = ARGV[17], standbys = ARGV[18],

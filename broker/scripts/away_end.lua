@@ -1,8 +1,15 @@
 #!lua
+--! include _audit
 -- away_end: end a keyed request whose asker stayed away past its detach grace (housekeeping).
--- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] outcome key   KEYS[4] away zset   KEYS[5] audit stream
--- KEYS[6] the request's durable key (of the hash's 'agent' and 'key'; absent: left to its TTL)
--- ARGV[1] request id   ARGV[2] group   ARGV[3] audit max length
+-- KEYS[1] request    the request hash
+-- KEYS[2] requests   the requests stream
+-- KEYS[3] outcome    the outcome key
+-- KEYS[4] away       the away zset
+-- KEYS[5] audit      the audit stream
+-- KEYS[6] durable    the request's durable key (of the hash's 'agent' and 'key'; absent: left to its TTL)
+-- ARGV[1] rid        request id
+-- ARGV[2] group
+-- ARGV[3] audit_max  the audit's max length
 -- returns {'expired', 'pending'} | {'uncollected', state} | {'waiting', ms left} | {'back'} | {'collected'} | {'gone'}
 -- Pending and still away when the grace ends: the request ends as expired (a provider that showed
 -- it gets a withdraw notice). Answered or cancelled while away and not collected by a re-attach:

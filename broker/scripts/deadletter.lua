@@ -1,9 +1,20 @@
 #!lua
+--! include _audit
 -- deadletter: move a poison stream entry aside, with the reason, and fail its request if there is one.
--- KEYS[1] requests stream   KEYS[2] dead-letter stream   KEYS[3] request hash (the dead-letter stream when none)
--- KEYS[4] outcome key (idem)   KEYS[5] asker's inbox (idem)   KEYS[6] audit stream
--- ARGV[1] entry id   ARGV[2] reason   ARGV[3] group   ARGV[4] dead-letter max length   ARGV[5] result TTL ms
--- ARGV[6] request id ('' when unknown)   ARGV[7] audit max length   ARGV[8] the entry's fields as JSON
+-- KEYS[1] requests    the requests stream
+-- KEYS[2] dead        the dead-letter stream
+-- KEYS[3] request     the request hash (the dead-letter stream when none)
+-- KEYS[4] outcome     the outcome key (idem)
+-- KEYS[5] inbox       the asker's inbox (idem)
+-- KEYS[6] audit       the audit stream
+-- ARGV[1] entry       entry id
+-- ARGV[2] reason
+-- ARGV[3] group
+-- ARGV[4] dead_max    the dead-letter stream's max length
+-- ARGV[5] result_ttl  result TTL ms
+-- ARGV[6] rid         request id ('' when unknown)
+-- ARGV[7] audit_max   the audit's max length
+-- ARGV[8] fields      the entry's fields as JSON
 -- returns {'ok'}
 -- A retry after a lost reply finds the entry gone from the stream and writes nothing again.
 if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then

@@ -1,8 +1,13 @@
 #!lua
+--! include _audit
 -- decision_revoke: forget a remembered decision, by id.
--- KEYS[1] decisions index (hash: id -> decision key)   KEYS[2] decisions expiry (zset)   KEYS[3] audit stream
--- KEYS[4] the decision key, as the index names it (read it with HGET first)
--- ARGV[1] decision id   ARGV[2] who revokes, for the audit   ARGV[3] audit max length
+-- KEYS[1] decisions  the decisions index (hash: id -> decision key)
+-- KEYS[2] expiry     the decisions expiry (zset)
+-- KEYS[3] audit      the audit stream
+-- KEYS[4] decision   the decision key, as the index names it (read it with HGET first)
+-- ARGV[1] id         decision id
+-- ARGV[2] by         who revokes, for the audit
+-- ARGV[3] audit_max  the audit's max length
 -- returns {'ok'} revoked | {'gone'} no such decision (expired, revoked, replaced) | {'moved', key} the index names
 --   another key for this id: call again with it
 -- A retry after a lost reply finds it gone and changes nothing.

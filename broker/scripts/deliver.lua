@@ -1,12 +1,28 @@
 #!lua
+--! include _audit
+--! include _away
+--! include _restart
 -- deliver: the lease holder takes the ask entries of one read (XREADGROUP, XAUTOCLAIM, XCLAIM) for presentation.
--- KEYS[1] provider lease   KEYS[2] requests stream   KEYS[3] audit stream   KEYS[4] away zset
--- then five keys per entry i = 0, 1, ..., starting at KEYS[5 + 5i]: request hash, agent record (the request hash
--- when none), asker's client liveness key, asker's inbox, outcome key
--- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] group   ARGV[3] epoch   ARGV[4] result TTL ms   ARGV[5] audit max length
--- ARGV[6] the askers' liveness grace after a Redis start, ms (see below)
--- then three arguments per entry, starting at ARGV[7 + 3i]: entry id, request id, '1' to get the request JSON
--- back (an entry written without its request body) or '0'
+-- KEYS[1] lease           the provider lease
+-- KEYS[2] requests        the requests stream
+-- KEYS[3] audit           the audit stream
+-- KEYS[4] away            the away zset
+-- then five per entry i = 0, 1, ..., from k = 5 + 5i:
+-- KEYS[k] request         the request hash
+-- KEYS[k + 1] record      the agent record (the request hash when none)
+-- KEYS[k + 2] liveness    the asker's client liveness key
+-- KEYS[k + 3] inbox       the asker's inbox
+-- KEYS[k + 4] outcome     the outcome key
+-- ARGV[1] fence           '<epoch>:<token>:'
+-- ARGV[2] group
+-- ARGV[3] epoch
+-- ARGV[4] result_ttl      result TTL ms
+-- ARGV[5] audit_max       the audit's max length
+-- ARGV[6] liveness_grace  the askers' liveness grace after a Redis start, ms (see below)
+-- then three per entry i, from a = 7 + 3i:
+-- ARGV[a] entry           its entry id
+-- ARGV[a + 1] rid         request id
+-- ARGV[a + 2] want_body   '1' to get the request JSON back (an entry written without its request body) or '0'
 -- returns {'err', 'LEASE_LOST', message} for the whole read, or {'ok', {one reply per entry}}, each
 --   {'ok', request JSON or '', agent id, created unix ms, 'again' or '', '1' if its asker is away else '0',
 --    the ask's key or '', the asking process's client id, remember ('0': opted out), coalesce ('0': opted out),

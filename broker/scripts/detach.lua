@@ -1,9 +1,15 @@
 #!lua
+--! include _away
 -- detach: a keyed ask's caller stops waiting without giving the question up (its task was cancelled, or
 -- its broker closed); the request stays pending, its asker away, for its detach grace.
--- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] away zset   KEYS[4] the askers' log (qb:{NS}:asklog)
--- ARGV[1] request id   ARGV[2] the detaching process's client id   ARGV[3] log max length
--- ARGV[4] result TTL ms (the away zset lapses that long after the last grace it holds ends; absent: 0)
+-- KEYS[1] request     the request hash
+-- KEYS[2] requests    the requests stream
+-- KEYS[3] away        the away zset
+-- KEYS[4] asklog      the askers' log (qb:{NS}:asklog)
+-- ARGV[1] rid         request id
+-- ARGV[2] client      the detaching process's client id
+-- ARGV[3] log_max     the log's max length
+-- ARGV[4] result_ttl  result TTL ms (the away zset lapses that long after the last grace it holds ends; absent: 0)
 -- returns {'ok'} | {'settled', state} (read the outcome) | {'gone'} | {'other'} (another process re-attached)
 -- The hash's 'client' becomes '' (nobody waits): housekeeping and a provider then see the asker away however
 -- long the detaching process runs on, and nothing it receives later cleans the request up (docs/architecture.md).

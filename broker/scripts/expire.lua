@@ -1,8 +1,16 @@
 #!lua
+--! include _audit
 -- expire: settle a pending request whose deadline passed with ASK_TIMED_OUT (housekeeping).
--- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] outcome key   KEYS[4] asker's inbox
--- KEYS[5] audit stream   KEYS[6] a keyed request's durable key (absent: not known yet)
--- ARGV[1] request id   ARGV[2] group   ARGV[3] result TTL ms   ARGV[4] audit max length
+-- KEYS[1] request     the request hash
+-- KEYS[2] requests    the requests stream
+-- KEYS[3] outcome     the outcome key
+-- KEYS[4] inbox       the asker's inbox
+-- KEYS[5] audit       the audit stream
+-- KEYS[6] durable     a keyed request's durable key (absent: not known yet)
+-- ARGV[1] rid         request id
+-- ARGV[2] group
+-- ARGV[3] result_ttl  result TTL ms
+-- ARGV[4] audit_max   the audit's max length
 -- returns {'expired', client id still to be told or ''} | {'waiting', ms left} | {'no-deadline'} | {'settled', state}
 --   | {'gone'} | {'keyed', agent id, key}: a keyed request past its deadline and no KEYS[6]: nothing was done; call
 --   again with the durable key of that agent id and key

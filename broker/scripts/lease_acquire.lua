@@ -1,8 +1,14 @@
 #!lua
 -- lease_acquire: take the namespace's provider lease, or register as a standby while another holds it.
--- KEYS[1] provider lease   KEYS[2] epoch counter   KEYS[3] standbys zset (the holder registers there too)
--- KEYS[4] (optional) handover reservation: '<provider name>\n<who asked>', PX TTL (Broker.request_handover)
--- ARGV[1] token   ARGV[2] name   ARGV[3] lease TTL ms   ARGV[4] standby TTL ms ('0': do not stand by)
+-- KEYS[1] lease        the provider lease
+-- KEYS[2] epoch        the epoch counter
+-- KEYS[3] standbys     the standbys zset (the holder registers there too)
+-- KEYS[4] handover     (optional) the handover reservation: '<provider name>\n<who asked>', PX TTL
+--                      (Broker.request_handover)
+-- ARGV[1] token        this acquisition's token
+-- ARGV[2] name         the provider's name
+-- ARGV[3] ttl          the lease TTL ms
+-- ARGV[4] standby_ttl  the standby TTL ms ('0': do not stand by)
 -- returns {epoch, lease TTL ms} on acquisition | {0, the holder's remaining ms, holder value} when busy
 -- While a handover reservation names another provider, a free lease is busy for this one: {0, the reservation's
 -- remaining ms, '0::<reserved name>'}; the named provider's acquisition uses the reservation up.

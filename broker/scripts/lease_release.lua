@@ -1,7 +1,10 @@
 #!lua
 -- lease_release: give the lease up at once and wake one standby.
--- KEYS[1] provider lease   KEYS[2] lease-released signal list   KEYS[3] standbys zset
--- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] standby member ('<token>:<name>')
+-- KEYS[1] lease     the provider lease
+-- KEYS[2] signal    the lease-released signal list
+-- KEYS[3] standbys  the standbys zset
+-- ARGV[1] fence     '<epoch>:<token>:'
+-- ARGV[2] member    this provider's standby member ('<token>:<name>')
 -- returns 1 when released, 0 when it was not ours
 redis.call('ZREM', KEYS[3], ARGV[2])
 local current = redis.call('GET', KEYS[1])

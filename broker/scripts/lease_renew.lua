@@ -1,7 +1,10 @@
 #!lua
 -- lease_renew: extend the lease, only while it is still ours.
--- KEYS[1] provider lease   KEYS[2] standbys zset (the live providers' registrations)
--- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] lease TTL ms   ARGV[3] this provider's member ('<token>:<name>')
+-- KEYS[1] lease     the provider lease
+-- KEYS[2] standbys  the standbys zset (the live providers' registrations)
+-- ARGV[1] fence     '<epoch>:<token>:'
+-- ARGV[2] ttl       the lease TTL ms
+-- ARGV[3] member    this provider's member ('<token>:<name>')
 -- returns 1 when renewed, 0 when the lease is gone or another's
 -- The holder keeps its own registration fresh (3 x the lease TTL) beside the standbys': a lease
 -- that lapsed in an outage (a Redis restart, a failover) does not make asks NO_PROVIDER while

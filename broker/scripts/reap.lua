@@ -1,10 +1,22 @@
 #!lua
+--! include _audit
+--! include _away
+--! include _restart
 -- reap: withdraw a pending request whose asker is gone (housekeeping; the same transition as withdraw.lua).
--- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] agent record (the request hash when no agent)
--- KEYS[4] asker's client liveness key   KEYS[5] asker's inbox   KEYS[6] outcome key   KEYS[7] audit stream
--- KEYS[8] away zset
--- ARGV[1] request id   ARGV[2] the stream entry id seen   ARGV[3] group   ARGV[4] result TTL ms
--- ARGV[5] audit max length   ARGV[6] the askers' liveness grace after a Redis start, ms
+-- KEYS[1] request         the request hash
+-- KEYS[2] requests        the requests stream
+-- KEYS[3] record          the agent record (the request hash when no agent)
+-- KEYS[4] liveness        the asker's client liveness key
+-- KEYS[5] inbox           the asker's inbox
+-- KEYS[6] outcome         the outcome key
+-- KEYS[7] audit           the audit stream
+-- KEYS[8] away            the away zset
+-- ARGV[1] rid             request id
+-- ARGV[2] entry           the stream entry id seen
+-- ARGV[3] group
+-- ARGV[4] result_ttl      result TTL ms
+-- ARGV[5] audit_max       the audit's max length
+-- ARGV[6] liveness_grace  the askers' liveness grace after a Redis start, ms
 -- returns {'withdrawn', reason} | {'away', reason} | {'live'} | {'stale', state}
 --   | {'moved', client id}: the hash names another asking process than KEYS[4] and KEYS[5] were built for (a keyed
 --     ask re-attached); nothing was done: call again with that client's keys

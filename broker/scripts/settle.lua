@@ -1,21 +1,39 @@
 #!lua
+--! include _audit
 -- settle: the lease holder answers or cancels pending requests (one call for every settlement a
 -- provider has queued); for each request the first terminal transition wins. An answer may also be
 -- remembered (decisions), atomically with its settlement and under the same fence.
--- KEYS[1] provider lease   KEYS[2] requests stream   KEYS[3] audit stream
--- KEYS[4] decisions index (hash: decision id -> decision key)   KEYS[5] decisions expiry (zset: id -> unix ms)
--- then per settlement, in order: request hash, outcome key, asker's inbox, the durable key of a keyed ask (the request
--- hash again when unkeyed), then one decision key per decision (D)
--- ARGV[1] fence ('<epoch>:<token>:')   ARGV[2] provider name   ARGV[3] epoch   ARGV[4] group
--- ARGV[5] audit max length   ARGV[6] result TTL ms
--- ARGV[7] '1' to hold the askers' notices back (the caller pushes them once replicas confirm; min_replicas)
--- then per settlement, in order, after ARGV[7]: request id, new state ('answered' | 'cancelled'),
--- outcome JSON, who, for the audit ('' when unknown), this call's unique id, the asker's identity for the audit
--- ('verified': a pinned gateway attested it; 'claimed'), D (the number of decisions to
--- remember with it, usually '0'; '-1': another asker of the coalesced card above, see below), then five per
--- decision: decision id, TTL ms, the selected labels (a JSON array), a summary (JSON: scope, agent, fingerprint,
--- question, header), its signature (JSON, broker/decisions.py DecisionProof: what an asker checks before the
--- decision answers it)
+-- KEYS[1] lease            the provider lease
+-- KEYS[2] requests         the requests stream
+-- KEYS[3] audit            the audit stream
+-- KEYS[4] decisions        the decisions index (hash: decision id -> decision key)
+-- KEYS[5] decision_expiry  the decisions expiry (zset: id -> unix ms)
+-- then per settlement, in order, from k = 6 (then past the settlement before's keys):
+-- KEYS[k] request          the request hash
+-- KEYS[k + 1] outcome_key  the outcome key
+-- KEYS[k + 2] inbox        the asker's inbox
+-- KEYS[k + 3] durable      the durable key of a keyed ask (the request hash again when unkeyed)
+-- KEYS[k + 4] decision_keys  one decision key per decision (D of them)
+-- ARGV[1] fence            '<epoch>:<token>:'
+-- ARGV[2] provider         provider name
+-- ARGV[3] epoch
+-- ARGV[4] group
+-- ARGV[5] audit_max        the audit's max length
+-- ARGV[6] result_ttl       result TTL ms
+-- ARGV[7] hold_notices     '1' to hold the askers' notices back (the caller pushes them once replicas confirm;
+--                          min_replicas)
+-- then per settlement, in order, from a = 8 (then past the settlement before's arguments):
+-- ARGV[a] rid              request id
+-- ARGV[a + 1] state        'answered' | 'cancelled'
+-- ARGV[a + 2] outcome      outcome JSON
+-- ARGV[a + 3] by           who, for the audit ('' when unknown)
+-- ARGV[a + 4] call         this call's unique id
+-- ARGV[a + 5] asker        the asker's identity for the audit ('verified': a pinned gateway attested it; 'claimed')
+-- ARGV[a + 6] decisions    D, the number of decisions to remember with it, usually '0' ('-1': another asker of the
+--                          coalesced card above, see below), then five per decision: decision id, TTL ms, the selected
+--                          labels (a JSON array), a summary (JSON: scope, agent, fingerprint, question, header), its
+--                          signature (JSON, broker/decisions.py DecisionProof: what an asker checks before the
+--                          decision answers it)
 -- returns {'err', 'LEASE_LOST', message} for the whole call, or {'ok', {one reply per settlement}}, each
 --   {'ok'} | {'ok', client id} | {'err', CODE, message}
 -- where a client id names an asking process still to be told (RPUSH '<request id> <outcome>' onto its inbox):

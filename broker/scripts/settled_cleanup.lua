@@ -1,11 +1,12 @@
 #!lua
 -- settled_cleanup: an asking process has the outcomes of these requests (their ask calls returned): their keys go.
--- KEYS: two per request, from KEYS[1 + 2i] for request i = 0, 1, ...: request hash, outcome key
--- ARGV[1] how long the tombstone outlives this, ms (TOMBSTONE_MS, 60 s)
--- ARGV[2] the cleaning process's client id: a request whose hash names another client is left alone
--- ARGV[3] 'unclaimed' when no ask of this process received these outcomes (a notice nobody here waits for): a keyed
--- request is then left alone, whatever its hash names, for the asker that re-attaches to it (it is collected then,
--- or ends by its TTL or away_end.lua); absent: the ask calls returned with these outcomes
+-- KEYS: settled, two per request i = 0, 1, ...: KEYS[1 + 2i] its request hash, KEYS[2 + 2i] its outcome key
+-- ARGV[1] tombstone  how long the tombstone outlives this, ms (TOMBSTONE_MS, 60 s)
+-- ARGV[2] client     the cleaning process's client id: a request whose hash names another client is left alone
+-- ARGV[3] unclaimed  'unclaimed' when no ask of this process received these outcomes (a notice nobody here waits
+--                    for): a keyed request is then left alone, whatever its hash names, for the asker that re-attaches
+--                    to it (it is collected then, or ends by its TTL or away_end.lua); absent: the ask calls returned
+--                    with these outcomes
 -- returns the number of requests cleaned up
 -- The rule: an outcome goes only once its asker received it (its ask call returned with it), or when no asker can
 -- ever collect it (an unkeyed ask that ended without it). Never for a keyed ask its process stopped waiting on.

@@ -1,8 +1,13 @@
 #!lua
 -- withdraw: the asker goes away (abort, timeout, cancellation); the first terminal transition wins.
--- KEYS[1] request hash   KEYS[2] requests stream   KEYS[3] the askers' log (qb:{NS}:asklog)
--- ARGV[1] request id   ARGV[2] state ('withdrawn' | 'aborted' | 'timed_out' | 'expired')   ARGV[3] reason
--- ARGV[4] group        ARGV[5] log max length
+-- KEYS[1] request   the request hash
+-- KEYS[2] requests  the requests stream
+-- KEYS[3] asklog    the askers' log (qb:{NS}:asklog)
+-- ARGV[1] rid       request id
+-- ARGV[2] state     'withdrawn' | 'aborted' | 'timed_out' | 'expired'
+-- ARGV[3] reason
+-- ARGV[4] group
+-- ARGV[5] log_max   the log's max length
 -- returns {'ok'} | {'settled', state} | {'gone'}
 -- The request hash is deleted: nobody waits for it any more. A provider that showed it gets
 -- a withdraw notice on the stream so its UI takes the card down.
