@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from broker import Broker
+from broker import Broker, Provider
 from tests.helpers import KEYS, SIGNING_KEY
 from tests.redis_server import RedisServer
 
@@ -76,3 +76,11 @@ async def make_broker(redis_server: RedisServer, namespace: str) -> AsyncIterato
     yield make
     for broker in reversed(opened):
         await broker.aclose()
+
+
+@pytest.fixture
+async def answering(make_broker: Callable[..., Any]) -> AsyncIterator[Provider]:
+    """A provider named ``ui`` holding the test's namespace."""
+    broker = await make_broker()
+    async with broker.provider("ui") as provider:
+        yield provider

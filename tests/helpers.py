@@ -1,10 +1,14 @@
-"""Request builders shared by the tests."""
+"""What the tests share: request builders, waiting on a condition, the next delivered request, an error's code."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+import pytest
 
 from broker import (
     AskUserQuestionAnswer,
@@ -12,8 +16,11 @@ from broker import (
     AskUserQuestionItem,
     AskUserQuestionOption,
     AskUserQuestionRequest,
+    PendingRequest,
     PlanReviewIntent,
+    Provider,
     SigningKey,
+    UserQuestionError,
 )
 from broker._keys import TOMBSTONE_MS
 
@@ -97,3 +104,32 @@ async def request_residue(redis: Any, namespace: str, *, within: float = 2.0) ->
         if not left or asyncio.get_running_loop().time() >= deadline:
             return sorted(left)
         await asyncio.sleep(0.05)
+
+
+async def until(
+    predicate: Callable[[], Awaitable[Any] | Any], within: float = 10.0, what: str = "the condition"
+) -> None:
+    """Wait until ``predicate()`` (a value, or an awaitable of one) is true; fail saying ``what`` after ``within`` s."""
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                value = predicate()
+                if inspect.isawaitable(value):
+                    value = await value
+                if value:
+                    return
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"not within {within} s: {what}") from None
+
+
+async def next_pending(provider: Provider, timeout: float = 5) -> PendingRequest:
+    """The next request delivered to ``provider``."""
+    return await asyncio.wait_for(anext(aiter(provider)), timeout)
+
+
+async def code_of(awaitable: Awaitable[Any]) -> str:
+    """The code of the ``UserQuestionError`` that ``awaitable`` ends with (it must end with one)."""
+    with pytest.raises(UserQuestionError) as raised:
+        await asyncio.wait_for(awaitable, 10)
+    return raised.value.code

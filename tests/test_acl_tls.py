@@ -18,9 +18,8 @@ from broker import Broker, Remember, UserQuestionError
 from broker._lua import SCRIPTS
 from broker.connection import redis_from_url
 from broker.errors import BROKER_UNAVAILABLE
-from tests.helpers import KEYS, one_question, pick
+from tests.helpers import KEYS, next_pending, one_question, pick
 from tests.redis_server import RedisServer, free_port
-from tests.test_ask import next_pending
 
 # What a broker needs, and nothing that reaches outside its keys or disturbs the server. SCAN
 # is not key-checked by ACLs (it would list other namespaces' key names), so it is refused too.

@@ -14,8 +14,7 @@ import pytest
 
 from broker import Broker
 from broker.housekeeping import run_housekeeping
-from tests.helpers import KEYS, one_question, pick
-from tests.test_ask import code_of, next_pending
+from tests.helpers import KEYS, code_of, next_pending, one_question, pick
 
 ROOT = Path(__file__).resolve().parents[1]
 TTL = 1.5

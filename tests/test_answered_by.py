@@ -18,8 +18,7 @@ from redis.asyncio import Redis
 
 from broker import AskUserQuestionAnswer, AskUserQuestionRequest, Broker, Remember
 from broker.types import encode
-from tests.helpers import one_question, pick
-from tests.test_ask import code_of, next_pending
+from tests.helpers import code_of, next_pending, one_question, pick
 
 pytestmark = pytest.mark.timeout(30)
 

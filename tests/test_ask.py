@@ -3,32 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
-from broker import AskUserQuestionRequest, Broker, PendingRequest, PlanReviewIntent, Provider, UserQuestionError
-from tests.helpers import KEYS, answer, one_question, pick, plan_review, question, trail
-
-
-async def next_pending(provider: Provider, timeout: float = 5) -> PendingRequest:
-    return await asyncio.wait_for(anext(aiter(provider)), timeout)
-
-
-async def code_of(awaitable: Awaitable[Any]) -> str:
-    with pytest.raises(UserQuestionError) as raised:
-        await asyncio.wait_for(awaitable, 10)
-    return raised.value.code
-
-
-@pytest.fixture
-async def answering(make_broker: Callable[..., Any]) -> AsyncIterator[Provider]:
-    broker = await make_broker()
-    async with broker.provider("ui") as provider:
-        yield provider
-
+from broker import AskUserQuestionRequest, Broker, PlanReviewIntent, UserQuestionError
+from tests.helpers import KEYS, answer, code_of, next_pending, one_question, pick, plan_review, question, trail
 
 # -- the check order -----------------------------------------------------------------------
 

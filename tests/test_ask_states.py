@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from broker._ask import TRANSITIONS, AskState, _Ask
-from tests.helpers import one_question, pick
-from tests.test_ask import next_pending
+from tests.helpers import next_pending, one_question, pick
 from tests.test_durable import until
 
 pytestmark = pytest.mark.timeout(30)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,23 +20,12 @@ from broker._lua import SCRIPTS
 from broker.errors import BAD_ANSWER, CALLER_NOT_LIVE
 from broker.housekeeping import end_away, reap_abandoned, run_housekeeping
 from tests.faultproxy import FaultProxy
-from tests.helpers import one_question, pick
+from tests.helpers import one_question, pick, until
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(60)
 
 KEY = "release-9"
-
-
-async def until(predicate: Callable[[], Awaitable[bool] | bool], within: float = 10.0) -> None:
-    async with asyncio.timeout(within):
-        while True:
-            value = predicate()
-            if not isinstance(value, bool):
-                value = await value
-            if value:
-                return
-            await asyncio.sleep(0.02)
 
 
 async def next_pending(provider: Provider, within: float = 10.0) -> PendingRequest:

@@ -23,9 +23,8 @@ from broker._lua import SCRIPTS
 from broker.audit import HUMAN_EVENTS, AuditReport, chain_of, verify
 from broker.housekeeping import trim_audit
 from broker.signing import TrustedKeys
-from tests.helpers import SIGNING_KEY, one_question, pick
+from tests.helpers import SIGNING_KEY, next_pending, one_question, pick
 from tests.redis_server import RedisServer
-from tests.test_ask import next_pending
 from tests.test_audit import real_run, rechained
 from tests.test_roles import NS, P, client, roles_server, url
 from tests.workers.procs import Worker, run_qbroker

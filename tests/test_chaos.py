@@ -9,8 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import Broker, UserQuestionError
-from tests.helpers import KEYS, one_question, pick
-from tests.test_ask import code_of, next_pending
+from tests.helpers import KEYS, code_of, next_pending, one_question, pick
 
 pytestmark = pytest.mark.slow
 

@@ -19,9 +19,8 @@ from broker import UserQuestionError
 from broker._lua import SCRIPTS
 from broker.errors import ASK_TIMED_OUT, BAD_REQUEST, BROKER_UNAVAILABLE
 from tests.faultproxy import FaultProxy
-from tests.helpers import KEYS, one_question, pick
+from tests.helpers import KEYS, next_pending, one_question, pick
 from tests.redis_server import RedisServer
-from tests.test_ask import next_pending
 
 pytestmark = pytest.mark.timeout(45)
 

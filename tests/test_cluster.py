@@ -22,11 +22,10 @@ from broker import Broker
 from broker.connection import redis_from_url
 from tests import test_ask, test_durable, test_provider, test_waiting_cost, test_waterfall
 from tests.cluster import RedisClusterFixture
-from tests.helpers import KEYS, one_question, pick
-from tests.test_ask import answering, next_pending
+from tests.helpers import KEYS, next_pending, one_question, pick
 from tests.test_durable import provider
 
-__all__ = ["answering", "provider"]  # the fixtures the imported tests use
+__all__ = ["provider"]  # the fixture the imported tests use (answering is conftest's)
 
 # The core's scenarios, collected here a second time and run against the cluster.
 for _module in (test_ask, test_provider, test_waterfall, test_durable):

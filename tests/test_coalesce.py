@@ -23,9 +23,8 @@ from broker import (
     Remember,
     UserQuestionError,
 )
-from tests.helpers import answer, options, pick, plan_review, trail
+from tests.helpers import answer, code_of, next_pending, options, pick, plan_review, trail, until
 from tests.redis_server import RedisServer
-from tests.test_ask import code_of, next_pending
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,12 +51,6 @@ async def askers(make_broker: Callable[..., Any], *names: str) -> AsyncIterator[
             broker = await make_broker()
             agents.append(await stack.enter_async_context(broker.agent(name)))
         yield agents
-
-
-async def until(condition: Callable[[], bool], within: float = 5.0) -> None:
-    async with asyncio.timeout(within):
-        while not condition():
-            await asyncio.sleep(0.02)
 
 
 async def audit_events(redis: Redis, broker: Broker, event: str) -> list[dict[str, str]]:

@@ -7,28 +7,16 @@ the processes-level proof (kill -9 of a real `qbroker ask --key`) is in test_dur
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 from broker import PendingRequest, Provider, UserQuestionError
 from broker.housekeeping import digest_audit, end_away, reap_abandoned
-from tests.helpers import one_question, pick, trail
-from tests.test_ask import code_of, next_pending
+from tests.helpers import code_of, next_pending, one_question, pick, trail, until
 
 KEY = "deploy-2.4.0"
-
-
-async def until(predicate: Callable[[], Awaitable[bool] | bool], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while True:
-            value = predicate()
-            if not isinstance(value, bool):
-                value = await value
-            if value:
-                return
-            await asyncio.sleep(0.02)
 
 
 async def audit_events(redis: Any, broker: Any, rid: str) -> list[str]:

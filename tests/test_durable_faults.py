@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -15,9 +14,8 @@ from broker import Broker, UserQuestionError
 from broker._lua import SCRIPTS
 from broker.errors import BROKER_UNAVAILABLE
 from tests.faultproxy import FaultProxy
-from tests.helpers import one_question, pick
+from tests.helpers import next_pending, one_question, pick, until
 from tests.redis_server import RedisServer
-from tests.test_ask import next_pending
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -38,12 +36,6 @@ async def cached(redis: Redis, *names: str) -> None:
 
 async def asked_events(redis: Redis, broker: Broker) -> list[dict[str, str]]:
     return [fields for _, fields in await redis.xrange(broker.keys.asklog) if fields["event"] == "asked"]
-
-
-async def until(predicate: Any, within: float = 10.0) -> None:
-    async with asyncio.timeout(within):
-        while not predicate():
-            await asyncio.sleep(0.05)
 
 
 async def test_a_keyed_ask_whose_reply_was_lost_is_asked_once(proxy, make_broker, redis):

@@ -14,9 +14,8 @@ import pytest
 from broker import UserQuestionError
 from broker._lua import SCRIPTS
 from tests.faultproxy import FaultProxy
-from tests.helpers import one_question, pick
+from tests.helpers import next_pending, one_question, pick
 from tests.redis_server import RedisServer
-from tests.test_ask import next_pending
 from tests.test_lost_replies import asks, seen
 
 __all__ = ["asks"]  # the fixture the tests use

@@ -16,9 +16,8 @@ from redis.exceptions import ConnectionError
 
 from tests.cluster import REDIS_CLI, ClusterProxies, RedisClusterFixture
 from tests.faultproxy import FaultProxy, parse_resp
-from tests.helpers import one_question, pick
+from tests.helpers import next_pending, one_question, pick
 from tests.redis_server import RedisServer
-from tests.test_ask import next_pending
 
 pytestmark = pytest.mark.timeout(15)
 

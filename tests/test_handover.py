@@ -12,8 +12,7 @@ import asyncio
 import pytest
 
 from broker import Broker
-from tests.helpers import one_question, pick
-from tests.test_ask import next_pending
+from tests.helpers import next_pending, one_question, pick
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.helpers import one_question, pick, request_residue, trail
-from tests.test_ask import next_pending
+from tests.helpers import next_pending, one_question, pick, request_residue, trail
 
 
 async def connections_of(redis, client_id: str) -> int:

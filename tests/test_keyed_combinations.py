@@ -22,7 +22,7 @@ import json
 import signal
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import pytest
@@ -31,6 +31,7 @@ from redis.asyncio import Redis
 from broker._keys import Keys
 from broker._lua import SCRIPTS
 from tests.faultproxy import FaultProxy
+from tests.helpers import until
 from tests.redis_server import RedisServer
 from tests.workers.procs import Worker, env_for, run_qbroker
 
@@ -49,15 +50,6 @@ class Asker:
     def command(self) -> tuple[str, ...]:
         return ("ask", "--agent", self.agent, "--key", self.key, "-q", self.question, "-o", self.token,
                 "-o", "other", "--detach-grace", GRACE, "--timeout", "80")  # fmt: skip
-
-
-async def until(predicate: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    try:
-        async with asyncio.timeout(within):
-            while not await predicate():
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"not in {within} s: {what}") from None
 
 
 class Asking:

@@ -20,9 +20,8 @@ from broker._inbox import _DRAIN
 from broker._keys import TOMBSTONE_MS
 from broker._lua import SCRIPTS
 from tests.faultproxy import FaultProxy
-from tests.helpers import one_question, options, pick
+from tests.helpers import next_pending, one_question, options, pick
 from tests.redis_server import RedisServer
-from tests.test_ask import next_pending
 
 pytestmark = pytest.mark.timeout(60)
 

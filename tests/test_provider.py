@@ -8,8 +8,7 @@ import time
 import pytest
 
 from broker import UserQuestionError
-from tests.helpers import one_question, pick
-from tests.test_ask import code_of, next_pending
+from tests.helpers import code_of, next_pending, one_question, pick
 
 
 async def test_a_second_provider_without_standby_is_refused_and_replaces_nothing(make_broker, redis):

@@ -17,8 +17,7 @@ from broker import (
     UserQuestionError,
     load_policies,
 )
-from tests.helpers import answer, one_question, options, pick, plan_review, question
-from tests.test_ask import next_pending
+from tests.helpers import answer, next_pending, one_question, options, pick, plan_review, question
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -18,9 +18,8 @@ from redis.exceptions import NoPermissionError
 
 from broker import Remember
 from broker.roles import ROLES, acl_rule, acl_user
-from tests.helpers import SIGNING_KEY, one_question, pick
+from tests.helpers import SIGNING_KEY, next_pending, one_question, pick
 from tests.redis_server import RedisServer
-from tests.test_ask import next_pending
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -22,9 +22,8 @@ from redis.exceptions import ReadOnlyError, ResponseError
 
 from broker import Broker, Provider, UserQuestionError
 from broker._lua import SCRIPTS
-from tests.helpers import KEYS, one_question, pick
+from tests.helpers import KEYS, code_of, next_pending, one_question, pick
 from tests.sentinel import SentinelGroup
-from tests.test_ask import code_of, next_pending
 
 pytestmark = pytest.mark.slow
 

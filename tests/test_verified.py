@@ -17,8 +17,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import Broker, PendingRequest, SigningKey, namespace_status
-from tests.helpers import SIGNING_KEY, one_question, pick
-from tests.test_ask import next_pending
+from tests.helpers import SIGNING_KEY, next_pending, one_question, pick
 from workers.answering.auto.rules import parse_rules
 from workers.answering.web.render import asking_view
 from workers.operating.status.view import format_status

@@ -7,8 +7,7 @@ import asyncio
 import pytest
 
 from broker import AskUserQuestionAnswer, AskUserQuestionRequest, Next, UserQuestionError
-from tests.helpers import one_question, pick
-from tests.test_ask import code_of, next_pending
+from tests.helpers import code_of, next_pending, one_question, pick
 
 
 async def test_answerers_run_in_registration_order_and_prepend_goes_first(make_broker):

@@ -562,7 +562,7 @@ async def test_an_ask_through_the_gateway_is_answered_across_a_redis_restart(
 ) -> None:
     """Redis stops and comes back (its AOF on) while an agent's long poll waits in the gateway: the ask
     is neither lost nor failed; the answer given after the restart reaches the agent, once."""
-    from tests.test_ask import next_pending
+    from tests.helpers import next_pending
 
     server = redis_factory("--appendonly", "yes", "--appendfsync", "everysec")
     token = tokens("ci-bot")
@@ -646,7 +646,7 @@ async def asked_then_redis_killed(
 ) -> dict[str, Any]:
     """Ask through the gateway, wait until a standby provider shows the question, then kill Redis;
     returns the ask's first reply."""
-    from tests.test_ask import next_pending
+    from tests.helpers import next_pending
 
     standing = await make_broker(url=server.url, unavailable_after=1.0)
     try:
