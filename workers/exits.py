@@ -5,13 +5,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-__all__ = ["EXIT_DETACHED", "EXIT_INTERNAL", "EXIT_OK", "EXIT_STATUS", "EXIT_USAGE"]
+__all__ = [
+    "EXIT_AUDIT_TAMPERED",
+    "EXIT_AUDIT_UNCHAINED",
+    "EXIT_DETACHED",
+    "EXIT_INTERNAL",
+    "EXIT_OK",
+    "EXIT_STATUS",
+    "EXIT_USAGE",
+]
 
 EXIT_OK: Final = 0
 EXIT_INTERNAL: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_DETACHED: Final = 75
 """with --key, interrupted: the question stays pending; run the command again to get its answer"""
+EXIT_AUDIT_TAMPERED: Final = 20
+"""``qbroker audit verify``: something was deleted, altered or inserted"""
+EXIT_AUDIT_UNCHAINED: Final = 21
+"""``qbroker audit verify``: the audit was never chained"""
 # One status per error code; documented in docs/cli.md. Codes an asker cannot meet
 # (they belong to providers) still get one, so the table is total.
 EXIT_STATUS: Final[Mapping[str, int]] = {

@@ -11,12 +11,11 @@ error's (``EXIT_STATUS``: 3 Redis unavailable, 17 no trusted key).
 from __future__ import annotations
 
 import argparse
-from typing import Final
+
+from workers.exits import EXIT_AUDIT_TAMPERED as EXIT_TAMPERED
+from workers.exits import EXIT_AUDIT_UNCHAINED as EXIT_UNCHAINED
 
 __all__ = ["EXIT_TAMPERED", "EXIT_UNCHAINED", "register", "run"]
-
-EXIT_TAMPERED: Final = 20
-EXIT_UNCHAINED: Final = 21
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

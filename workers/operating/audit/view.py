@@ -12,8 +12,9 @@ from redis.exceptions import RedisError
 from broker import UserQuestionError
 from broker.audit import AuditReport, verify
 from broker.errors import BROKER_UNAVAILABLE, NO_TRUSTED_KEY
+from workers.exits import EXIT_AUDIT_TAMPERED as EXIT_TAMPERED
+from workers.exits import EXIT_AUDIT_UNCHAINED as EXIT_UNCHAINED
 from workers.exits import EXIT_STATUS
-from workers.operating.audit.command import EXIT_TAMPERED, EXIT_UNCHAINED
 from workers.settings import Settings
 
 __all__ = ["format_report", "run"]
