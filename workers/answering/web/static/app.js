@@ -915,9 +915,13 @@
       note.textContent = "Loading…";
       try {
         const data = await call("GET", "/api/attachments/" + encodeURIComponent(attachment.sha256));
-        const pre = el("pre", { class: "attachment-text" }, el("code", { text: data.text }));
-        note.textContent = "";
-        button.replaceWith(pre);
+        // What the server checked: these bytes hash to this digest. Wrapped, in a box of its own height.
+        const about = el("div", { class: "attachment-about muted small" },
+          data.size.toLocaleString("en") + " bytes · SHA-256 ", el("code", { class: "digest", text: data.sha256 }));
+        const pre = el("pre", { class: "attachment-text", tabindex: "0", "aria-label": "the whole text, " + data.size.toLocaleString("en") + " bytes" },
+          el("code", { text: data.text }));
+        note.remove();  // an empty line under the text otherwise
+        button.replaceWith(about, pre);
       } catch (e) {
         button.disabled = false;
         note.textContent = e.status === 404 ? "No longer kept (it expires with the question)." : e.message;
