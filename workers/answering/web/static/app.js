@@ -97,6 +97,12 @@
     event.preventDefault();
     const token = $("token").value;
     const body = token ? { token } : { user: $("user").value, password: $("password").value };
+    const missing = token ? "" : signInMissing(body.user.trim(), body.password);
+    if (missing) {  // said here, as the server would: no attempt spent on it
+      $("sign-in-error").textContent = missing;
+      $(body.user.trim() ? "password" : "user").focus();
+      return;
+    }
     $("sign-in-button").disabled = true;
     try {
       start(await call("POST", "/api/session", body));
@@ -109,6 +115,12 @@
     } finally {
       $("sign-in-button").disabled = false;
     }
+  }
+
+  function signInMissing(user, password) {
+    if (!user && !password) return "Type your user name and password.";
+    if (!password) return "Type your password.";
+    return user ? "" : "Type your user name.";
   }
 
   async function signOut() {
