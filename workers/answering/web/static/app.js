@@ -175,6 +175,9 @@
     source.addEventListener("removed", (e) => onRemoved(JSON.parse(e.data)));
     source.addEventListener("updated", (e) => onUpdated(JSON.parse(e.data)));
     source.addEventListener("readonly", (e) => onReadonly(JSON.parse(e.data)));
+    // The server is stopping on purpose (SIGTERM: a demo that ended, an operator): the stream ends next,
+    // and the browser keeps retrying; the banner says it stopped, calmly, until a snapshot says it is back.
+    source.addEventListener("stopping", () => { state.stopped = true; renderBanner(); });
     source.addEventListener("error", async () => {
       if (state.source !== source) return;
       setConnected(false);
@@ -294,6 +297,9 @@
     if (redisDown) {
       bad = true;
       banner.append("The server is up, but its Redis (the broker's store) does not answer; waiting for it… Sending is paused, and what you typed stays here.");
+    } else if (!state.connected && state.stopped) {
+      banner.append("The server was stopped on purpose (a demo that finished, or whoever runs it stopped it). " +
+        "This page reconnects by itself when it runs again; what you typed stays here.");
     } else if (!state.connected) {
       bad = true;
       banner.append(state.serverUp
@@ -322,6 +328,7 @@
     // One snapshot per namespace (the stream carries every namespace this person may use).
     state.skewMs = snapshot.nowMs - Date.now();
     state.connected = true;
+    state.stopped = false;
     onStatus(snapshot.status);
     onReadonly({ namespace: snapshot.namespace, requests: snapshot.readonly || [] });
     if (snapshot.window) state.window = snapshot.window;
