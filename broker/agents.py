@@ -48,6 +48,8 @@ class Agent:
         """when this process registered (Redis ms): a restart after it supersedes it"""
         self.alive = False
         """False once a restart of the id superseded this process, or its heartbeats failed for a whole TTL"""
+        self.superseded = False
+        """True once this process learnt that a new instance of the id superseded it (said once, in the log)"""
 
     def __repr__(self) -> str:  # the token stays out of reprs and logs
         return f"Agent(id={self.id!r}, owner={self.owner!r}, alive={self.alive})"
@@ -142,16 +144,33 @@ class Agent:
                     self.alive = False
                 continue
             if held != 1:
-                log.warning("agent %s restarted: this process is no longer one of its live instance's", self.id)
-                self.alive = False
+                self._learn_superseded()
                 return
             self.alive = True
             valid_until = loop.time() + ttl
 
     async def remove(self, commands: Commands, keys: Keys) -> None:
         self.alive = False
-        await commands.script(
+        held = await commands.script(
             SCRIPTS["agent_heartbeat"],
             [keys.agent(self.id), keys.agents],
             [self._fingerprint, "0", self.id, self._registered, self.owner or ""],
+        )
+        if held != 1:  # superseded before any heartbeat saw it (its asks withdrawn at once): say so now
+            self._learn_superseded()
+
+    def _learn_superseded(self) -> None:
+        self.alive = False
+        if self.superseded:
+            return
+        self.superseded = True
+        # Whole, and naming the next step: a person reads it in a terminal, `qbroker ask`'s stderr.
+        log.warning(
+            "agent %s was restarted by another process (restart=True, `qbroker ask --restart`, or registering "
+            "under another owner): this process is superseded, so its questions are withdrawn and it cannot ask "
+            "again; to ask as %s, register without restart: `qbroker ask --agent %s` without --restart joins "
+            "the new instance",
+            self.id,
+            self.id,
+            self.id,
         )
