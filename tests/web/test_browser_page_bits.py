@@ -123,7 +123,7 @@ async def test_a_large_attachment_is_wrapped_with_its_size_and_digest(
     ids=["both-empty", "no-password", "no-user"],
 )
 async def test_an_empty_sign_in_says_what_is_missing(
-    open_page: Opener, web: WebProcess, user: str, password: str, says: str
+    open_page: Opener, web: WebProcess, screenshots: Path, user: str, password: str, says: str
 ) -> None:
     """Issue row 7: an empty sign-in said 'wrong user name, password or token'."""
     page = await open_page(web.url, "mobile", user=None)
@@ -134,6 +134,7 @@ async def test_an_empty_sign_in_says_what_is_missing(
     await page.click("#sign-in-button")
     await expect(page.locator("#sign-in-error")).to_have_text(says + ".")
     assert sent == []  # said on the page: no attempt spent, nothing to throttle
+    await page.screenshot(path=screenshots / f"sign-in-user-{bool(user)}-password-{bool(password)}.png")
     await page.fill("#user", "alice")
     await page.fill("#password", "alice-password")
     await page.click("#sign-in-button")
