@@ -49,6 +49,8 @@ class Agent:
         """when this process registered (Redis ms): a restart after it supersedes it"""
         self.alive = False
         """False once a restart of the id superseded this process, or its heartbeats failed for a whole TTL"""
+        self.superseded = False
+        """True once this process learnt that a new instance of the id superseded it (said once, in the log)"""
 
     def __repr__(self) -> str:  # the token stays out of reprs and logs
         return f"Agent(id={self.id!r}, owner={self.owner!r}, alive={self.alive})"
@@ -150,15 +152,14 @@ class Agent:
                     self.alive = False
                 continue
             if not held:
-                log.warning("agent %s restarted: this process is no longer one of its live instance's", self.id)
-                self.alive = False
+                self._learn_superseded()
                 return
             self.alive = True
             valid_until = loop.time() + ttl
 
     async def remove(self, commands: Commands, keys: Keys) -> None:
         self.alive = False
-        await scripts.agent_heartbeat(
+        held = await scripts.agent_heartbeat(
             commands,
             record=keys.agent(self.id),
             agents=keys.agents,
@@ -167,4 +168,22 @@ class Agent:
             agent=self.id,
             registered=self._registered,
             owner=self.owner or "",
+        )
+        if not held:  # superseded before any heartbeat saw it (its asks withdrawn at once): say so now
+            self._learn_superseded()
+
+    def _learn_superseded(self) -> None:
+        self.alive = False
+        if self.superseded:
+            return
+        self.superseded = True
+        # Whole, and naming the next step: a person reads it in a terminal, `qbroker ask`'s stderr.
+        log.warning(
+            "agent %s was restarted by another process (restart=True, `qbroker ask --restart`, or registering "
+            "under another owner): this process is superseded, so its questions are withdrawn and it cannot ask "
+            "again; to ask as %s, register without restart: `qbroker ask --agent %s` without --restart joins "
+            "the new instance",
+            self.id,
+            self.id,
+            self.id,
         )

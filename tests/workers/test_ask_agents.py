@@ -96,3 +96,38 @@ async def test_a_restarted_agent_supersedes_its_earlier_processes(make_broker, r
         status, out, err = await asyncio.wait_for(new, 20)
     assert status == 0, err
     assert json.loads(out)["answers"][0]["selected"] == ["yes"]
+
+
+AGENT_TTL_S = 15  # the broker's default agent TTL: a process beats every third of it
+
+
+def _lines_about(err: bytes, agent: str) -> list[str]:
+    return [line for line in err.decode().splitlines() if f"agent {agent} " in line]
+
+
+@pytest.mark.timeout(50)
+@pytest.mark.parametrize("learns", ["from-its-withdrawn-ask", "from-its-heartbeat"])
+async def test_a_superseded_process_says_whole_what_happened_and_what_to_do(
+    make_broker, redis_server, namespace, learns
+):
+    """Issue "The page a team trusts at fleet size", row 7: the superseded process's line was cut off ("no
+    longer one of its live instance's") and, when its question was withdrawn before its next heartbeat (15 s
+    TTL: every 5 s), never printed at all. It says, once, that a restart superseded it and how to ask again."""
+    broker = await make_broker()
+    async with broker.provider("ui") as provider, asking(redis_server, namespace) as ask:
+        old = ask("Deploy?")
+        deploy = await _shown(provider)
+        new = ask("Migrate?", "--restart")
+        migrate = await _shown(provider)
+        if learns == "from-its-heartbeat":
+            await asyncio.sleep(AGENT_TTL_S / 3 + 1)  # its next heartbeat finds it superseded (not a timed assertion)
+        await run_housekeeping(broker)  # else withdrawn at once: it learns only as it leaves
+        status, _, err = await asyncio.wait_for(old, 20)
+        assert status == EXIT_STATUS["CALLER_NOT_LIVE"], err
+        await asyncio.wait_for(deploy.withdrawn.wait(), 10)
+        await migrate.answer(pick("yes"))
+        assert (await asyncio.wait_for(new, 20))[0] == 0
+    (line,) = _lines_about(err, "deployer")
+    assert "restarted" in line and "superseded" in line, line
+    assert "questions are withdrawn" in line and "cannot ask again" in line, line
+    assert line.rstrip().endswith("`qbroker ask --agent deployer` without --restart joins the new instance"), line

@@ -174,7 +174,7 @@ def _voted(tally: Tally, user: str) -> Response:
 def _routed(event: Event, services: dict[str, WebProvider], user: str) -> Event | None:
     """The event as ``user`` may see it: cards routed to a group they are not in are left out."""
     service = services.get(event.get("namespace") or (event.get("request") or {}).get("namespace", ""))
-    if service is None or event.get("type") in ("status", "keepalive"):
+    if service is None or event.get("type") in ("status", "keepalive", "stopping"):
         return event
     if event.get("type") in ("snapshot", "addedMany"):
         views = [view for view in event["requests"] if service.may_see(view, user)]
@@ -577,8 +577,9 @@ def create_app(config: WebConfig) -> Starlette:
                         service = by_namespace[namespace]
                         event = window.pass_on(event, service.visible_count(identity.user), service.seq_of)
                     # A status event carries no question: it goes out without a session check, so
-                    # an outage is shown at once, not after the check's own wait for Redis.
-                    if event["type"] != "status" and not await still_signed_in():
+                    # an outage is shown at once, not after the check's own wait for Redis; so does
+                    # the server's goodbye, which must go out before the server does.
+                    if event["type"] not in ("status", "stopping") and not await still_signed_in():
                         return
                     if event["type"] == "keepalive":
                         yield ": keepalive\n\n"

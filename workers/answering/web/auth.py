@@ -93,6 +93,12 @@ class Auth:
         """
         address = self.address(request)
         fields = body if isinstance(body, dict) else {}
+        missing = _missing(fields)
+        if missing is not None:
+            # Said from the fields alone (a known and an unknown name read the same); counted like a
+            # malformed try, against the address only: it guesses nothing, but costs a request.
+            await self.throttle.take_sign_in(None, address)
+            raise WebError(400, "MISSING_CREDENTIALS", missing)
         named = fields.get("user")
         user = named[:_MAX_NAME] if isinstance(named, str) and "token" not in fields else None
         await self.throttle.take_sign_in(user, address)
@@ -144,6 +150,25 @@ class Auth:
 
     def clear_cookie(self, response: Response) -> None:
         response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict", secure=self.config.secure_cookies)
+
+
+def _missing(fields: dict[str, Any]) -> str | None:
+    """What an empty sign-in lacks, from which fields are empty, never from who exists; None when nothing."""
+
+    def given(name: str) -> bool:
+        value = fields.get(name)
+        return isinstance(value, str) and bool(value if name == "password" else value.strip())
+
+    if given("token"):
+        return None
+    user, password = given("user"), given("password")
+    if not user and not password:
+        return "type your user name and password (or a token)"
+    if not password:
+        return "type your password"
+    if not user:
+        return "type your user name"
+    return None
 
 
 def check_same_origin(request: Request) -> None:

@@ -293,7 +293,9 @@ class WebProvider:
             self._subscribers.discard(queue)
 
     def end_streams(self) -> None:
-        """Tell every page's stream to finish (the server is stopping)."""
+        """Tell every page's stream to finish (the server is stopping), saying so first: a page shows a
+        server stopped on purpose as stopped, not as a lost connection."""
+        self._publish({"type": "stopping", "namespace": self.broker.namespace})
         self._publish(None)
 
     def _publish(self, event: Event | None) -> None:

@@ -97,6 +97,12 @@
     event.preventDefault();
     const token = $("token").value;
     const body = token ? { token } : { user: $("user").value, password: $("password").value };
+    const missing = token ? "" : signInMissing(body.user.trim(), body.password);
+    if (missing) {  // said here, as the server would: no attempt spent on it
+      $("sign-in-error").textContent = missing;
+      $(body.user.trim() ? "password" : "user").focus();
+      return;
+    }
     $("sign-in-button").disabled = true;
     try {
       start(await call("POST", "/api/session", body));
@@ -109,6 +115,12 @@
     } finally {
       $("sign-in-button").disabled = false;
     }
+  }
+
+  function signInMissing(user, password) {
+    if (!user && !password) return "Type your user name and password.";
+    if (!password) return "Type your password.";
+    return user ? "" : "Type your user name.";
   }
 
   async function signOut() {
@@ -166,6 +178,9 @@
     source.addEventListener("removed", (e) => onRemoved(JSON.parse(e.data)));
     source.addEventListener("updated", (e) => onUpdated(JSON.parse(e.data)));
     source.addEventListener("readonly", (e) => onReadonly(JSON.parse(e.data)));
+    // The server is stopping on purpose (SIGTERM: a demo that ended, an operator): the stream ends next,
+    // and the browser keeps retrying; the banner says it stopped, calmly, until a snapshot says it is back.
+    source.addEventListener("stopping", () => { state.stopped = true; renderBanner(); });
     source.addEventListener("error", async () => {
       if (state.source !== source) return;
       setConnected(false);
@@ -285,6 +300,9 @@
     if (redisDown) {
       bad = true;
       banner.append("The server is up, but its Redis (the broker's store) does not answer; waiting for it… Sending is paused, and what you typed stays here.");
+    } else if (!state.connected && state.stopped) {
+      banner.append("The server was stopped on purpose (a demo that finished, or whoever runs it stopped it). " +
+        "This page reconnects by itself when it runs again; what you typed stays here.");
     } else if (!state.connected) {
       bad = true;
       banner.append(state.serverUp
@@ -313,6 +331,7 @@
     // One snapshot per namespace (the stream carries every namespace this person may use).
     state.skewMs = snapshot.nowMs - Date.now();
     state.connected = true;
+    state.stopped = false;
     onStatus(snapshot.status);
     onReadonly({ namespace: snapshot.namespace, requests: snapshot.readonly || [] });
     if (snapshot.window) state.window = snapshot.window;
@@ -953,9 +972,13 @@
       note.textContent = "Loading…";
       try {
         const data = await call("GET", "/api/attachments/" + encodeURIComponent(attachment.sha256));
-        const pre = el("pre", { class: "attachment-text" }, el("code", { text: data.text }));
-        note.textContent = "";
-        button.replaceWith(pre);
+        // What the server checked: these bytes hash to this digest. Wrapped, in a box of its own height.
+        const about = el("div", { class: "attachment-about muted small" },
+          data.size.toLocaleString("en") + " bytes · SHA-256 ", el("code", { class: "digest", text: data.sha256 }));
+        const pre = el("pre", { class: "attachment-text", tabindex: "0", "aria-label": "the whole text, " + data.size.toLocaleString("en") + " bytes" },
+          el("code", { text: data.text }));
+        note.remove();  // an empty line under the text otherwise
+        button.replaceWith(about, pre);
       } catch (e) {
         button.disabled = false;
         note.textContent = e.status === 404 ? "No longer kept (it expires with the question)." : e.message;
