@@ -202,3 +202,19 @@ def test_approving_a_plan_the_card_cuts_takes_a_confirmation() -> None:
                                                               intent=PlanReviewIntent(approve="Approve")),)))  # fmt: skip
     approve = next(e for b in short if b["type"] == "actions" for e in b["elements"] if e["action_id"] == "qb_approve")
     assert "confirm" not in approve
+
+
+def test_an_attached_whole_is_named_on_the_card_and_allowing_it_takes_a_confirmation() -> None:
+    """The Claude Code hook attaches a long tool input whole (the card shows its head): Slack cannot hold it,
+    so the card says it is attached and where to read it, and Allow asks before approving it unseen."""
+    from broker import Attachment
+
+    item = question("permission", "Allow", "Deny", detail="echo start ... (the head)")
+    item = AskUserQuestionItem(
+        id=item.id, question=item.question, options=item.options, detail=item.detail,
+        attachment=Attachment(sha256="a" * 64, size=30_123),
+    )  # fmt: skip
+    blocks = _made(AskUserQuestionRequest(questions=(item,)))
+    shown = "\n".join(_strings(blocks))
+    assert "30,123 bytes" in shown and "attached" in shown and "https://qb.example/" in json.dumps(blocks), shown
+    assert "confirm" in _button(blocks, "Allow") and "confirm" in _button(blocks, "Deny")  # a plain question: any pick

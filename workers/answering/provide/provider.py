@@ -54,6 +54,7 @@ async def serve(args: argparse.Namespace) -> int:
     while True:
         try:
             async with settings.broker() as broker:
+                terminal.fetch_attachment = broker.attachment
                 return await _serve_forever(broker, terminal, name, standby=not args.no_standby)
         except (Quit, KeyboardInterrupt, asyncio.CancelledError):
             terminal.say("Stopped; the lease is handed on.")

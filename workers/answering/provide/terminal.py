@@ -100,6 +100,8 @@ class Terminal:
         """the provider that asked for the lease: while set, h hands the shown request to it unanswered"""
         self._unseen = 0
         """characters of the shown question's detail and arguments not shown yet (v shows them)"""
+        self.fetch_attachment: Callable[[str], Awaitable[str | None]] | None = None
+        """reads a question's attachment (``Broker.attachment``): what ``v`` shows of a text the card shows cut"""
 
     def say(self, message: str, style: str = "bold yellow") -> None:
         # inert: a refusal's message may quote what an asker wrote (a label, an id)
@@ -191,6 +193,12 @@ class Terminal:
         if item.editable is not None:
             self.console.print("Arguments it runs with:", style="bold", markup=False)
             self._long(inert_json(item.editable.arguments), "the arguments")
+        if item.attachment is not None:  # the whole of what the card shows cut: one key away, as on the page
+            self._unseen += item.attachment.size
+            self.say(
+                f"The whole of it ({item.attachment.size:,} bytes, SHA-256 {item.attachment.sha256[:16]}…) is "
+                "attached: v shows it here, as does the web page."
+            )
 
     def _detail(self, detail: str, what: str, style: str = "") -> None:
         shown = inert(detail)
@@ -207,12 +215,19 @@ class Terminal:
             self._unseen += more
             self.say(f"… {more} more characters of {what} are not shown (v shows them whole, as does the web page).")
 
-    def _view_all(self, item: AskUserQuestionItem) -> None:
-        """Everything the question carries, whole: its detail and the arguments an approval runs with."""
+    async def _view_all(self, item: AskUserQuestionItem) -> None:
+        """Everything the question carries, whole: its detail, the arguments an approval runs with, its attachment."""
         if item.detail:
             self.console.print(Markdown(inert(item.detail)))
         if item.editable is not None:
             self.console.print(inert_json(item.editable.arguments), markup=False, soft_wrap=True)
+        if item.attachment is not None:
+            whole = await self.fetch_attachment(item.attachment.sha256) if self.fetch_attachment else None
+            if whole is None:  # gone, or not the bytes the question named: still unseen, so still confirmed
+                self.say("The attachment is gone or is not the text the question named: nobody can see it whole.")
+                self._unseen = item.attachment.size
+                return
+            self.console.print(inert(whole), markup=False, soft_wrap=True)
         self._unseen = 0
 
     async def _seen(self, item: AskUserQuestionItem, labels: tuple[str, ...], approve: str | None) -> bool:
@@ -224,7 +239,7 @@ class Terminal:
         )
         text = (await self.ask("Approve unseen: ")).lower()
         if text in _VIEW:
-            self._view_all(item)
+            await self._view_all(item)
             return False
         return text == "yes"
 
@@ -258,7 +273,7 @@ class Terminal:
             if text == "/cancel":
                 raise _Cancel
             if text == "/view":
-                self._view_all(item)
+                await self._view_all(item)
             elif text == "/skip":
                 self.say("This question is the whole request: answer it, or /cancel.")
             elif text:
@@ -290,7 +305,7 @@ class Terminal:
                     return AskUserQuestionAnswerItem(id=item.id, selected=(label,))
                 continue
             if text in _VIEW:
-                self._view_all(item)
+                await self._view_all(item)
                 continue
             if text in _OTHER and (custom := await self._other()) is not None:
                 return AskUserQuestionAnswerItem(id=item.id, selected=(), custom=custom)  # replaces the choice
@@ -356,7 +371,7 @@ class Terminal:
             if text in _CANCEL:
                 raise _Cancel
             if text in _VIEW:
-                self._view_all(item)
+                await self._view_all(item)
                 continue
             if text in _OTHER:
                 custom = await self._other()
@@ -393,7 +408,7 @@ class Terminal:
                     return Decision(answer=AskUserQuestionAnswer(answers=(picked,)))
                 continue
             if text.lower() in _VIEW:
-                self._view_all(item)
+                await self._view_all(item)
                 continue
             if text == str(chat) or text.lower() in _CANCEL:
                 return Decision(cancelled=True)

@@ -134,13 +134,14 @@ def plan_chunks(pending: PendingRequest) -> list[str]:
     return chunks
 
 
-def _confirm(unseen: int, approve: str) -> dict[str, Any]:
+def _confirm(unseen: int, approve: str, attached: int = 0) -> dict[str, Any]:
     """The second step approving what the card does not show takes (Slack's confirmation dialog)."""
+    where = "on the web page" if attached else "in its thread and on the web page"
     return {
         "title": _plain("Approve what is not shown?", 100),
         "text": _plain(
-            f"{unseen} characters of what this approves are not shown in the card (they are in its thread"
-            " and on the web page). Approve without reading them?",
+            f"{unseen + attached} characters of what this approves are not shown in the card (they are {where})."
+            " Approve without reading them?",
             300,
         ),
         "confirm": _plain(approve, 30),
@@ -169,10 +170,22 @@ def card_blocks(pending: PendingRequest, view: dict[str, Any], namespace: str, w
             block, cut = _arguments_block(item, index)
             unseen += cut
             blocks.append(block)
+    # A text attached whole (the Claude Code hook's long tool input) is too large for Slack: the page shows it.
+    attached = sum(item.attachment.size for item in questions if item.attachment is not None)
+    notes = []
     if unseen:
         where = "in this message's thread" + (" and on the web page" if web_url else "")
-        note = f"*{unseen} characters of what this approves are not shown here*: they are whole {where}."
-        blocks.append({"type": "context", "block_id": "qb_unseen", "elements": [{"type": "mrkdwn", "text": note}]})
+        notes.append(f"*{unseen} characters of what this approves are not shown here*: they are whole {where}.")
+    if attached:
+        notes.append(
+            f"*The whole of it ({attached:,} bytes) is attached*: read it on the web page"
+            + (" (Open on the web)" if web_url else " (this server has no --public-url to link it)")
+            + " before approving."
+        )
+    if notes:
+        blocks.append(
+            {"type": "context", "block_id": "qb_unseen", "elements": [{"type": "mrkdwn", "text": " ".join(notes)}]}
+        )
     if view.get("quorum"):
         blocks.append(
             {
@@ -187,8 +200,8 @@ def card_blocks(pending: PendingRequest, view: dict[str, Any], namespace: str, w
     approve = _approving(questions[0], review) if len(questions) == 1 else None
 
     def confirmed(button: dict[str, Any], label: str | None) -> dict[str, Any]:
-        if unseen and (approve is None or label == approve):
-            button["confirm"] = _confirm(unseen, label or "Submit")
+        if (unseen or attached) and (approve is None or label == approve):
+            button["confirm"] = _confirm(unseen, label or "Submit", attached)
         return button
 
     if review is not None:
