@@ -21,11 +21,17 @@ written under (only those appends trim the record, which leaves at least that ma
 checks the record's chain, that every decision in the audit is in the record and every record
 entry in the audit's span is in the audit, alike, and that a trimmed record holds its cap; a
 decision missing from either is reported, not taken for the cap.
+
+An ``answered`` or ``cancelled`` entry also says what was asked (``asked``, written by ``asked_of``: the asker's
+agent and each question's id, its text cut to ``ASKED_CHARS``, a plan's approve label), so whatever process
+answered, and however long ago, a history reads the question, its asker and the verdict from the record itself.
+``newest`` reads the latest entries of the audit and the human record together.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,15 +40,19 @@ from typing import Any, Final, Literal
 from ._commands import SCRIPTS, Commands
 from ._keys import Keys
 from .signing import SigningKey, TrustedKeys
+from .types import AskUserQuestionRequest, PlanReviewIntent
 
 __all__ = [
+    "ASKED_CHARS",
     "CHECKPOINT_EVERY",
     "HUMAN_EVENTS",
     "AuditReport",
     "Finding",
+    "asked_of",
     "chain_of",
     "checkpoint",
     "checkpoint_message",
+    "newest",
     "verify",
 ]
 
@@ -53,6 +63,9 @@ CHECKPOINT_EVERY: Final = 10.0
 _PAGE: Final = 1000
 HUMAN_EVENTS: Final = frozenset({"answered", "cancelled", "vote", "remembered", "forgotten"})
 """the events that are a person's decision, kept in the human record too (scripts/_audit.lua lists the same)"""
+
+ASKED_CHARS: Final = 300
+"""characters of each question's text an ``asked`` field keeps: enough to tell the question, small per answer"""
 
 FindingKind = Literal["deleted", "altered", "inserted", "restarted", "unchained", "checkpoint"]
 
@@ -65,6 +78,37 @@ def chain_of(pairs: list[tuple[str, str]]) -> str:
             data = text.encode()
             digest.update(b"%d:%s" % (len(data), data))
     return digest.hexdigest()
+
+
+def asked_of(request: AskUserQuestionRequest) -> str:
+    """An answer's ``asked`` field: what its request asked, as a history shows it (JSON, a few hundred bytes).
+
+    The agent as the request names it (the entry's ``asker`` says whether a gateway verified it), each question's
+    id and text (cut to ``ASKED_CHARS``), a plan review's approve label (what tells approved from declined).
+    Nothing else of the request: no details, options or arguments, and never a credential (a request holds none).
+    """
+    questions: list[dict[str, str]] = []
+    for item in request.questions:
+        text = item.question if len(item.question) <= ASKED_CHARS else item.question[: ASKED_CHARS - 1] + "…"
+        question = {"id": item.id, "question": text}
+        if isinstance(item.intent, PlanReviewIntent):
+            question["approve"] = item.intent.approve
+        questions.append(question)
+    summary: dict[str, object] = {"questions": questions}
+    if request.agent:
+        summary["agent"] = request.agent
+    return json.dumps(summary, ensure_ascii=False, separators=(",", ":"))
+
+
+async def newest(commands: Commands, keys: Keys, count: int) -> list[tuple[str, dict[str, str]]]:
+    """The newest ``count`` entries of the audit and its human record together (each once), newest first.
+
+    The record keeps people's decisions the audit's cap trimmed (askers' volume), so a history still finds them.
+    """
+    audit = await commands.call("XREVRANGE", keys.audit, "+", "-", "COUNT", count)
+    human = await commands.call("XREVRANGE", keys.audit_human, "+", "-", "COUNT", count)
+    merged = {entry_id: _parse(entry_id, flat).fields for entry_id, flat in [*audit, *human]}
+    return sorted(merged.items(), key=lambda item: _id_key(item[0]), reverse=True)[:count]
 
 
 def checkpoint_message(namespace: str, entry_id: str, chain: str) -> bytes:

@@ -89,6 +89,8 @@ class ProviderSettings:
 
 _Settlement = tuple[list[str], list[Any], Seal]
 """one settlement's settle.lua keys and arguments, and what seals its outcome"""
+_D = 7
+"""where a settlement's arguments hold D, the number of decisions that follow (settle.lua)"""
 _CARRIED = -1
 """settle.lua's D for a coalesced card's later asker: the card's decisions go with it when the first asker's
 request was no longer pending"""
@@ -369,6 +371,7 @@ class PendingRequest:
                 by,
                 self._provider.settle_call_ids.next(),
                 "verified" if member.verified else "claimed",
+                audit.asked_of(member.request),
                 *extra_args,
             ],
             Seal(
@@ -718,12 +721,12 @@ class Provider:
                 "1" if settings.min_replicas else "0",
             ]
             first_keys, first_args, *_ = batch[0]
-            if first_args[6] == _CARRIED and carrier is not None:
+            if first_args[_D] == _CARRIED and carrier is not None:
                 # A coalesced card split across calls: this call carries its decisions again (written once).
-                batch[0] = (first_keys[:4] + carrier[0], [*first_args[:6], *carrier[1]], batch[0][2], batch[0][3])
+                batch[0] = (first_keys[:4] + carrier[0], [*first_args[:_D], *carrier[1]], batch[0][2], batch[0][3])
             for settle_keys, settle_args, _, _ in batch:
-                if settle_args[6] > 0:
-                    carrier = (settle_keys[4:], settle_args[6:])
+                if settle_args[_D] > 0:
+                    carrier = (settle_keys[4:], settle_args[_D:])
             # Sealed once per batch, before the first send: a retry after a lost reply sends the same bytes.
             sealed = seal_outcomes(
                 self._signing_key, self.keys.namespace, self.epoch, self.redis_ms(), [s for _, _, s, _ in batch]

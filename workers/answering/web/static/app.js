@@ -1348,7 +1348,7 @@
       entry.remembered ? el("span", { class: "by remembered-by", text: "by a remembered decision" + (entry.by ? " set by " + entry.by : "") })
         : entry.by ? el("span", { class: "by", text: "by " + entry.by }) : null,
       el("time", { datetime: when.toISOString(), text: when.toLocaleString() }),
-      entry.agent ? el("span", { class: "agent", text: "asked by " + entry.agent }) : null);
+      entry.agent ? el("span", { class: "agent", text: "asked by " + entry.agent + (entry.asker ? " (" + entry.asker + ")" : "") }) : null);
     const body = el("ul", { class: "history-answers" });
     for (const q of entry.questions) {
       let parts = [...(q.selected || [])];

@@ -1,0 +1,121 @@
+"""The page's History and state from what Redis keeps, in Chromium with real ``qbroker web`` processes.
+
+History reads the audit (who answered what), not what one web process remembers: after a restart, and for
+what a terminal or another server answered, it still shows each question's text, its asker and the verdict.
+A Redis restart that lost its data leaves the page in one clear state (sign in again), no stale banner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from playwright.async_api import Browser, async_playwright, expect
+
+from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionItem, Broker
+from tests.helpers import KEYS
+from tests.redis_server import RedisServer
+from tests.web.conftest import WebProcess, write_users_file
+from tests.web.test_browser import CHROMIUM, CHROMIUM_ARGS, People, ask, card, options, plan
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.asyncio(loop_scope="module"),
+    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} missing: apt-get install chromium"),
+]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        await browser.close()
+
+
+async def answer_in_a_terminal(redis_url: str, namespace: str, by: str, holding: asyncio.Event) -> None:
+    """What ``qbroker provide`` does: hold the lease, answer the first card shown, as ``by``."""
+    async with Broker(redis_url, namespace, lease_ttl=2, **KEYS) as terminal, terminal.provider(by) as provider:
+        holding.set()
+        async for pending in provider:
+            item = pending.request.questions[0]
+            await pending.answer(
+                AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id=item.id, selected=("Now",)),)), by=by
+            )
+            return
+
+
+@pytest.mark.timeout(50)
+async def test_history_after_a_restart_and_of_a_terminal_answer_reads_the_durable_record(
+    browser: Browser, redis_factory: Callable[..., RedisServer], tmp_path: Path
+) -> None:
+    """Row 4: after `qbroker web` restarts, History read 'question q1 -> Approve': no text, no asker, no verdict."""
+    redis = redis_factory()
+    namespace = f"history{os.getpid()}"
+    users = write_users_file(tmp_path / "u.toml")
+    first = WebProcess(redis.url, namespace, users, tmp_path / "w1.log", name="web-1").start()
+    second = WebProcess(redis.url, namespace, users, tmp_path / "w2.log", name="web-2")
+    people = People(browser, first)
+    try:
+        async with (
+            asyncio.timeout(40),
+            Broker(redis.url, namespace, **KEYS) as asker,
+            asker.agent("planner-3"),
+            asker.agent("builder-7"),
+            asker.agent("ops-1"),
+        ):
+            page = await people.page()
+            approved = ask(
+                asker, plan("Ship the migration plan?", "Go ahead", "Refuse", approve="Go ahead"), agent="planner-3"
+            )
+            await card(page, "Ship the migration plan?").get_by_role("button", name="Go ahead").click()
+            await approved
+            chosen = ask(
+                asker,
+                AskUserQuestionItem(id="q1", question="Which region first?", options=options("eu", "us")),
+                agent="builder-7",
+            )
+            request = card(page, "Which region first?")
+            await request.get_by_text("eu", exact=True).click()
+            await request.get_by_role("button", name="Send answer").click()
+            await chosen
+            await people.close()
+            await asyncio.to_thread(first.stop)  # the page's server restarts: what it remembered is gone
+
+            holding = asyncio.Event()
+            terminal = asyncio.create_task(answer_in_a_terminal(redis.url, namespace, "carol@laptop", holding))
+            await holding.wait()
+            rotate = ask(
+                asker,
+                AskUserQuestionItem(id="r", question="Rotate the keys?", options=options("Now", "Later")),
+                agent="ops-1",
+            )
+            await terminal
+            await rotate
+
+            await asyncio.to_thread(second.start)
+            people = People(browser, second)
+            page = await people.page()
+            await page.click("#show-history")
+            history = page.locator("#history li.history-item")
+            await expect(history).to_have_count(3)
+            planned = history.filter(has_text="Ship the migration plan?")
+            await expect(planned).to_contain_text("→ approved")
+            await expect(planned).to_contain_text("asked by planner-3")
+            await expect(planned).to_contain_text("by alice")
+            region = history.filter(has_text="Which region first?")
+            await expect(region).to_contain_text("→ eu")
+            await expect(region).to_contain_text("asked by builder-7")
+            terminal = history.filter(has_text="Rotate the keys?")
+            await expect(terminal).to_contain_text("→ Now")
+            await expect(terminal).to_contain_text("asked by ops-1 (claimed)")
+            await expect(terminal).to_contain_text("by carol@laptop")
+    finally:
+        await people.close()
+        first.stop()
+        second.stop()
