@@ -12,6 +12,11 @@ signing (namespace, entry id, chain) of the head it follows: rewriting history u
 ``qbroker audit verify``). Trimming the stream's start (its cap) is normal: the first entry
 left names a predecessor that is gone, reported as the start, not as a deletion.
 
+A checkpoint also names the one its process wrote before (``after``; the broker keeps it across its providers):
+when Redis restarts without its data, the audit starts afresh, and the first checkpoint a surviving provider
+writes names one the audit never held since; ``verify`` then reports the history before the new start as
+``lost``, instead of taking it for the beginning of the chain.
+
 A person's decision (``HUMAN_EVENTS``) is also copied, same id and fields, into the human record
 ``qb:{NS}:audit:human``, capped like the audit, which no other entry enters: however many entries
 askers cause (each ask of a gone process is a ``withdrawn`` entry), they trim the audit and never
@@ -67,7 +72,7 @@ HUMAN_EVENTS: Final = frozenset({"answered", "cancelled", "vote", "remembered", 
 ASKED_CHARS: Final = 300
 """characters of each question's text an ``asked`` field keeps: enough to tell the question, small per answer"""
 
-FindingKind = Literal["deleted", "altered", "inserted", "restarted", "unchained", "checkpoint"]
+FindingKind = Literal["deleted", "altered", "inserted", "restarted", "unchained", "checkpoint", "lost"]
 
 
 def chain_of(pairs: list[tuple[str, str]]) -> str:
@@ -125,19 +130,27 @@ async def checkpoint(
     epoch: int,
     maxlen: int,
     unless_at: str | None = None,
+    after: str | None = None,
 ) -> str | None:
     """Seal the audit as it stands: append a checkpoint signing its head; the checkpoint's entry id.
 
-    Nothing is written (None) when the audit is empty or unchained (fakeredis), or when its head
-    is still ``unless_at`` (the checkpoint this provider wrote last: nothing new to seal).
+    Nothing is written (None) when the audit is unchained (fakeredis), when its head is still
+    ``unless_at`` (the checkpoint this provider wrote last: nothing new to seal), or when it is empty and
+    there is no ``after``. ``after``: the checkpoint this process wrote last, named in this one: should the
+    audit have lost it (Redis restarted without its data), ``verify`` tells the history before is gone; an
+    empty audit then gets a checkpoint of nothing (``at`` and ``sealed`` empty) that names it.
     """
     for _ in range(5):
         head = await commands.call("GET", keys.audit_head) or ""
         entry_id, _, chain = head.partition(" ")
-        if not chain or entry_id == unless_at:
+        if not head and after:
+            pass  # empty, though this process sealed it before: a checkpoint of nothing names what it sealed
+        elif not chain or entry_id == unless_at:
             return None
         signature = key.sign_checkpoint(checkpoint_message(keys.namespace, entry_id, chain))
         fields = ["event", "checkpoint", "at", entry_id, "sealed", chain, "key", key.id, "sig", signature]
+        if after:
+            fields += ["after", after]
         reply = await commands.script(
             SCRIPTS["audit_append"], [keys.audit], [maxlen, head, *fields, "provider", provider, "epoch", epoch]
         )
@@ -318,7 +331,9 @@ def judge(
         message = checkpoint_message(namespace, target, sealed_chain)
         if not trusted.verify_checkpoint(message, fields.get("key", ""), fields.get("sig", "")):
             find("checkpoint", entry.id, f"not signed by a trusted key (key {fields.get('key', '')!r})")
-        elif target in at:
+            continue
+        _judge_after(entry, chain, at, find)
+        if target in at:
             j = at[target]
             if chain[j].chain != sealed_chain or j not in on_chain or j >= i:
                 find("checkpoint", entry.id, f"seals {target} as another chain than the one it holds now")
@@ -332,6 +347,22 @@ def judge(
     report.unsealed = sum(1 for e in chain[sealed + 1 :] if e.fields.get("event") != "checkpoint")
     _judge_human(report, chain, human, human_head, find)
     return report
+
+
+def _judge_after(
+    entry: _Entry, chain: list[_Entry], at: dict[str, int], find: Callable[[FindingKind, str, str], None]
+) -> None:
+    """A trusted checkpoint names the one its process wrote before (``after``). One older than the chain's
+    first entry, where the chain begins (that entry follows none: no cap trimmed what came before), was in an
+    audit that is gone: Redis restarted without its data, or someone deleted the audit and its head."""
+    after = entry.fields.get("after", "")
+    if after and after not in at and not chain[0].prev_id and _id_key(after) < _id_key(chain[0].id):
+        find(
+            "lost",
+            chain[0].id,
+            f"the history before it is gone: checkpoint {entry.id} follows {after}, which the audit no longer holds"
+            " (Redis restarted without its data, or the audit was deleted)",
+        )
 
 
 def _judge_human(
