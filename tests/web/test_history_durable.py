@@ -16,12 +16,15 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, async_playwright, expect
+from redis.asyncio import Redis
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionItem, Broker
+from broker._keys import Keys
 from tests.helpers import KEYS
 from tests.redis_server import RedisServer
-from tests.web.conftest import WebProcess, write_users_file
+from tests.web.conftest import PASSWORDS, WebProcess, write_users_file
 from tests.web.test_browser import CHROMIUM, CHROMIUM_ARGS, People, ask, card, options, plan
+from tests.workers.procs import run_qbroker
 
 pytestmark = [
     pytest.mark.slow,
@@ -119,3 +122,63 @@ async def test_history_after_a_restart_and_of_a_terminal_answer_reads_the_durabl
         await people.close()
         first.stop()
         second.stop()
+
+
+async def sealed_by(redis_url: str, namespace: str, name: str, *, after: bool = False) -> None:
+    """Until a checkpoint by the provider ``name`` is in the audit (naming an earlier one, with ``after``)."""
+    keys = Keys(namespace)
+    client = Redis.from_url(redis_url, decode_responses=True)
+    try:
+        while not any(
+            fields.get("event") == "checkpoint"
+            and fields.get("provider") == name
+            and (fields.get("after") or not after)
+            for _, fields in await client.xrange(keys.audit)
+        ):
+            await asyncio.sleep(0.1)
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.timeout(50)
+async def test_a_redis_restart_that_lost_the_data_leaves_one_clear_state_and_verify_says_so(
+    browser: Browser, redis_factory: Callable[..., RedisServer], tmp_path: Path
+) -> None:
+    """Row 5: 'Session ended' under a stale red 'Reconnecting...' banner; verify said INTACT (the beginning)."""
+    redis = redis_factory()
+    namespace = f"lost{os.getpid()}"
+    async with asyncio.timeout(40), Broker(redis.url, namespace, **KEYS) as asker:
+        holding = asyncio.Event()
+        terminal = asyncio.create_task(answer_in_a_terminal(redis.url, namespace, "carol@laptop", holding))
+        await holding.wait()
+        rotate = ask(asker, AskUserQuestionItem(id="r", question="Rotate the keys?", options=options("Now")))
+        await terminal
+        await rotate
+    web = WebProcess(redis.url, namespace, write_users_file(tmp_path / "u.toml"), tmp_path / "w.log").start()
+    people = People(browser, web)
+    try:
+        async with asyncio.timeout(40):
+            await sealed_by(redis.url, namespace, "web-1")  # it sealed the audit as it took the lease
+            page = await people.page()
+            await expect(page.locator("#empty")).to_contain_text("No pending questions")
+            await asyncio.to_thread(redis.restart)  # no persistence: sessions, audit, everything is gone
+            await expect(page.locator("#sign-in")).to_be_visible(timeout=20_000)
+            await expect(page.locator("#banner")).to_be_hidden()
+            await expect(page.locator("#sign-in-error")).to_contain_text("lost its data")
+            await sealed_by(redis.url, namespace, "web-1", after=True)  # serving again: it sealed the new audit
+            await expect(page.locator("#banner")).to_be_hidden()
+            await expect(page.locator("#sign-in-error")).to_contain_text("lost its data")
+
+            status, out, _ = await run_qbroker("audit", "verify", url=redis.url, namespace=namespace)
+            text = out.decode()
+            assert status == 20, text
+            assert "(the history before it is gone" in text and "(the beginning of the chain)" not in text
+
+            await page.fill("#user", "alice")
+            await page.fill("#password", PASSWORDS["alice"])
+            await page.click("#sign-in-button")
+            await expect(page.locator("#empty")).to_contain_text("No pending questions")
+            await expect(page.locator("#banner")).to_be_hidden()
+    finally:
+        await people.close()
+        web.stop()

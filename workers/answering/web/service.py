@@ -8,6 +8,7 @@ fenced (``LEASE_LOST``) or Redis drops. Pages follow along through ``subscribe()
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections import OrderedDict
@@ -115,6 +116,8 @@ class WebProvider:
         self.holder = ""
         self.holder_url = ""
         self.redis_ok = True
+        self._redis_run: tuple[float, str | None] = (-_PROBE_EVERY_S, None)
+        """when ``redis_run`` last read it (the loop's time), and what it read"""
         self._status_changed = asyncio.Event()
         self._holder_changed = asyncio.Event()
         self._retry_delay = retry_delay
@@ -634,6 +637,22 @@ class WebProvider:
                 log.error("web provider %s failed; standing by again", self.name, exc_info=group)
                 self._set_status("connecting")
                 await asyncio.sleep(self._retry_delay)
+
+    async def redis_run(self) -> str | None:
+        """Which run of this server's Redis answers (a digest of its ``run_id``, new at every start), read at most
+        once a second; None when it does not answer. A page whose session vanished compares it with the one it saw
+        signing in: a Redis that restarted since, and kept no session, lost its data (it started empty)."""
+        now = asyncio.get_running_loop().time()
+        read_at, run = self._redis_run
+        if now - read_at >= _PROBE_EVERY_S:
+            try:
+                async with asyncio.timeout(_PROBE_TIMEOUT_S):
+                    info = await self.broker.commands.call("INFO", "server")
+                run = hashlib.sha256(str(info["run_id"]).encode()).hexdigest()[:16]
+            except (*_REDIS_DOWN, UserQuestionError, TimeoutError, KeyError, TypeError):
+                run = None
+            self._redis_run = (now, run)
+        return run
 
     async def _probe_redis(self) -> None:
         """Ask Redis something every second; pages are told at once when it stops or starts answering."""
