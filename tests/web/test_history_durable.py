@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, async_playwright, expect
+from playwright.async_api import Browser, Route, async_playwright, expect
 from redis.asyncio import Redis
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionItem, Broker
@@ -156,15 +156,30 @@ async def test_a_redis_restart_that_lost_the_data_leaves_one_clear_state_and_ver
         await rotate
     web = WebProcess(redis.url, namespace, write_users_file(tmp_path / "u.toml"), tmp_path / "w.log").start()
     people = People(browser, web)
+    probed, signed_out = asyncio.Event(), asyncio.Event()
+
+    async def hold_the_first_probe(route: Route) -> None:
+        # The page asks /healthz as its stream breaks; that answer comes late, as under load.
+        if not probed.is_set():
+            probed.set()
+            await signed_out.wait()
+        await route.continue_()
+
     try:
         async with asyncio.timeout(40):
             await sealed_by(redis.url, namespace, "web-1")  # it sealed the audit as it took the lease
             page = await people.page()
             await expect(page.locator("#empty")).to_contain_text("No pending questions")
+            await page.route("**/healthz", hold_the_first_probe)
             await asyncio.to_thread(redis.restart)  # no persistence: sessions, audit, everything is gone
             await expect(page.locator("#sign-in")).to_be_visible(timeout=20_000)
             await expect(page.locator("#banner")).to_be_hidden()
             await expect(page.locator("#sign-in-error")).to_contain_text("lost its data")
+            assert probed.is_set(), "the broken stream was never probed"
+            async with page.expect_request_finished(lambda request: request.url.endswith("/healthz")):
+                signed_out.set()  # the probe of the broken stream answers only now, after the page signed out
+            await page.evaluate("() => new Promise((resolve) => setTimeout(resolve, 0))")  # the page has read it
+            await expect(page.locator("#banner")).to_be_hidden()
             await sealed_by(redis.url, namespace, "web-1", after=True)  # serving again: it sealed the new audit
             await expect(page.locator("#banner")).to_be_hidden()
             await expect(page.locator("#sign-in-error")).to_contain_text("lost its data")
@@ -180,5 +195,6 @@ async def test_a_redis_restart_that_lost_the_data_leaves_one_clear_state_and_ver
             await expect(page.locator("#empty")).to_contain_text("No pending questions")
             await expect(page.locator("#banner")).to_be_hidden()
     finally:
+        signed_out.set()
         await people.close()
         web.stop()
