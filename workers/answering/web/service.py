@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import msgspec
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker import AskUserQuestionAnswer, Broker, PendingRequest, Policies, Provider, Remember, Tally, UserQuestionError
@@ -649,8 +650,8 @@ class WebProvider:
                 async with asyncio.timeout(_PROBE_TIMEOUT_S):
                     info = await self.broker.commands.call("INFO", "server")
                 run = hashlib.sha256(str(info["run_id"]).encode()).hexdigest()[:16]
-            except (*_REDIS_DOWN, UserQuestionError, TimeoutError, KeyError, TypeError):
-                run = None
+            except (*_REDIS_DOWN, RedisError, UserQuestionError, TimeoutError, KeyError, TypeError):
+                run = None  # down, or a Redis user without INFO (the page then says only that the session ended)
             self._redis_run = (now, run)
         return run
 
