@@ -43,6 +43,7 @@ _SETTLED_MEMORY = 2_000
 QUEUE_SIZE = 256
 _PROBE_EVERY_S = 1.0
 _PROBE_TIMEOUT_S = 1.5
+_RUN_TIMEOUT_S = 0.5
 """how often and how patiently Redis is pinged, so pages learn of an outage in seconds, not after
 the broker's own retries (``unavailable_after``) give up"""
 _READONLY_EVERY_S = 1.0
@@ -647,7 +648,7 @@ class WebProvider:
         read_at, run = self._redis_run
         if now - read_at >= _PROBE_EVERY_S:
             try:
-                async with asyncio.timeout(_PROBE_TIMEOUT_S):
+                async with asyncio.timeout(_RUN_TIMEOUT_S):  # /healthz waits for it, at most once a second
                     info = await self.broker.commands.call("INFO", "server")
                 run = hashlib.sha256(str(info["run_id"]).encode()).hexdigest()[:16]
             except (*_REDIS_DOWN, RedisError, UserQuestionError, TimeoutError, KeyError, TypeError):
