@@ -431,6 +431,8 @@ class Settlement(msgspec.Struct, kw_only=True):
     by: str
     call: str
     asker: str
+    asked: str
+    """what was asked, for the audit entry (broker/audit.py asked_of; '' for none)"""
     decisions: list[Any]
     """D, the decisions remembered with it ('-1': another asker of a coalesced card), then five per decision"""
 
@@ -462,7 +464,7 @@ def settle(
     argv: list[Any] = [fence, provider, epoch, group, audit_max, result_ttl, hold_notices]
     for s in settlements:
         keys += (s.request, s.outcome_key, s.inbox, s.durable, *s.decision_keys)
-        argv += (s.rid, s.state, s.outcome, s.by, s.call, s.asker, *s.decisions)
+        argv += (s.rid, s.state, s.outcome, s.by, s.call, s.asker, s.asked, *s.decisions)
     return commands.script(SCRIPTS["settle"], keys, argv, _settled)
 
 

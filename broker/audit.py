@@ -12,6 +12,11 @@ signing (namespace, entry id, chain) of the head it follows: rewriting history u
 ``qbroker audit verify``). Trimming the stream's start (its cap) is normal: the first entry
 left names a predecessor that is gone, reported as the start, not as a deletion.
 
+A checkpoint also names the one its process wrote before (``after``; the broker keeps it across its providers):
+when Redis restarts without its data, the audit starts afresh, and the first checkpoint a surviving provider
+writes names one the audit never held since; ``verify`` then reports the history before the new start as
+``lost``, instead of taking it for the beginning of the chain.
+
 A person's decision (``HUMAN_EVENTS``) is also copied, same id and fields, into the human record
 ``qb:{NS}:audit:human``, capped like the audit, which no other entry enters: however many entries
 askers cause (each ask of a gone process is a ``withdrawn`` entry), they trim the audit and never
@@ -21,11 +26,17 @@ written under (only those appends trim the record, which leaves at least that ma
 checks the record's chain, that every decision in the audit is in the record and every record
 entry in the audit's span is in the audit, alike, and that a trimmed record holds its cap; a
 decision missing from either is reported, not taken for the cap.
+
+An ``answered`` or ``cancelled`` entry also says what was asked (``asked``, written by ``asked_of``: the asker's
+agent and each question's id, its text cut to ``ASKED_CHARS``, a plan's approve label), so whatever process
+answered, and however long ago, a history reads the question, its asker and the verdict from the record itself.
+``newest`` reads the latest entries of the audit and the human record together.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,15 +46,19 @@ from . import _scripts as scripts
 from ._commands import Commands
 from ._keys import Keys
 from .signing import SigningKey, TrustedKeys
+from .types import AskUserQuestionRequest, PlanReviewIntent
 
 __all__ = [
+    "ASKED_CHARS",
     "CHECKPOINT_EVERY",
     "HUMAN_EVENTS",
     "AuditReport",
     "Finding",
+    "asked_of",
     "chain_of",
     "checkpoint",
     "checkpoint_message",
+    "newest",
     "verify",
 ]
 
@@ -55,7 +70,10 @@ _PAGE: Final = 1000
 HUMAN_EVENTS: Final = frozenset({"answered", "cancelled", "vote", "remembered", "forgotten"})
 """the events that are a person's decision, kept in the human record too (scripts/_audit.lua lists the same)"""
 
-FindingKind = Literal["deleted", "altered", "inserted", "restarted", "unchained", "checkpoint"]
+ASKED_CHARS: Final = 300
+"""characters of each question's text an ``asked`` field keeps: enough to tell the question, small per answer"""
+
+FindingKind = Literal["deleted", "altered", "inserted", "restarted", "unchained", "checkpoint", "lost"]
 
 
 def chain_of(pairs: list[tuple[str, str]]) -> str:
@@ -66,6 +84,37 @@ def chain_of(pairs: list[tuple[str, str]]) -> str:
             data = text.encode()
             digest.update(b"%d:%s" % (len(data), data))
     return digest.hexdigest()
+
+
+def asked_of(request: AskUserQuestionRequest) -> str:
+    """An answer's ``asked`` field: what its request asked, as a history shows it (JSON, a few hundred bytes).
+
+    The agent as the request names it (the entry's ``asker`` says whether a gateway verified it), each question's
+    id and text (cut to ``ASKED_CHARS``), a plan review's approve label (what tells approved from declined).
+    Nothing else of the request: no details, options or arguments, and never a credential (a request holds none).
+    """
+    questions: list[dict[str, str]] = []
+    for item in request.questions:
+        text = item.question if len(item.question) <= ASKED_CHARS else item.question[: ASKED_CHARS - 1] + "…"
+        question = {"id": item.id, "question": text}
+        if isinstance(item.intent, PlanReviewIntent):
+            question["approve"] = item.intent.approve
+        questions.append(question)
+    summary: dict[str, object] = {"questions": questions}
+    if request.agent:
+        summary["agent"] = request.agent
+    return json.dumps(summary, ensure_ascii=False, separators=(",", ":"))
+
+
+async def newest(commands: Commands, keys: Keys, count: int) -> list[tuple[str, dict[str, str]]]:
+    """The newest ``count`` entries of the audit and its human record together (each once), newest first.
+
+    The record keeps people's decisions the audit's cap trimmed (askers' volume), so a history still finds them.
+    """
+    audit = await commands.call("XREVRANGE", keys.audit, "+", "-", "COUNT", count)
+    human = await commands.call("XREVRANGE", keys.audit_human, "+", "-", "COUNT", count)
+    merged = {entry_id: _parse(entry_id, flat).fields for entry_id, flat in [*audit, *human]}
+    return sorted(merged.items(), key=lambda item: _id_key(item[0]), reverse=True)[:count]
 
 
 def checkpoint_message(namespace: str, entry_id: str, chain: str) -> bytes:
@@ -82,19 +131,27 @@ async def checkpoint(
     epoch: int,
     maxlen: int,
     unless_at: str | None = None,
+    after: str | None = None,
 ) -> str | None:
     """Seal the audit as it stands: append a checkpoint signing its head; the checkpoint's entry id.
 
-    Nothing is written (None) when the audit is empty or unchained (fakeredis), or when its head
-    is still ``unless_at`` (the checkpoint this provider wrote last: nothing new to seal).
+    Nothing is written (None) when the audit is unchained (fakeredis), when its head is still
+    ``unless_at`` (the checkpoint this provider wrote last: nothing new to seal), or when it is empty and
+    there is no ``after``. ``after``: the checkpoint this process wrote last, named in this one: should the
+    audit have lost it (Redis restarted without its data), ``verify`` tells the history before is gone; an
+    empty audit then gets a checkpoint of nothing (``at`` and ``sealed`` empty) that names it.
     """
     for _ in range(5):
         head = await commands.call("GET", keys.audit_head) or ""
         entry_id, _, chain = head.partition(" ")
-        if not chain or entry_id == unless_at:
+        if not head and after:
+            pass  # empty, though this process sealed it before: a checkpoint of nothing names what it sealed
+        elif not chain or entry_id == unless_at:
             return None
         signature = key.sign_checkpoint(checkpoint_message(keys.namespace, entry_id, chain))
         fields = ["event", "checkpoint", "at", entry_id, "sealed", chain, "key", key.id, "sig", signature]
+        if after:
+            fields += ["after", after]
         fields += ("provider", provider, "epoch", epoch)
         reply = await scripts.audit_append(commands, audit=keys.audit, audit_max=maxlen, head=head, fields=fields)
         if reply.kind == "ok":
@@ -274,7 +331,9 @@ def judge(
         message = checkpoint_message(namespace, target, sealed_chain)
         if not trusted.verify_checkpoint(message, fields.get("key", ""), fields.get("sig", "")):
             find("checkpoint", entry.id, f"not signed by a trusted key (key {fields.get('key', '')!r})")
-        elif target in at:
+            continue
+        _judge_after(entry, chain, at, find)
+        if target in at:
             j = at[target]
             if chain[j].chain != sealed_chain or j not in on_chain or j >= i:
                 find("checkpoint", entry.id, f"seals {target} as another chain than the one it holds now")
@@ -288,6 +347,22 @@ def judge(
     report.unsealed = sum(1 for e in chain[sealed + 1 :] if e.fields.get("event") != "checkpoint")
     _judge_human(report, chain, human, human_head, find)
     return report
+
+
+def _judge_after(
+    entry: _Entry, chain: list[_Entry], at: dict[str, int], find: Callable[[FindingKind, str, str], None]
+) -> None:
+    """A trusted checkpoint names the one its process wrote before (``after``). One older than the chain's
+    first entry, where the chain begins (that entry follows none: no cap trimmed what came before), was in an
+    audit that is gone: Redis restarted without its data, or someone deleted the audit and its head."""
+    after = entry.fields.get("after", "")
+    if after and after not in at and not chain[0].prev_id and _id_key(after) < _id_key(chain[0].id):
+        find(
+            "lost",
+            chain[0].id,
+            f"the history before it is gone: checkpoint {entry.id} follows {after}, which the audit no longer holds"
+            " (Redis restarted without its data, or the audit was deleted)",
+        )
 
 
 def _judge_human(

@@ -167,6 +167,8 @@ class Broker:
         )
         self._answerers: list[_Registration] = []
         self._agents: dict[str, Agent] = {}
+        self._last_checkpoint: str | None = None
+        """the audit checkpoint this broker's providers wrote last: the next one names it (a lost audit shows)"""
         self._asks: dict[str, _Ask] = {}
         self._attaching: dict[str, _Ask] = {}
         """a keyed ask's request id it may re-attach to, while ask.lua decides (its waiter is registered)"""
@@ -612,6 +614,7 @@ class Broker:
                 signing_key=signing_key,
                 redis_ms=int(seconds) * 1000 + int(micros) // 1000,
                 coalesce=coalesce,
+                last_checkpoint=self._last_checkpoint,
             )
             log.info("provider %s holds the lease of %s (epoch %d)", name, self.namespace, epoch)
             try:
@@ -641,5 +644,6 @@ class Broker:
                         await release_lease(commands, self.keys, provider)
                 except Exception as error:
                     log.warning("could not release the lease: %r (it lapses after its TTL)", error)
+                self._last_checkpoint = provider.last_checkpoint
         finally:
             await blocking.aclose()

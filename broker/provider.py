@@ -370,6 +370,7 @@ class PendingRequest:
                 by=by,
                 call=self._provider.settle_call_ids.next(),
                 asker="verified" if member.verified else "claimed",
+                asked=audit.asked_of(member.request),
                 decisions=extra_args,
             ),
             Seal(
@@ -472,6 +473,7 @@ class Provider:
         signing_key: SigningKey,
         redis_ms: int = 0,
         coalesce: bool = True,
+        last_checkpoint: str | None = None,
     ) -> None:
         self.keys = keys
         self._signing_key = signing_key
@@ -509,8 +511,9 @@ class Provider:
         self._lost = asyncio.Event()
         self.checkpoint_every = audit.CHECKPOINT_EVERY
         """seconds between audit checkpoints while the audit moves"""
-        self._checkpoint: str | None = None
-        """the entry id of the audit checkpoint this provider wrote last"""
+        self._checkpoint = last_checkpoint
+        """the entry id of the audit checkpoint this process wrote last (a provider before this one of its broker
+        passes it on): each checkpoint names it (``after``), so one that finds it gone tells of a lost audit"""
         self.handover: Handover | None = None
         self._handover_asked = asyncio.Event()
         """set once another provider asked for the lease: iterating ends (what was handed out may still be
@@ -824,11 +827,17 @@ class Provider:
                     epoch=self.epoch,
                     maxlen=self.settings.audit_maxlen,
                     unless_at=self._checkpoint,
+                    after=self._checkpoint,
                 )
                 or self._checkpoint
             )
         except Exception as error:
             log.warning("audit checkpoint failed: %r (the next one seals what this one would have)", error)
+
+    @property
+    def last_checkpoint(self) -> str | None:
+        """The entry id of the audit checkpoint this process wrote last, for the next provider of its broker."""
+        return self._checkpoint
 
     async def read(self) -> None:
         """Deliver the stream's requests into the local queue until the lease is lost."""

@@ -55,7 +55,23 @@ def forged_settle(client: Redis, keys: Any, request_id: str, client_id: str) -> 
         keys.provider, keys.requests, keys.audit, keys.decisions, keys.decision_expiry, keys.request(request_id),
         keys.outcome(request_id), keys.inbox(client_id), keys.request(request_id),
     ]  # fmt: skip
-    args = ["1:x:", "thief", 1, "providers", 10, 1000, "0", request_id, "answered", "{}", "thief", "c1", "claimed", 0]
+    args = [
+        "1:x:",
+        "thief",
+        1,
+        "providers",
+        10,
+        1000,
+        "0",
+        request_id,
+        "answered",
+        "{}",
+        "thief",
+        "c1",
+        "claimed",
+        "",
+        0,
+    ]
     return client.execute_command("EVAL", SCRIPTS["settle"].source, len(script_keys), *script_keys, *args)
 
 

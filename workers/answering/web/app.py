@@ -384,6 +384,7 @@ def create_app(config: WebConfig) -> Starlette:
             "status": primary.status,
             "holder": primary.holder,
             "redis": "ok" if primary.redis_ok else "down",
+            "redisRun": await primary.redis_run(),
         }
         if others:
             body["namespaces"] = {

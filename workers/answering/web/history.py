@@ -1,11 +1,13 @@
 """Recently settled requests, read from the namespace's audit stream and askers' log (read-only).
 
 Who answered what and when: the terminal events (answered, cancelled, withdrawn, expired,
-dead-lettered), newest first, of the audit (the answering side's and housekeeping's: a human's
-answer, a cancel, a reap) and of the askers' log (what askers say they did: a withdrawal, an
-answer by a remembered decision), each entry saying which (``source``: ``audit`` or ``asker``).
-The streams hold ids, not the questions' text: that comes from the requests this server showed
-(``known``) or, while it still exists, the request hash; otherwise only question ids are shown.
+dead-lettered), newest first, of the audit and its human record (the answering side's and
+housekeeping's: a human's answer, a cancel, a reap; ``broker.audit.newest``) and of the askers' log
+(what askers say they did: a withdrawal, an answer by a remembered decision), each entry saying which
+(``source``: ``audit`` or ``asker``). What was asked comes from the requests this server showed
+(``known``: the whole text), else from the audit entry itself (its ``asked`` field: the agent, each
+question's text and a plan's approve label, whatever process answered and however long ago), else,
+while it still exists, the request hash; an entry that has none of them shows question ids only.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from broker import Broker
+from broker import Broker, audit
 from workers.inert import inert
 
 __all__ = ["TERMINAL", "find_settlement", "outcome_json", "read_history"]
@@ -32,12 +34,11 @@ async def _newest(broker: Broker, count: int) -> list[tuple[str, dict[str, str]]
 
     Entry ids of one Redis server order across streams; each event's fields gain ``_source``.
     """
-    call = broker.commands.call
-    audit, asklog = await asyncio.gather(
-        call("XREVRANGE", broker.keys.audit, "+", "-", "COUNT", count),
-        call("XREVRANGE", broker.keys.asklog, "+", "-", "COUNT", count),
+    audited, asklog = await asyncio.gather(
+        audit.newest(broker.commands, broker.keys, count),
+        broker.commands.call("XREVRANGE", broker.keys.asklog, "+", "-", "COUNT", count),
     )
-    merged = [(entry_id, {**_pairs(flat), "_source": "audit"}) for entry_id, flat in audit]
+    merged = [(entry_id, {**fields, "_source": "audit"}) for entry_id, fields in audited]
     merged += [(entry_id, {**_pairs(flat), "_source": "asker"}) for entry_id, flat in asklog]
     merged.sort(key=_when, reverse=True)
     return merged[:count]
@@ -127,6 +128,7 @@ def _entry(
         "remembered": remembered,
         "provider": fields.get("provider") or None,
         "agent": _shown((request.get("agent") if isinstance(request, dict) else None) or fields.get("agent") or None),
+        "asker": fields.get("asker") or None,
         "message": _shown(message) if isinstance(message, str) else None,
         "questions": questions,
     }
@@ -149,7 +151,8 @@ async def read_history(
     raw = await _newest(broker, limit * _SCAN_FACTOR)
     settled = [(entry_id, fields) for entry_id, fields in raw if fields.get("event") in TERMINAL]
     settled = settled[:limit]
-    shown = [known(fields.get("rid", "")) for _, fields in settled]
+    # What this server showed (the whole text), else what the audit entry says was asked.
+    shown = [known(fields.get("rid", "")) or _json(fields.get("asked")) for _, fields in settled]
     stored = await asyncio.gather(
         *(
             call("HGET", broker.keys.request(fields.get("rid", "")), "request")

@@ -8,6 +8,7 @@ fenced (``LEASE_LOST``) or Redis drops. Pages follow along through ``subscribe()
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections import OrderedDict
@@ -18,6 +19,7 @@ from typing import Any, Literal
 
 import msgspec
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker import AskUserQuestionAnswer, Broker, PendingRequest, Policies, Provider, Remember, Tally, UserQuestionError
@@ -42,6 +44,7 @@ _SETTLED_MEMORY = 2_000
 QUEUE_SIZE = 256
 _PROBE_EVERY_S = 1.0
 _PROBE_TIMEOUT_S = 1.5
+_RUN_TIMEOUT_S = 0.5
 """how often and how patiently Redis is pinged, so pages learn of an outage in seconds, not after
 the broker's own retries (``unavailable_after``) give up"""
 _READONLY_EVERY_S = 1.0
@@ -132,6 +135,8 @@ class WebProvider:
         self.holder = ""
         self.holder_url = ""
         self.redis_ok = True
+        self._redis_run: tuple[float, str | None] = (-_PROBE_EVERY_S, None)
+        """when ``redis_run`` last read it (the loop's time), and what it read"""
         self._status_changed = asyncio.Event()
         self._holder_changed = asyncio.Event()
         self._retry_delay = retry_delay
@@ -655,6 +660,22 @@ class WebProvider:
                 log.error("web provider %s failed; standing by again", self.name, exc_info=group)
                 self._set_status("connecting")
                 await asyncio.sleep(self._retry_delay)
+
+    async def redis_run(self) -> str | None:
+        """Which run of this server's Redis answers (a digest of its ``run_id``, new at every start), read at most
+        once a second; None when it does not answer. A page whose session vanished compares it with the one it saw
+        signing in: a Redis that restarted since, and kept no session, lost its data (it started empty)."""
+        now = asyncio.get_running_loop().time()
+        read_at, run = self._redis_run
+        if now - read_at >= _PROBE_EVERY_S:
+            try:
+                async with asyncio.timeout(_RUN_TIMEOUT_S):  # /healthz waits for it, at most once a second
+                    info = await self.broker.commands.call("INFO", "server")
+                run = hashlib.sha256(str(info["run_id"]).encode()).hexdigest()[:16]
+            except (*_REDIS_DOWN, RedisError, UserQuestionError, TimeoutError, KeyError, TypeError):
+                run = None  # down, or a Redis user without INFO (the page then says only that the session ended)
+            self._redis_run = (now, run)
+        return run
 
     async def _probe_redis(self) -> None:
         """Ask Redis something every second; pages are told at once when it stops or starts answering."""

@@ -29,6 +29,8 @@ def format_report(report: AuditReport) -> str:
     lines = [f"audit of {report.namespace}: {status}, {report.entries} entries, {report.first} .. {report.last}"]
     if report.trimmed:
         lines.append(f"starts at {report.first} (earlier entries trimmed)")
+    elif any(finding.kind == "lost" for finding in report.findings):
+        lines.append(f"starts at {report.first} (the history before it is gone: see the finding below)")
     else:
         lines.append(f"starts at {report.first} (the beginning of the chain)")
     if report.legacy:

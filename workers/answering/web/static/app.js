@@ -10,6 +10,7 @@
   const state = {
     csrf: null, user: null, namespaces: [], source: null, statuses: new Map(), connected: false, skewMs: 0, cards: new Map(), view: "pending", notify: false,
     readonly: new Map(),
+    redisRun: null,  // the run of the server's Redis when this page signed in (sessionEndedMessage)
     // By namespace: how many cards it has for this person in all (total) and the API cursor after the
     // last one this page loaded in order; the page holds a window of them, not all (issue 27).
     more: new Map(), window: 100,
@@ -83,6 +84,7 @@
     if (state.source) state.source.close();
     state.source = null;
     state.csrf = null;
+    $("banner").hidden = true;  // signed out, nothing is paused or reconnecting: the sign-in form says it all
     $("main").hidden = true;
     $("views").hidden = true;
     $("notify").hidden = true;
@@ -146,6 +148,25 @@
     $("notify").hidden = !("Notification" in window);
     renderNotify();
     connect(session);
+    redisRun().then((run) => { state.redisRun = run; });
+  }
+
+  // Which run of the server's Redis answers (new at every Redis start; null when unknown), from /healthz.
+  async function redisRun() {
+    try {
+      const response = await fetch("/healthz", { credentials: "same-origin", cache: "no-store" });
+      const run = (await response.json()).redisRun;
+      return typeof run === "string" ? run : null;
+    } catch (e) { return null; }
+  }
+
+  // A session gone: revoked, or lost with the server's data: a Redis that restarted since this page signed in
+  // and kept no session started empty (no persistence), so every page must sign in again and its history is gone.
+  async function sessionEndedMessage() {
+    const run = await redisRun();
+    return run !== null && typeof state.redisRun === "string" && run !== state.redisRun
+      ? "The server's Redis restarted and lost its data (your session with it); sign in again."
+      : "Your session ended; sign in again.";
   }
 
   function connect(session) {
@@ -191,7 +212,7 @@
         if (state.source !== source) return;
         try { await call("GET", "/api/session"); connect(session); }
         catch (error) {
-          if (error.code === "UNAUTHENTICATED") showSignIn("Your session ended; sign in again.");
+          if (error.code === "UNAUTHENTICATED") showSignIn(await sessionEndedMessage());
           else {
             if (error.code === "BROKER_UNAVAILABLE") { state.serverUp = true; state.redisDown = true; renderBanner(); }
             connect(session);
@@ -294,6 +315,7 @@
 
   function renderBanner() {
     const banner = $("banner");
+    if (!state.csrf) return;  // signed out: a late probe of the stream that ended must not bring a banner back
     banner.replaceChildren();
     let bad = false;
     const redisDown = state.connected ? state.namespaces.some((n) => redisOf(n) === "down") : state.serverUp && state.redisDown;
@@ -1417,7 +1439,7 @@
       entry.remembered ? el("span", { class: "by remembered-by", text: "by a remembered decision" + (entry.by ? " set by " + entry.by : "") })
         : entry.by ? el("span", { class: "by", text: "by " + entry.by }) : null,
       el("time", { datetime: when.toISOString(), text: when.toLocaleString() }),
-      entry.agent ? el("span", { class: "agent", text: "asked by " + entry.agent }) : null);
+      entry.agent ? el("span", { class: "agent", text: "asked by " + entry.agent + (entry.asker ? " (" + entry.asker + ")" : "") }) : null);
     const body = el("ul", { class: "history-answers" });
     for (const q of entry.questions) {
       let parts = [...(q.selected || [])];
