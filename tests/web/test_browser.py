@@ -45,11 +45,13 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 
-pytestmark = [
+BROWSER_MARKS = [
     pytest.mark.slow,
     pytest.mark.asyncio(loop_scope="module"),
     pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} missing: apt-get install chromium"),
 ]
+"""what every module sharing this one's browser, web process and asker marks its tests with"""
+pytestmark = BROWSER_MARKS
 
 XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>"\'><svg onload="window.__xss=3">'
 

@@ -3,8 +3,6 @@ fetches the attachment its question names. Fixtures shared with tests/web/test_b
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from playwright.async_api import expect
 from redis.asyncio import Redis
@@ -17,14 +15,8 @@ from tests.web.conftest import WebProcess
 from tests.web.test_browser import People, ask, card
 
 web, asker, browser, people = shared.web, shared.asker, shared.browser, shared.people
-CHROMIUM = shared.CHROMIUM
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} missing: apt-get install chromium"),
-    pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.timeout(50),
-]
+pytestmark = [*shared.BROWSER_MARKS, pytest.mark.timeout(50)]
 
 
 async def test_show_all_fetches_the_whole_arguments(people: People, asker: Broker) -> None:

@@ -4,7 +4,6 @@ edit; History shows what was edited. Fixtures shared with tests/web/test_browser
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,14 +15,8 @@ from tests.web.test_browser import People, ask, card, options
 
 # The browser, the web process and the asking broker, as tests/web/test_browser.py builds them.
 web, asker, browser, people, screenshots = shared.web, shared.asker, shared.browser, shared.people, shared.screenshots
-CHROMIUM = shared.CHROMIUM
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} missing: apt-get install chromium"),
-    pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.timeout(50),
-]
+pytestmark = [*shared.BROWSER_MARKS, pytest.mark.timeout(50)]
 
 SCHEMA = {
     "type": "object",

@@ -4,8 +4,6 @@ Fixtures shared with tests/web/test_browser.py."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from playwright.async_api import expect
 
@@ -14,14 +12,8 @@ from tests.web import test_browser as shared
 from tests.web.test_browser import People, ask, card, options
 
 web, asker, browser, people, screenshots = shared.web, shared.asker, shared.browser, shared.people, shared.screenshots
-CHROMIUM = shared.CHROMIUM
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} missing: apt-get install chromium"),
-    pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.timeout(50),
-]
+pytestmark = [*shared.BROWSER_MARKS, pytest.mark.timeout(50)]
 
 
 async def test_steering_characters_show_as_escapes_and_the_label_still_answers(people: People, asker: Broker) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -24,14 +23,8 @@ from tests.web.conftest import PASSWORDS, WebProcess, write_users_file
 from tests.web.test_browser import ask, card
 
 web, asker, browser, screenshots = shared.web, shared.asker, shared.browser, shared.screenshots
-CHROMIUM = shared.CHROMIUM
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} missing: apt-get install chromium"),
-    pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.timeout(50),
-]
+pytestmark = [*shared.BROWSER_MARKS, pytest.mark.timeout(50)]
 
 VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "mobile": {"width": 390, "height": 844}}
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,7 @@ from tests.web.test_browser import People, card
 
 web, asker, browser, people, screenshots = shared.web, shared.asker, shared.browser, shared.people, shared.screenshots
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which(shared.CHROMIUM) is None, reason=f"{shared.CHROMIUM} missing"),
-    pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.timeout(50),
-]
+pytestmark = [*shared.BROWSER_MARKS, pytest.mark.timeout(50)]
 
 
 def _out(screenshots: Path) -> Path:
