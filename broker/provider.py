@@ -754,36 +754,37 @@ class Provider:
     # -- background work, run by Broker.provider() in its task group ------------------
 
     async def keep_lease(self) -> None:
-        """Renew the lease every third of its TTL; fence ourselves once it is gone.
+        """Renew the lease every third of its TTL; fence ourselves once Redis says it is gone.
 
-        A renewal that cannot finish before the lease would lapse (Redis silent or down) fences
-        us at that moment: past it, another provider may hold the lease.
+        Not before: while Redis cannot be reached nobody can take the lease, and a lease that lapsed while Redis
+        restarted is still ours (scripts/_kept.lua). After a failure the renewal is sent first, before anything
+        queued meanwhile (``Commands.lead_after_outage``): a fenced script must not find the lease missing
+        before the renewal takes it back. A provider cut off from a Redis that others reach learns that it lost
+        the lease when it reaches Redis again; until then Redis refuses whatever it sends there.
         """
-        ttl = self.settings.lease_ttl
-        loop = asyncio.get_running_loop()
-        valid_until = loop.time() + ttl
-        while not self._lost.is_set():
-            await asyncio.sleep(ttl / 3)
-            try:
-                async with asyncio.timeout_at(valid_until):
-                    renewed = await scripts.lease_renew(
-                        self.commands,
-                        lease=self.keys.provider,
-                        standbys=self.keys.standbys,
-                        fence=self.fence,
-                        ttl=int(ttl * 1000),
-                        member=f"{self.token}:{self.name}",
-                    )
-            except Exception as error:
-                log.warning("lease renewal failed: %r", error)
-                if loop.time() >= valid_until:
-                    self.fenced()
-                continue
-            if not renewed:
-                self.fenced()
-            else:
-                valid_until = loop.time() + ttl
-                await self._check_handover()
+        ttl, keys = self.settings.lease_ttl, self.keys
+        lease = {"lease": keys.provider, "standbys": keys.standbys, "record": keys.lease_record, "fence": self.fence}
+        ttl_ms, member = int(ttl * 1000), f"{self.token}:{self.name}"
+        stop_leading = scripts.lease_renew_first(
+            self.commands, **lease, ttl=ttl_ms, member=member, renewed=self._renewed
+        )
+        try:
+            while not self._lost.is_set():
+                await asyncio.sleep(ttl / 3)
+                try:
+                    renewed = await scripts.lease_renew(self.commands, **lease, ttl=ttl_ms, member=member)
+                except Exception as error:
+                    log.warning("lease renewal failed: %r", error)
+                    continue
+                self._renewed(renewed)
+                if renewed:
+                    await self._check_handover()
+        finally:
+            stop_leading()
+
+    def _renewed(self, renewed: bool) -> None:
+        if not renewed:
+            self.fenced()
 
     async def _check_handover(self) -> None:
         """Whether another provider asked for the lease; a failure to read it is only a later notice."""
@@ -1168,6 +1169,7 @@ async def acquire_lease(
                 epoch=keys.epoch,
                 standbys=keys.standbys,
                 handover=keys.handover,
+                record=keys.lease_record,
                 token=token,
                 name=name,
                 ttl=ttl_ms,
@@ -1227,6 +1229,7 @@ async def release_lease(commands: Commands, keys: Keys, provider: Provider) -> N
         lease=keys.provider,
         signal=keys.lease_signal,
         standbys=keys.standbys,
+        record=keys.lease_record,
         fence=provider.fence,
         member=f"{provider.token}:{provider.name}",
     )
