@@ -10,7 +10,8 @@ import pytest
 
 from broker import Broker
 from broker._keys import Keys
-from tests.helpers import KEYS, one_question
+from tests.helpers import KEYS, one_question, pick
+from tests.test_ask import next_pending
 from tests.test_failover_processes import ProviderProcess
 from tests.web.conftest import WebProcess, write_users_file
 
@@ -74,3 +75,32 @@ async def test_the_page_keeps_its_lease_through_a_redis_restart_shorter_than_the
         if standby is not None:
             standby.stop()
         web.stop()
+
+
+async def test_an_answer_given_during_the_outage_is_taken_once_the_holder_has_its_lease_back(redis_factory):
+    """The answer is queued before the holder's next renewal and Redis comes back after the lease lapsed by the
+    clock: the renewal goes first (it takes the lease back), so the answer is accepted, not refused LEASE_LOST."""
+    server = redis_factory("--appendonly", "yes", "--appendfsync", "everysec")
+    asking = Broker(server.url, "outage-answer", unavailable_after=60.0, **KEYS)
+    answering = Broker(server.url, "outage-answer", lease_ttl=6.0, unavailable_after=60.0, **KEYS)
+    await asking.__aenter__()
+    await answering.__aenter__()
+    try:
+        async with answering.provider("page") as provider:
+            asked = asyncio.create_task(asking.ask(one_question("yes", "no"), timeout=50))
+            pending = await next_pending(provider)
+            async with asyncio.timeout(10):  # the next renewal 0.5-1 s away, the lease 4.5-5 s from lapsing
+                while not 4500 <= (left := await answering.commands.call("PTTL", answering.keys.provider)) <= 5000:
+                    await asyncio.sleep(0.01)
+            await asyncio.to_thread(server.process.terminate)  # type: ignore[union-attr]
+            await asyncio.to_thread(server.process.wait)  # type: ignore[union-attr]
+            answered = asyncio.create_task(pending.answer(pick("no")))  # queued before the renewal
+            await asyncio.sleep(left / 1000 + 0.5)
+            server.start()
+            async with asyncio.timeout(20):
+                await answered
+                assert await asked == pick("no")
+            assert not provider.lost
+    finally:
+        await asking.aclose()
+        await answering.aclose()

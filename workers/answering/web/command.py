@@ -229,8 +229,10 @@ async def _serve(config: WebConfig, *, log_json: bool) -> int:
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            # Open event streams would hold the shutdown until its timeout: end them first.
+            # The lease first (a standby takes over at once), then the open event streams, which would hold the
+            # shutdown until its timeout.
             for service in getattr(app.state, "services", {}).values():
+                loop.call_soon_threadsafe(service.let_go)
                 loop.call_soon_threadsafe(service.end_streams)
             super().handle_exit(sig, frame)
 

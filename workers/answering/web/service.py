@@ -156,6 +156,7 @@ class WebProvider:
         """while standing by: the requests the holder serves, listed read-only"""
         self.takeover_by = ""
         """who asked, here, for the lease (cleared once this server serves, or stops standing by)"""
+        self._running: asyncio.Task[Any] | None = None
 
     # -- what pages see ---------------------------------------------------------------
 
@@ -622,8 +623,14 @@ class WebProvider:
 
     # -- the lease loop ---------------------------------------------------------------
 
+    def let_go(self) -> None:
+        """Stop serving at once (SIGTERM): the lease goes to a standby before this server closes its connections."""
+        if self._running is not None:
+            self._running.cancel()
+
     async def run(self) -> None:
-        """Stand by, serve, and stand by again, until cancelled."""
+        """Stand by, serve, and stand by again, until cancelled (or ``let_go``)."""
+        self._running = asyncio.current_task()
         try:
             async with asyncio.TaskGroup() as tasks:
                 advertising = tasks.create_task(self._advertise(), name="qb-web-advertise")
@@ -741,34 +748,41 @@ class WebProvider:
     async def _serve_once(self) -> None:
         self._set_status("connecting")
         on_standby: Callable[[str], None] = lambda holder: self._set_status("standby", holder)  # noqa: E731
-        async with self.broker.provider(self.name, standby=True, on_standby=on_standby) as provider:
-            self._provider = provider
-            provider.track_changes()  # before the first card is handed out: none of its changes is missed
-            lease_acquired(self.broker.namespace)
-            self._set_status("active", self.name)
-            if self.policies:
-                forgotten = await revoke_covered(self.policies, self.broker, by=f"{self.name}: quorum policy")
-                if forgotten:
-                    log.info("forgot %d remembered decisions a quorum policy covers", len(forgotten))
-            try:
-                async with asyncio.TaskGroup() as tasks:
-                    if self._lost:
-                        tasks.create_task(self._resolve_lost(), name="qb-web-resolve-lost")
-                    watching = tasks.create_task(self._watch(provider), name="qb-web-watch")
-                    try:
-                        while batch := await _ready(provider, _BATCH):
-                            await self._add_batch(batch)
-                    finally:
-                        watching.cancel()
-            finally:
-                if provider.lost:
-                    lease_lost(self.broker.namespace)
-                self._provider = None
-                for request_id in list(self._pending):
-                    self._lost.add(request_id)
-                    self._remove(request_id, "lost", "")
-                while len(self._lost) > _SETTLED_MEMORY:
-                    self._lost.pop()
+        try:
+            async with self.broker.provider(self.name, standby=True, on_standby=on_standby) as provider:
+                self._provider = provider
+                provider.track_changes()  # before the first card is handed out: none of its changes is missed
+                lease_acquired(self.broker.namespace)
+                self._set_status("active", self.name)
+                if self.policies:
+                    forgotten = await revoke_covered(self.policies, self.broker, by=f"{self.name}: quorum policy")
+                    if forgotten:
+                        log.info("forgot %d remembered decisions a quorum policy covers", len(forgotten))
+                try:
+                    async with asyncio.TaskGroup() as tasks:
+                        if self._lost:
+                            tasks.create_task(self._resolve_lost(), name="qb-web-resolve-lost")
+                        watching = tasks.create_task(self._watch(provider), name="qb-web-watch")
+                        try:
+                            while batch := await _ready(provider, _BATCH):
+                                await self._add_batch(batch)
+                        finally:
+                            watching.cancel()
+                finally:
+                    if provider.lost:
+                        lease_lost(self.broker.namespace)
+                    self._provider = None
+        finally:
+            # Once the lease is released (leaving the block): taking 100 000 cards down took the best part of a
+            # second, which a standby waited out before it could take over.
+            self._take_down_all()
+
+    def _take_down_all(self) -> None:
+        for request_id in list(self._pending):
+            self._lost.add(request_id)
+            self._remove(request_id, "lost", "")
+        while len(self._lost) > _SETTLED_MEMORY:
+            self._lost.pop()
 
     async def _resolve_lost(self) -> None:
         """Serving again: say what became of each request lost with the lease, unless it is still pending.
