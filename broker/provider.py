@@ -50,7 +50,7 @@ from .signing import Seal, SigningKey, TrustedKeys, seal_outcomes
 from .types import PRIORITIES, AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_request, encode
 from .validation import Limits, check_answer, check_request
 
-__all__ = ["Asker", "Handover", "PendingRequest", "Provider", "ProviderSettings"]
+__all__ = ["HANDOVER_GRACE", "Asker", "Handover", "PendingRequest", "Provider", "ProviderSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,9 @@ _SETTLE_BATCH = 256
 _REPLY_MARGIN_S = 3.0
 """how long past its block a blocking read's reply may be late before the connection counts as silent"""
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+HANDOVER_GRACE = 15.0
+"""seconds a holder with a question open gives its person to finish it once a handover is asked, by default
+(``Broker.request_handover``); then it hands over anyway, the question still pending"""
 _NOTICES = ("withdraw", "away", "back")
 """stream entries that are notices about a request, not asks"""
 
@@ -103,6 +106,8 @@ class Handover(NamedTuple):
     """the provider's name: the lease is kept for it once this holder lets go"""
     by: str
     """who asked (a person signed in to a page, say)"""
+    grace: float = HANDOVER_GRACE
+    """seconds a question open here may take to finish before this holder hands over anyway, leaving it pending"""
 
 
 class Asker(NamedTuple):
@@ -795,10 +800,12 @@ class Provider:
         except Exception as error:
             log.debug("could not read the handover reservation: %r", error)
             return
-        to, _, by = str(reserved or "").partition("\n")
+        to, _, rest = str(reserved or "").partition("\n")
+        by, _, grace_ms = rest.partition("\n")
         if reserved and to != self.name:
             log.info("provider %s: %s asks that %s take the lease of %s", self.name, by, to, self.keys.namespace)
-            self.handover = Handover(to, by)
+            grace = int(grace_ms) / 1000 if grace_ms.isdigit() else HANDOVER_GRACE
+            self.handover = Handover(to, by, grace)
             self._handover_asked.set()
             self._wake.set()
 

@@ -20,7 +20,17 @@ import msgspec
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from broker import AskUserQuestionAnswer, Broker, PendingRequest, Policies, Provider, Remember, Tally, UserQuestionError
+from broker import (
+    HANDOVER_GRACE,
+    AskUserQuestionAnswer,
+    Broker,
+    PendingRequest,
+    Policies,
+    Provider,
+    Remember,
+    Tally,
+    UserQuestionError,
+)
 from broker.errors import NOT_APPROVER
 from broker.quorum import revoke_covered
 from broker.types import PRIORITIES, decode_request
@@ -117,8 +127,11 @@ class WebProvider:
         public_url: str = "",
         retry_delay: float = 1.0,
         policies: Policies | None = None,
+        handover_grace: float = HANDOVER_GRACE,
     ) -> None:
         self.broker = broker
+        self.handover_grace = handover_grace
+        """what a take-over asked here gives a question open at the holder (``Broker.request_handover``)"""
         self.policies = policies or Policies()
         """quorum and routing policies (docs/approvals.md)"""
         self._routes: dict[str, list[str]] = {}
@@ -157,6 +170,10 @@ class WebProvider:
         self.takeover_by = ""
         """who asked, here, for the lease (cleared once this server serves, or stops standing by)"""
         self._running: asyncio.Task[Any] | None = None
+        self._takeover_until = 0.0
+        """when (loop time) the take-over asked here should have completed (``Broker.handover_within``)"""
+        self.takeover_late = False
+        """the take-over asked here is past that bound and the holder still holds the lease"""
 
     # -- what pages see ---------------------------------------------------------------
 
@@ -196,6 +213,9 @@ class WebProvider:
             "name": self.name,
             "redis": "ok" if self.redis_ok else "down",
             "takeoverBy": self.takeover_by if self.status == "standby" else "",
+            "takeoverWithinS": round(self.broker.handover_within(self.handover_grace)),
+            "takeoverGraceS": self.handover_grace,
+            "takeoverLate": self.takeover_late and self.status == "standby",
         }
 
     def requests(self) -> list[dict[str, Any]]:
@@ -314,7 +334,7 @@ class WebProvider:
         if (status, holder) != (self.status, self.holder):
             self.holder_url = ""
         if status != "standby":
-            self.takeover_by = ""
+            self.takeover_by, self.takeover_late = "", False
         self.status, self.holder = status, holder
         self._status_changed.set()
         self._holder_changed.set()
@@ -326,10 +346,19 @@ class WebProvider:
         """Ask the lease holder to hand the lease to this server (it stands by meanwhile)."""
         if self.status != "standby":
             raise UserQuestionError("this server is not standing by behind another provider", _NOT_STANDING_BY)
-        await self.broker.request_handover(self.name, by=by)
+        await self.broker.request_handover(self.name, by=by, grace=self.handover_grace)
         log.info("%s asked %s to hand the lease of %s to %s", by, self.holder, self.broker.namespace, self.name)
-        self.takeover_by = by
+        self.takeover_by, self.takeover_late = by, False
+        self._takeover_until = asyncio.get_running_loop().time() + self.broker.handover_within(self.handover_grace)
         self._publish(self.status_event())
+
+    def _check_takeover(self) -> None:
+        """Past the bound a take-over asked here should have met, say so once (the page says why and what to do)."""
+        late = bool(self.takeover_by) and asyncio.get_running_loop().time() > self._takeover_until
+        if late and not self.takeover_late and self.status == "standby":
+            log.warning("%s has not handed the lease of %s over to %s", self.holder, self.broker.namespace, self.name)
+            self.takeover_late = True
+            self._publish(self.status_event())
 
     async def answer(
         self, request_id: str, answer: AskUserQuestionAnswer, *, by: str, remember: Remember | None = None
@@ -686,6 +715,7 @@ class WebProvider:
         """
         while True:
             listed: list[dict[str, Any]] = []
+            self._check_takeover()
             if self.status == "standby":
                 try:
                     listed = await self._read_holders_requests()
