@@ -22,7 +22,10 @@ Figures:
   and with none, when the provider runs housekeeping itself every ``housekeeping_every`` (3 s);
 - a failover with N pending (``--failover``): a plain provider holds the N, hands the lease over,
   and the web provider (``WebProvider``, standing by) takes it: the seconds from taking the lease
-  until a page has been sent the first page (100 cards) and every card.
+  until a page has been sent the first page (100 cards) and every card;
+- ``qbroker web`` letting go of the lease on SIGTERM with N pending (``--sigterm``): a real web server process
+  holds the N, is sent SIGTERM, and the seconds until its lease is gone from Redis (and until it exited) are
+  timed here, the lease read every millisecond.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import gc
 import inspect
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -361,6 +365,74 @@ async def failover(url: str, n: int, profile: str | None = None, housekeeping: b
         await askers.stop()
 
 
+async def sigterm(url: str, n: int) -> dict[str, float]:
+    """Seconds from SIGTERM to a ``qbroker web`` process holding ``n`` pending having released its lease, and
+    to its exit."""
+    from workers.answering.web.keys import WebKeys  # noqa: F401 (the web package loads here, as for --failover)
+
+    namespace = f"scale-sigterm-{n}-{os.getpid()}-{time.monotonic_ns()}"
+    port = _free_port()
+    web = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "workers.answering.web", "--port", str(port), "--redis-url", url,
+        "--namespace", namespace, "--name", "bench-web", "--token", "bench=bench-token-0123456789abcdef",
+        "--lease-ttl", "60", cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    askers = Askers(url, namespace, asks=n, agents=max(1, n // 100), same=False)
+    try:
+        async with Broker(url, namespace, **KEYS) as watcher:
+            lease = watcher.keys.provider
+            while await watcher.commands.call("GET", lease) is None:  # noqa: ASYNC110 (Redis has no event for it)
+                await asyncio.sleep(0.05)
+            await askers.start()
+            askers.go()
+            while True:  # every ask delivered to the web server, and given a moment to list them
+                summary = await watcher.commands.call("XPENDING", watcher.keys.requests, "providers")
+                if summary and int(summary[0] if isinstance(summary, list) else summary["pending"]) >= n:
+                    break
+                await asyncio.sleep(0.5)
+            await _settled(web.pid)  # and shown: the web server has gone quiet
+            log(f"{n} pending at the web server; SIGTERM")
+            async with Redis.from_url(url, decode_responses=True) as redis:
+                started = time.perf_counter()
+                web.send_signal(signal.SIGTERM)
+                while await redis.exists(lease):  # noqa: ASYNC110 (polled: read every millisecond)
+                    await asyncio.sleep(0.001)
+                released = time.perf_counter() - started
+            await asyncio.wait_for(web.wait(), 120)
+            return {"released_s": released, "exited_s": time.perf_counter() - started}
+    finally:
+        if web.returncode is None:
+            web.kill()
+            await web.wait()
+        await askers.stop()
+
+
+async def _settled(pid: int, most: float = 300.0) -> None:
+    """Until the process spends under 0.1 s of CPU in a second (its backlog taken in), ``most`` seconds at most."""
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def cpu_s() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    deadline = time.monotonic() + most
+    before = cpu_s()
+    while time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+        now = cpu_s()
+        if now - before < 0.1:
+            return
+        before = now
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 async def _taken_over(queue: asyncio.Queue[Any], n: int) -> dict[str, float]:
     """Seconds from a page's web provider going active to the page having the first 100 cards, and all ``n``."""
     seen, first_s, started = 0, None, None
@@ -460,6 +532,11 @@ async def measure(args: argparse.Namespace) -> int:
             for n in args.failover or ():
                 failovers[n] = await failover(server.url, n, args.profile, not args.no_self_housekeeping)
                 log(f"failover with {n} pending: {failovers[n]}")
+            sigterms: list[tuple[int, dict[str, float]]] = []
+            for n in args.sigterm or ():
+                for _ in range(args.runs):
+                    sigterms.append((n, await sigterm(server.url, n)))
+                    log(f"SIGTERM with {n} pending: {sigterms[-1][1]}")
             waiting: dict[int, dict[str, float]] = {}
             for n in pending_levels:
                 waiting[n] = await pending(server.url, n, args.window)
@@ -469,6 +546,8 @@ async def measure(args: argparse.Namespace) -> int:
     print(report(same, unique, waiting, args.window))
     if failovers:
         print(failover_report(failovers))
+    if sigterms:
+        print(sigterm_report(sigterms))
     return 0
 
 
@@ -556,6 +635,15 @@ def failover_report(failovers: dict[int, dict[str, float]]) -> str:
     return "\n".join(out)
 
 
+def sigterm_report(runs: list[tuple[int, dict[str, float]]]) -> str:
+    out = ["", "`qbroker web` sent SIGTERM (a real process; the lease read every millisecond)", ""]
+    out.append("| pending | lease released (s) | process exited (s) |")
+    out.append("|---:|---:|---:|")
+    out += [f"| {n} | {f['released_s']:.3f} | {f['exited_s']:.2f} |" for n, f in runs]
+    out += ["", "target at 100000: the lease released within 0.5 s"]
+    return "\n".join(out)
+
+
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(",") if part.strip())
 
@@ -578,6 +666,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--failover", type=_ints, help="pending counts: a failover to the web provider with each (default none)"
     )
+    parser.add_argument(
+        "--sigterm", type=_ints, help="pending counts: SIGTERM to a `qbroker web` holding each (default none)"
+    )
+    parser.add_argument("--runs", type=int, default=1, help="how many times each --sigterm count is measured")
     parser.add_argument("--profile", help="write the cProfile statistics of the (last) failover's take-over here")
     parser.add_argument(
         "--no-self-housekeeping",

@@ -6,7 +6,7 @@ from .agents import Agent
 from .broker import Answerer, Broker, Next
 from .decisions import Decision, Remember, question_fingerprint
 from .errors import ERROR_CODES, HarnessError, UserQuestionError
-from .provider import Asker, Handover, PendingRequest, Provider
+from .provider import HANDOVER_GRACE, Asker, Handover, PendingRequest, Provider
 from .quorum import Policies, Policy, PolicyError, Tally, load_policies
 from .signing import SigningKey, TrustedKeys
 from .status import NamespaceStatus, namespace_status
@@ -27,6 +27,7 @@ from .validation import Limits, check_answer, check_request
 
 __all__ = [
     "ERROR_CODES",
+    "HANDOVER_GRACE",
     "Agent",
     "Answerer",
     "Asker",

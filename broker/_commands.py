@@ -124,6 +124,8 @@ class Commands:
         # has no sockets: both keep redis-py's pipeline.
         self._direct = isinstance(client, Redis) and not self._plain_scripts
         self._connection: Any = None
+        self._leads: list[tuple[Script, list[str], list[Any], Callable[[Any], None]]] = []
+        """script calls sent first in every pipeline while Redis fails (``lead_after_outage``)"""
         self.last_refusal: BaseException | None = None
         """the transient failure the commands last met, None once a pipeline went through: what
         a caller that gives up waiting tells its user (a full server, an unknown host)"""
@@ -178,6 +180,39 @@ class Commands:
         self._wakeup.set()
         self._idle.clear()
 
+    def lead_after_outage(
+        self, script: Script, keys: list[str], args: list[Any], on_reply: Callable[[Any], None]
+    ) -> Callable[[], None]:
+        """Send this script call first in every pipeline after a transient failure, until one goes through, its
+        reply to ``on_reply`` (a failed try is dropped, not sent again: the next pipeline leads with it anew).
+
+        Commands queued during an outage go in the order queued once Redis is back: a lease holder's renewal
+        that is to take back a lease lapsed in a restart must run before the fenced scripts queued before it
+        (broker/provider.py). Sent as EVAL: a restarted server's script cache is empty. Returns what stops it."""
+        lead = (script, keys, args, on_reply)
+        self._leads.append(lead)
+
+        def stop() -> None:
+            if lead in self._leads:
+                self._leads.remove(lead)
+
+        return stop
+
+    def _lead(self) -> list[_Queued]:
+        loop = asyncio.get_running_loop()
+        queued: list[_Queued] = []
+        for script, keys, args, on_reply in self._leads:
+            source = script.plain if self._plain_scripts else script.source
+            future: asyncio.Future[Any] = loop.create_future()
+
+            def done(future: asyncio.Future[Any], on_reply: Callable[[Any], None] = on_reply) -> None:
+                if not future.cancelled() and future.exception() is None:
+                    on_reply(future.result())
+
+            future.add_done_callback(done)
+            queued.append(_Queued(("EVAL", source, len(keys), *keys, *args), future, loop.time(), {}))
+        return queued
+
     @overload
     async def script(self, script: Script, keys: list[str], args: list[Any]) -> Any: ...
 
@@ -209,6 +244,8 @@ class Commands:
             self._wakeup.clear()
             batch = [queued for queued in self._queue if not queued.future.done()]
             self._queue = []
+            if batch and self._outage_since is not None and self._leads:
+                batch[:0] = self._lead()  # given up at once when it fails: the next try leads with it again
             if batch:
                 retry = await self._send(batch)
                 if retry:

@@ -37,6 +37,7 @@ class Keys:
         "epoch",
         "gateways",
         "handover",
+        "lease_record",
         "lease_signal",
         "namespace",
         "prefix",
@@ -57,6 +58,10 @@ class Keys:
         self.epoch = self.prefix + "epoch"
         self.standbys = self.prefix + "standbys"
         self.lease_signal = self.prefix + "lease-released"
+        self.lease_record = self.prefix + "lease-record"
+        """string ``<server run id> <lease value>``, PX 3 lease TTLs: the lease as last acquired or renewed, and under
+        which run of the server (scripts/_kept.lua); a lease that lapsed while Redis restarted is kept for its
+        holder (answerers only, like the lease)"""
         self.handover = self.prefix + "handover"
         """string ``<provider name>\n<who asked>``, PX TTL: the lease holder is asked to hand the lease to that
         provider, and the lease is kept for it meanwhile (written by the answering side only)"""

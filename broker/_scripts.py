@@ -307,26 +307,48 @@ def lease_acquire(
     epoch: Key,
     standbys: Key,
     handover: Key,
+    record: Key,
     token: str,
     name: str,
     ttl: int,
     standby_ttl: int,
 ) -> Awaitable[Lease]:
     return commands.script(
-        SCRIPTS["lease_acquire"], [lease, epoch, standbys, handover], [token, name, ttl, standby_ttl], _lease
+        SCRIPTS["lease_acquire"], [lease, epoch, standbys, handover, record], [token, name, ttl, standby_ttl], _lease
     )
 
 
-def lease_renew(commands: Commands, *, lease: Key, standbys: Key, fence: str, ttl: int, member: str) -> Awaitable[bool]:
+def lease_renew(
+    commands: Commands, *, lease: Key, standbys: Key, record: Key, fence: str, ttl: int, member: str
+) -> Awaitable[bool]:
     """lease_renew.lua: True when renewed."""
-    return commands.script(SCRIPTS["lease_renew"], [lease, standbys], [fence, ttl, member], _one)
+    return commands.script(SCRIPTS["lease_renew"], [lease, standbys, record], [fence, ttl, member], _one)
+
+
+def lease_renew_first(
+    commands: Commands,
+    *,
+    lease: Key,
+    standbys: Key,
+    record: Key,
+    fence: str,
+    ttl: int,
+    member: str,
+    renewed: Callable[[bool], None],
+) -> Callable[[], None]:
+    """lease_renew.lua sent first in every pipeline after Redis failed (``Commands.lead_after_outage``), its reply
+    to ``renewed``: a holder whose lease lapsed in a restart takes it back before any fenced script it queued
+    meanwhile is refused for want of it. Returns what stops it."""
+    return commands.lead_after_outage(
+        SCRIPTS["lease_renew"], [lease, standbys, record], [fence, ttl, member], lambda reply: renewed(_one(reply))
+    )
 
 
 def lease_release(
-    commands: Commands, *, lease: Key, signal: Key, standbys: Key, fence: str, member: str
+    commands: Commands, *, lease: Key, signal: Key, standbys: Key, record: Key, fence: str, member: str
 ) -> Awaitable[bool]:
     """lease_release.lua: True when released (False: it was not ours)."""
-    return commands.script(SCRIPTS["lease_release"], [lease, signal, standbys], [fence, member], _one)
+    return commands.script(SCRIPTS["lease_release"], [lease, signal, standbys, record], [fence, member], _one)
 
 
 def _ok(reply: Sequence[Any]) -> bool:

@@ -41,7 +41,7 @@ from .errors import (
     UserQuestionError,
 )
 from .housekeeping import housekeep_while_unattended
-from .provider import Provider, ProviderSettings, acquire_lease, release_lease
+from .provider import HANDOVER_GRACE, Provider, ProviderSettings, acquire_lease, release_lease
 from .signing import SigningKey, TrustedKeys
 from .types import AskUserQuestionAnswer, AskUserQuestionRequest, decode_outcome
 from .validation import Limits, check_request
@@ -540,24 +540,37 @@ class Broker:
 
     # -- providing ------------------------------------------------------------------
 
-    async def request_handover(self, to: str, *, by: str, ttl: float | None = None) -> None:
+    async def request_handover(
+        self, to: str, *, by: str, ttl: float | None = None, grace: float = HANDOVER_GRACE
+    ) -> None:
         """Ask the lease holder to hand the namespace's lease to provider ``to`` (standing by), for ``by``.
 
         The holder sees it at its next renewal (within a third of the lease TTL): its iteration ends,
-        and leaving its ``provider()`` block releases the lease. Meanwhile, and for ``ttl`` seconds
-        at most (default: three lease TTLs, at least 30 s), only ``to`` may take the lease, so the
-        holder standing by again does not take it back. Needs the answering side's Redis user.
+        and leaving its ``provider()`` block releases the lease. A holder with a question open gives its person
+        ``grace`` seconds (``Handover.grace``) to finish it, then hands over anyway, the question still pending
+        (handing over never answers). Meanwhile, and for ``ttl`` seconds at most (default: three lease TTLs, at
+        least 30 s, and past the grace), only ``to`` may take the lease, so the holder standing by again does not
+        take it back. Needs the answering side's Redis user.
         """
         if not to or "\n" in to:
             raise UserQuestionError("a handover names the provider to take the lease, on one line", BAD_REQUEST)
-        ttl_ms = int((ttl if ttl is not None else max(30.0, 3 * self.lease_ttl)) * 1000)
+        if not 0 < grace <= 3600:
+            raise UserQuestionError("a handover's grace is more than 0 and at most 3600 seconds", BAD_REQUEST)
+        default = max(30.0, 3 * self.lease_ttl, self.lease_ttl + grace + 10)
+        ttl_ms = int((ttl if ttl is not None else default) * 1000)
         if ttl_ms <= 0:
             raise UserQuestionError("a handover's ttl is positive", BAD_REQUEST)
         who = " ".join(by.split())[:200]
         try:
-            await self.commands.call("SET", self.keys.handover, f"{to}\n{who}", "PX", ttl_ms)
+            await self.commands.call("SET", self.keys.handover, f"{to}\n{who}\n{int(grace * 1000)}", "PX", ttl_ms)
         except (RedisError, OSError) as error:
             raise unavailable(error, "asking for a handover") from error
+
+    def handover_within(self, grace: float = HANDOVER_GRACE) -> float:
+        """How long a handover asked now takes at most, as far as this broker can tell: the holder's next renewal
+        (a third of the lease TTL, its own TTL assumed to be this one), the grace a question open there gets, and
+        another third for the holder to let go and this side to take the lease."""
+        return 2 * self.lease_ttl / 3 + grace
 
     @asynccontextmanager
     async def provider(

@@ -50,7 +50,7 @@ from .signing import Seal, SigningKey, TrustedKeys, seal_outcomes
 from .types import PRIORITIES, AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_request, encode
 from .validation import Limits, check_answer, check_request
 
-__all__ = ["Asker", "Handover", "PendingRequest", "Provider", "ProviderSettings"]
+__all__ = ["HANDOVER_GRACE", "Asker", "Handover", "PendingRequest", "Provider", "ProviderSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,9 @@ _SETTLE_BATCH = 256
 _REPLY_MARGIN_S = 3.0
 """how long past its block a blocking read's reply may be late before the connection counts as silent"""
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+HANDOVER_GRACE = 15.0
+"""seconds a holder with a question open gives its person to finish it once a handover is asked, by default
+(``Broker.request_handover``); then it hands over anyway, the question still pending"""
 _NOTICES = ("withdraw", "away", "back")
 """stream entries that are notices about a request, not asks"""
 
@@ -103,6 +106,8 @@ class Handover(NamedTuple):
     """the provider's name: the lease is kept for it once this holder lets go"""
     by: str
     """who asked (a person signed in to a page, say)"""
+    grace: float = HANDOVER_GRACE
+    """seconds a question open here may take to finish before this holder hands over anyway, leaving it pending"""
 
 
 class Asker(NamedTuple):
@@ -757,36 +762,37 @@ class Provider:
     # -- background work, run by Broker.provider() in its task group ------------------
 
     async def keep_lease(self) -> None:
-        """Renew the lease every third of its TTL; fence ourselves once it is gone.
+        """Renew the lease every third of its TTL; fence ourselves once Redis says it is gone.
 
-        A renewal that cannot finish before the lease would lapse (Redis silent or down) fences
-        us at that moment: past it, another provider may hold the lease.
+        Not before: while Redis cannot be reached nobody can take the lease, and a lease that lapsed while Redis
+        restarted is still ours (scripts/_kept.lua). After a failure the renewal is sent first, before anything
+        queued meanwhile (``Commands.lead_after_outage``): a fenced script must not find the lease missing
+        before the renewal takes it back. A provider cut off from a Redis that others reach learns that it lost
+        the lease when it reaches Redis again; until then Redis refuses whatever it sends there.
         """
-        ttl = self.settings.lease_ttl
-        loop = asyncio.get_running_loop()
-        valid_until = loop.time() + ttl
-        while not self._lost.is_set():
-            await asyncio.sleep(ttl / 3)
-            try:
-                async with asyncio.timeout_at(valid_until):
-                    renewed = await scripts.lease_renew(
-                        self.commands,
-                        lease=self.keys.provider,
-                        standbys=self.keys.standbys,
-                        fence=self.fence,
-                        ttl=int(ttl * 1000),
-                        member=f"{self.token}:{self.name}",
-                    )
-            except Exception as error:
-                log.warning("lease renewal failed: %r", error)
-                if loop.time() >= valid_until:
-                    self.fenced()
-                continue
-            if not renewed:
-                self.fenced()
-            else:
-                valid_until = loop.time() + ttl
-                await self._check_handover()
+        ttl, keys = self.settings.lease_ttl, self.keys
+        lease = {"lease": keys.provider, "standbys": keys.standbys, "record": keys.lease_record, "fence": self.fence}
+        ttl_ms, member = int(ttl * 1000), f"{self.token}:{self.name}"
+        stop_leading = scripts.lease_renew_first(
+            self.commands, **lease, ttl=ttl_ms, member=member, renewed=self._renewed
+        )
+        try:
+            while not self._lost.is_set():
+                await asyncio.sleep(ttl / 3)
+                try:
+                    renewed = await scripts.lease_renew(self.commands, **lease, ttl=ttl_ms, member=member)
+                except Exception as error:
+                    log.warning("lease renewal failed: %r", error)
+                    continue
+                self._renewed(renewed)
+                if renewed:
+                    await self._check_handover()
+        finally:
+            stop_leading()
+
+    def _renewed(self, renewed: bool) -> None:
+        if not renewed:
+            self.fenced()
 
     async def _check_handover(self) -> None:
         """Whether another provider asked for the lease; a failure to read it is only a later notice."""
@@ -797,10 +803,12 @@ class Provider:
         except Exception as error:
             log.debug("could not read the handover reservation: %r", error)
             return
-        to, _, by = str(reserved or "").partition("\n")
+        to, _, rest = str(reserved or "").partition("\n")
+        by, _, grace_ms = rest.partition("\n")
         if reserved and to != self.name:
             log.info("provider %s: %s asks that %s take the lease of %s", self.name, by, to, self.keys.namespace)
-            self.handover = Handover(to, by)
+            grace = int(grace_ms) / 1000 if grace_ms.isdigit() else HANDOVER_GRACE
+            self.handover = Handover(to, by, grace)
             self._handover_asked.set()
             self._wake.set()
 
@@ -1177,6 +1185,7 @@ async def acquire_lease(
                 epoch=keys.epoch,
                 standbys=keys.standbys,
                 handover=keys.handover,
+                record=keys.lease_record,
                 token=token,
                 name=name,
                 ttl=ttl_ms,
@@ -1236,6 +1245,7 @@ async def release_lease(commands: Commands, keys: Keys, provider: Provider) -> N
         lease=keys.provider,
         signal=keys.lease_signal,
         standbys=keys.standbys,
+        record=keys.lease_record,
         fence=provider.fence,
         member=f"{provider.token}:{provider.name}",
     )

@@ -115,6 +115,7 @@ async def _refused(attempt: Callable[[Redis], Awaitable[Any]], server: RedisServ
         pytest.param(lambda r: r.set(P + "epoch", "1"), id="8-reset-the-epoch"),
         pytest.param(lambda r: r.zadd(P + "standbys", {"thief": 9e15}), id="8-fake-a-standby"),
         pytest.param(lambda r: r.set(P + "handover", "thief\nmallory", px=60_000), id="26-ask-for-a-handover"),
+        pytest.param(lambda r: r.set(P + "lease-record", "0 1:forged:thief", px=60_000), id="8-keep-a-lease-lapsed"),
         pytest.param(lambda r: r.set(P + "web:public-url:web-1", "https://evil.example"), id="8-active-page-link"),
         pytest.param(
             lambda r: r.hset(P + "decision:ns:" + "0" * 64, mapping={"id": "forged", "selected": '["yes"]'}),

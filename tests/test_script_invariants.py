@@ -711,3 +711,55 @@ async def test_the_holder_counts_as_a_live_provider_while_its_lease_lapsed(ns):
     await ns.redis.delete(ns.keys.provider)  # lapsed during the outage
     await ns.asker_alive()
     assert (await ns.ask("r1"))[0] == "ok"
+
+
+# -- a lease that lapsed while Redis restarted is kept for its holder (scripts/_kept.lua) ---------------------------
+
+
+async def _lapsed_in_a_restart(ns: Namespace, token: str = "tokA") -> tuple[str, str]:
+    """A holder whose lease lapsed and whose record names another server run (as after a restart): (fence, value)."""
+    k = ns.keys
+    epoch = int((await ns.script("lease_acquire", [k.provider, k.epoch, k.standbys, k.handover, k.lease_record],
+                                 [token, "ui", LEASE_MS, 0]))[0])  # fmt: skip
+    value = await ns.redis.get(k.provider)
+    assert (await ns.redis.get(k.lease_record)).endswith(" " + value)
+    await ns.redis.delete(k.provider)
+    await ns.redis.set(k.lease_record, f"0123abcd {value}", px=3 * LEASE_MS)
+    return f"{epoch}:{token}:", value
+
+
+async def test_a_lease_lapsed_in_a_restart_is_renewed_by_its_holder_with_the_same_epoch(ns):
+    k = ns.keys
+    fence, value = await _lapsed_in_a_restart(ns)
+    renewed = await ns.script("lease_renew", [k.provider, k.standbys, k.lease_record], [fence, LEASE_MS, "tokA:ui"])
+    assert renewed == 1
+    assert await ns.redis.get(k.provider) == value
+
+
+async def test_a_lease_lapsed_in_a_restart_is_busy_for_a_standby(ns):
+    k = ns.keys
+    _, value = await _lapsed_in_a_restart(ns)
+    keys = [k.provider, k.epoch, k.standbys, k.handover, k.lease_record]
+    reply = await ns.script("lease_acquire", keys, ["tokB", "standby", LEASE_MS, 5000])
+    assert reply[0] == 0 and reply[2] == value and reply[1] > 0
+    assert await ns.redis.exists(k.provider) == 0
+
+
+async def test_a_lease_lapsed_without_a_restart_is_not_kept(ns):
+    k = ns.keys
+    keys = [k.provider, k.epoch, k.standbys, k.handover, k.lease_record]
+    epoch = int((await ns.script("lease_acquire", keys, ["tokA", "ui", LEASE_MS, 0]))[0])
+    await ns.redis.delete(k.provider)  # lapsed under the same server run: the holder stalled, or died
+    fence = f"{epoch}:tokA:"
+    assert await ns.script("lease_renew", [k.provider, k.standbys, k.lease_record], [fence, LEASE_MS, "tokA:ui"]) == 0
+    assert int((await ns.script("lease_acquire", keys, ["tokB", "standby", LEASE_MS, 5000]))[0]) > epoch
+
+
+async def test_a_released_lease_is_kept_for_nobody(ns):
+    k = ns.keys
+    fence, _ = await _lapsed_in_a_restart(ns)
+    renew = [k.provider, k.standbys, k.lease_record]
+    assert await ns.script("lease_renew", renew, [fence, LEASE_MS, "tokA:ui"]) == 1
+    released = await ns.script("lease_release", [k.provider, k.lease_signal, k.standbys, k.lease_record],
+                               [fence, "tokA:ui"])  # fmt: skip
+    assert released == 1 and await ns.redis.exists(k.lease_record) == 0

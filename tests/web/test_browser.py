@@ -713,6 +713,46 @@ async def test_a_page_behind_a_terminal_lists_read_only_and_takes_over(
             web.stop()
 
 
+async def test_a_take_over_says_what_it_waits_for_and_past_its_bound_why_not_and_what_to_do(
+    browser: Browser, redis_server: RedisServer, tmp_path: Path, screenshots: Path
+) -> None:
+    """Row 3 of "the page a team trusts at fleet size": "Take over" pressed while the holder does not let go; the
+    page said nothing, still the holder's after 75 s. Now it says it waits for the holder and within what bound,
+    and past it why not and what to do (stop the holder, or ask again)."""
+    namespace = f"stuck{os.getpid()}"
+    async with Broker(redis_server.url, namespace, lease_ttl=2, **KEYS) as terminal:
+        holding = asyncio.Event()
+
+        async def hold() -> None:
+            async with terminal.provider("alice@laptop"):  # renews its lease, never looks at a handover
+                holding.set()
+                await asyncio.sleep(60)
+
+        held = asyncio.create_task(hold())
+        await asyncio.wait_for(holding.wait(), 10)
+        web = WebProcess(redis_server.url, namespace, write_users_file(tmp_path / "u.toml"), tmp_path / "w.log")
+        web.extra = ["--handover-grace", "1"]
+        await asyncio.to_thread(web.start)
+        people = People(browser, web)
+        try:
+            page = await people.page("bob")
+            await expect(page.locator("#banner")).to_contain_text("Standing by: alice@laptop")
+            await page.get_by_role("button", name="Take over").click()
+            banner = page.locator("#banner")
+            await expect(banner).to_contain_text("bob asked it to hand over: waiting for alice@laptop")
+            await expect(banner).to_contain_text("within 2 s")
+            late = page.locator(".takeover-late")
+            await expect(late).to_contain_text("alice@laptop has not handed over", timeout=10_000)
+            await expect(late).to_contain_text("Ctrl-C at its terminal (or SIGTERM) releases the lease at once")
+            await expect(page.get_by_role("button", name="Ask again")).to_be_visible()
+            await page.screenshot(path=screenshots / "28-take-over-not-answered.png")
+        finally:
+            held.cancel()
+            await asyncio.gather(held, return_exceptions=True)
+            await people.close()
+            web.stop()
+
+
 LONG_DETAIL = """Touch `/srv/deploy/releases/2026-11-30T20-22-12Z/very/deeply/nested/path/that/never/breaks/config.toml`
 and hash `sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08`.
 

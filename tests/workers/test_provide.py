@@ -594,3 +594,31 @@ async def test_an_attached_whole_is_shown_by_v_and_approving_it_unseen_takes_a_c
         screen.send("")
         await screen.expect("Answer sent.")
         assert (await asyncio.wait_for(asking, 10)).answers[0].selected == ("Allow",)
+
+
+@pytest.mark.timeout(40)
+async def test_a_take_over_while_nobody_is_at_the_terminal_hands_over_after_the_grace_leaving_the_question(
+    screen, make_broker
+):
+    """Row 3 of "the page a team trusts at fleet size": the terminal holds a question nobody is at. Past the
+    take-over's grace it hands over anyway; the question stays pending (handing over never answers it) and the
+    page that asked gets it."""
+    asker, page = await make_broker(), await make_broker(lease_ttl=1.0)
+    asking = asyncio.create_task(asker.ask(one_question("yes", "no"), timeout=35))
+    await screen.expect("Choice:")
+
+    async def take() -> str:
+        async with page.provider("web-1") as provider:
+            pending = await anext(aiter(provider))  # the question the terminal held, still pending
+            await pending.answer(answer(("q1", ("no",), None)), by="alice")
+            return pending.request_id
+
+    taking = asyncio.create_task(take())
+    await page.request_handover("web-1", by="alice", grace=2.0)
+    await screen.expect("alice asks to take over for web-1")
+    assert "hands it over unanswered in 2s" in " ".join(screen.text().split())
+    assert await asyncio.wait_for(asking, 15) == answer(
+        ("q1", ("no",), None)
+    )  # the page's answer, nobody's at the terminal
+    await asyncio.wait_for(taking, 5)
+    await screen.expect("Handed the lease to web-1; standing by.")

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["load_policy_args", "serve"]
 
 _Next = Literal["next", "lost", "quit", "handover"]
+FIRST = asyncio.FIRST_COMPLETED
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -185,16 +186,20 @@ async def _present(provider: Provider, terminal: Terminal, pending: PendingReque
     lost = asyncio.ensure_future(provider.wait_lost())
     handover = asyncio.ensure_future(provider.wait_handover())
     try:
-        done, _ = await asyncio.wait({showing, withdrawn, lost, handover}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({showing, withdrawn, lost, handover}, return_when=FIRST)
         if done == {handover} and provider.handover is not None:  # told once; the question stays
             asked = provider.handover
             # Handing over never answers: h leaves the request pending, and the provider that asked gets it.
             terminal.handing_to = asked.to
             terminal.say(
                 f"{inert(asked.by or 'someone')} asks to take over for {inert(asked.to)}: answer this request here,"
-                f" or h: hand it to {inert(asked.to)} unanswered; then this terminal stands by."
+                f" or h: hand it to {inert(asked.to)} unanswered; then this terminal stands by. With neither, it"
+                f" hands it over unanswered in {asked.grace:g}s."
             )
-            await asyncio.wait({showing, withdrawn, lost}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({showing, withdrawn, lost}, timeout=asked.grace, return_when=FIRST)
+            if not done:  # nobody at the terminal: the page that asked gets the question, still pending
+                terminal.say(f"Nobody answered within {asked.grace:g}s: handed on unanswered to {inert(asked.to)}.")
+                return "handover"
     finally:
         for waiter in (withdrawn, lost, handover):
             waiter.cancel()

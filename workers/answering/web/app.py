@@ -308,6 +308,7 @@ def create_app(config: WebConfig) -> Starlette:
                     keys=WebKeys(namespace),
                     public_url=config.public_url,
                     policies=config.policies,
+                    handover_grace=config.handover_grace,
                 )
             # Sessions live in the primary namespace. A page request waits for Redis a few seconds
             # at most (then 503), not the broker's whole unavailable_after.

@@ -107,6 +107,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         'counted ("N more waiting") and fetched a page at a time (default 100)',
     )
     parser.add_argument(
+        "--handover-grace",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="Take over asks the holder to hand the lease here; a question open there gets this long to finish, "
+        "then it is handed over unanswered (default 15)",
+    )
+    parser.add_argument(
         "--session-hours", type=float, default=12.0, help="a sign-in lasts this long (sessions live in Redis)"
     )
     parser.add_argument(
@@ -215,6 +223,7 @@ async def run(args: argparse.Namespace) -> int:
         policies=policies,
         slack=slack,
         page_window=args.page_window,
+        handover_grace=args.handover_grace,
     )
     return await _serve(config, log_json=_log_json(args))
 
@@ -229,8 +238,10 @@ async def _serve(config: WebConfig, *, log_json: bool) -> int:
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            # Open event streams would hold the shutdown until its timeout: end them first.
+            # The lease first (a standby takes over at once), then the open event streams, which would hold the
+            # shutdown until its timeout.
             for service in getattr(app.state, "services", {}).values():
+                loop.call_soon_threadsafe(service.let_go)
                 loop.call_soon_threadsafe(service.end_streams)
             super().handle_exit(sig, frame)
 

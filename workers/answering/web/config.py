@@ -225,6 +225,8 @@ class WebConfig:
     """quorum and routing policies (``--policy-file``, docs/approvals.md), with the users file's [groups]"""
     slack: SlackConfig | None = None
     """Slack as a face of this provider (``--slack-config``, docs/slack.md); ``None``: no Slack"""
+    handover_grace: float = 15.0
+    """seconds a holder asked to hand the lease to this server gives a question open there (``--handover-grace``)"""
     page_window: int = 100
     """the cards of each namespace a page is sent at first and kept filled to (``--page-window``);
     the rest are counted and fetched a page at a time"""

@@ -22,7 +22,17 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from broker import AskUserQuestionAnswer, Broker, PendingRequest, Policies, Provider, Remember, Tally, UserQuestionError
+from broker import (
+    HANDOVER_GRACE,
+    AskUserQuestionAnswer,
+    Broker,
+    PendingRequest,
+    Policies,
+    Provider,
+    Remember,
+    Tally,
+    UserQuestionError,
+)
 from broker.errors import NOT_APPROVER
 from broker.quorum import revoke_covered
 from broker.types import PRIORITIES, decode_request
@@ -120,8 +130,11 @@ class WebProvider:
         public_url: str = "",
         retry_delay: float = 1.0,
         policies: Policies | None = None,
+        handover_grace: float = HANDOVER_GRACE,
     ) -> None:
         self.broker = broker
+        self.handover_grace = handover_grace
+        """what a take-over asked here gives a question open at the holder (``Broker.request_handover``)"""
         self.policies = policies or Policies()
         """quorum and routing policies (docs/approvals.md)"""
         self._routes: dict[str, list[str]] = {}
@@ -161,6 +174,11 @@ class WebProvider:
         """while standing by: the requests the holder serves, listed read-only"""
         self.takeover_by = ""
         """who asked, here, for the lease (cleared once this server serves, or stops standing by)"""
+        self._running: asyncio.Task[Any] | None = None
+        self._takeover_until = 0.0
+        """when (loop time) the take-over asked here should have completed (``Broker.handover_within``)"""
+        self.takeover_late = False
+        """the take-over asked here is past that bound and the holder still holds the lease"""
 
     # -- what pages see ---------------------------------------------------------------
 
@@ -200,6 +218,9 @@ class WebProvider:
             "name": self.name,
             "redis": "ok" if self.redis_ok else "down",
             "takeoverBy": self.takeover_by if self.status == "standby" else "",
+            "takeoverWithinS": round(self.broker.handover_within(self.handover_grace)),
+            "takeoverGraceS": self.handover_grace,
+            "takeoverLate": self.takeover_late and self.status == "standby",
         }
 
     def requests(self) -> list[dict[str, Any]]:
@@ -320,7 +341,7 @@ class WebProvider:
         if (status, holder) != (self.status, self.holder):
             self.holder_url = ""
         if status != "standby":
-            self.takeover_by = ""
+            self.takeover_by, self.takeover_late = "", False
         self.status, self.holder = status, holder
         self._status_changed.set()
         self._holder_changed.set()
@@ -332,10 +353,19 @@ class WebProvider:
         """Ask the lease holder to hand the lease to this server (it stands by meanwhile)."""
         if self.status != "standby":
             raise UserQuestionError("this server is not standing by behind another provider", _NOT_STANDING_BY)
-        await self.broker.request_handover(self.name, by=by)
+        await self.broker.request_handover(self.name, by=by, grace=self.handover_grace)
         log.info("%s asked %s to hand the lease of %s to %s", by, self.holder, self.broker.namespace, self.name)
-        self.takeover_by = by
+        self.takeover_by, self.takeover_late = by, False
+        self._takeover_until = asyncio.get_running_loop().time() + self.broker.handover_within(self.handover_grace)
         self._publish(self.status_event())
+
+    def _check_takeover(self) -> None:
+        """Past the bound a take-over asked here should have met, say so once (the page says why and what to do)."""
+        late = bool(self.takeover_by) and asyncio.get_running_loop().time() > self._takeover_until
+        if late and not self.takeover_late and self.status == "standby":
+            log.warning("%s has not handed the lease of %s over to %s", self.holder, self.broker.namespace, self.name)
+            self.takeover_late = True
+            self._publish(self.status_event())
 
     async def answer(
         self, request_id: str, answer: AskUserQuestionAnswer, *, by: str, remember: Remember | None = None
@@ -629,8 +659,14 @@ class WebProvider:
 
     # -- the lease loop ---------------------------------------------------------------
 
+    def let_go(self) -> None:
+        """Stop serving at once (SIGTERM): the lease goes to a standby before this server closes its connections."""
+        if self._running is not None:
+            self._running.cancel()
+
     async def run(self) -> None:
-        """Stand by, serve, and stand by again, until cancelled."""
+        """Stand by, serve, and stand by again, until cancelled (or ``let_go``)."""
+        self._running = asyncio.current_task()
         try:
             async with asyncio.TaskGroup() as tasks:
                 advertising = tasks.create_task(self._advertise(), name="qb-web-advertise")
@@ -702,6 +738,7 @@ class WebProvider:
         """
         while True:
             listed: list[dict[str, Any]] = []
+            self._check_takeover()
             if self.status == "standby":
                 try:
                     listed = await self._read_holders_requests()
@@ -764,34 +801,41 @@ class WebProvider:
     async def _serve_once(self) -> None:
         self._set_status("connecting")
         on_standby: Callable[[str], None] = lambda holder: self._set_status("standby", holder)  # noqa: E731
-        async with self.broker.provider(self.name, standby=True, on_standby=on_standby) as provider:
-            self._provider = provider
-            provider.track_changes()  # before the first card is handed out: none of its changes is missed
-            lease_acquired(self.broker.namespace)
-            self._set_status("active", self.name)
-            if self.policies:
-                forgotten = await revoke_covered(self.policies, self.broker, by=f"{self.name}: quorum policy")
-                if forgotten:
-                    log.info("forgot %d remembered decisions a quorum policy covers", len(forgotten))
-            try:
-                async with asyncio.TaskGroup() as tasks:
-                    if self._lost:
-                        tasks.create_task(self._resolve_lost(), name="qb-web-resolve-lost")
-                    watching = tasks.create_task(self._watch(provider), name="qb-web-watch")
-                    try:
-                        while batch := await _ready(provider, _BATCH):
-                            await self._add_batch(batch)
-                    finally:
-                        watching.cancel()
-            finally:
-                if provider.lost:
-                    lease_lost(self.broker.namespace)
-                self._provider = None
-                for request_id in list(self._pending):
-                    self._lost.add(request_id)
-                    self._remove(request_id, "lost", "")
-                while len(self._lost) > _SETTLED_MEMORY:
-                    self._lost.pop()
+        try:
+            async with self.broker.provider(self.name, standby=True, on_standby=on_standby) as provider:
+                self._provider = provider
+                provider.track_changes()  # before the first card is handed out: none of its changes is missed
+                lease_acquired(self.broker.namespace)
+                self._set_status("active", self.name)
+                if self.policies:
+                    forgotten = await revoke_covered(self.policies, self.broker, by=f"{self.name}: quorum policy")
+                    if forgotten:
+                        log.info("forgot %d remembered decisions a quorum policy covers", len(forgotten))
+                try:
+                    async with asyncio.TaskGroup() as tasks:
+                        if self._lost:
+                            tasks.create_task(self._resolve_lost(), name="qb-web-resolve-lost")
+                        watching = tasks.create_task(self._watch(provider), name="qb-web-watch")
+                        try:
+                            while batch := await _ready(provider, _BATCH):
+                                await self._add_batch(batch)
+                        finally:
+                            watching.cancel()
+                finally:
+                    if provider.lost:
+                        lease_lost(self.broker.namespace)
+                    self._provider = None
+        finally:
+            # Once the lease is released (leaving the block): taking 100 000 cards down took the best part of a
+            # second, which a standby waited out before it could take over.
+            self._take_down_all()
+
+    def _take_down_all(self) -> None:
+        for request_id in list(self._pending):
+            self._lost.add(request_id)
+            self._remove(request_id, "lost", "")
+        while len(self._lost) > _SETTLED_MEMORY:
+            self._lost.pop()
 
     async def _resolve_lost(self) -> None:
         """Serving again: say what became of each request lost with the lease, unless it is still pending.

@@ -259,8 +259,22 @@
       (state.namespaces.length > 1 ? status.namespace : "this namespace") + ", so its questions are answered there");
     const url = /^https?:\/\//i.test(status.holderUrl || "") ? status.holderUrl : "";
     if (url) line.append(" at ", el("a", { href: url, class: "holder-link", id: state.namespaces.length > 1 ? null : "holder-link", text: url }));
+    const holder = status.holder || "the active provider";
+    if (status.takeoverBy && status.takeoverLate) {
+      line.append(el("span", { class: "takeover-late", role: "alert", text: ". " + holder + " has not handed over " +
+        status.takeoverWithinS + " s after " + status.takeoverBy + " asked: it still holds the lease, so it runs but " +
+        "does not let go (an older version, or a provider that does not hand over). To take over now, stop it: " +
+        "Ctrl-C at its terminal (or SIGTERM) releases the lease at once, and this page takes over. " }));
+      line.append(el("button", { type: "button", class: "take-over", text: "Ask again",
+        title: "Ask " + holder + " again to hand the lease to this server",
+        onclick: (event) => takeOver(event.currentTarget, status.namespace) }));
+      return line;
+    }
     if (status.takeoverBy) {
-      line.append(". " + status.takeoverBy + " asked it to hand over: it does once it finishes what it is doing, and the questions become answerable here.");
+      line.append(el("span", { class: "takeover-waiting", text: ". " + status.takeoverBy + " asked it to hand over: " +
+        "waiting for " + holder + ", which hands over within " + status.takeoverWithinS + " s (a question open there " +
+        "gets " + status.takeoverGraceS + " s to be finished, then comes here unanswered), and the questions become " +
+        "answerable here." }));
       return line;
     }
     line.append(". Its pending questions are listed below, read-only. ");
