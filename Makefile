@@ -32,9 +32,10 @@ tests/web/node_modules/axe-core/axe.min.js: tests/web/package.json
 tests/mcp_ts/node_modules/@modelcontextprotocol/sdk/package.json: tests/mcp_ts/package.json
 	@if command -v npm >/dev/null; then cd tests/mcp_ts && npm ci --silent --no-audit --no-fund && touch node_modules/@modelcontextprotocol/sdk/package.json; fi
 
+# Three processes, a test file to each: the suite mostly waits on servers and processes of its own.
 test: install tests/web/node_modules/axe-core/axe.min.js tests/mcp_ts/node_modules/@modelcontextprotocol/sdk/package.json
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server tmux chromium"; exit 1; }
-	$(BIN)/pytest
+	$(BIN)/pytest -n 3 --dist loadfile
 
 lint: install
 	$(BIN)/ruff check broker broker_adapters workers tests benchmarks examples
