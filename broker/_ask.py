@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import functools
 import hashlib
 import logging
 import re
@@ -205,7 +206,29 @@ async def ask_script(
 
 
 class _Ask:
-    """One ask in flight: enqueue, wait, and withdraw on every way out."""
+    """One ask in flight: enqueue, wait, and withdraw on every way out.
+
+    Slotted, and its request JSON kept only until first sent: a process holds one per waiting ask (100 000 of
+    them in a fleet's asking processes)."""
+
+    __slots__ = (
+        "_checked",
+        "_wire",
+        "agent",
+        "attached_unsure",
+        "broker",
+        "deadline",
+        "durable",
+        "ended_on_close",
+        "future",
+        "request",
+        "request_id",
+        "request_sha",
+        "routing",
+        "settled_after",
+        "state",
+        "withdrawal",
+    )
 
     def __init__(
         self,
@@ -222,9 +245,11 @@ class _Ask:
         self.deadline = deadline
         self.durable = durable
         self.request_id = broker._request_ids.next()
-        self.wire = encode(request)
-        """the request JSON as asked: what the answer's seal names (by its SHA-256)"""
-        self.request_sha = hashlib.sha256(self.wire).hexdigest()
+        wire = encode(request)
+        self.request_sha = hashlib.sha256(wire).hexdigest()
+        """of the request JSON as asked: what the answer's seal names"""
+        self._wire: bytes | None = wire
+        """that JSON until the ask script first sends it (encoding the same request again gives the same bytes)"""
         self.withdrawal: _Withdrawal = "withdrawn"
         self.future: asyncio.Future[str] | None = None
         self.ended_on_close = False
@@ -237,6 +262,10 @@ class _Ask:
         """for a keyed ask that re-attached: the earliest (unix ms, Redis clock) its outcome may have
         been settled, the key being the asking side's to rewrite (an old answer must not pass)"""
         self.state = AskState.ASKED
+
+    def _take_wire(self) -> bytes:
+        wire, self._wire = self._wire, None
+        return encode(self.request) if wire is None else wire
 
     def _to(self, state: AskState) -> None:
         """Move to ``state`` (``TRANSITIONS``); an ended ask stays ended (a late withdrawal may still detach)."""
@@ -390,7 +419,7 @@ class _Ask:
                         self.request_id,
                         timeout_ms=timeout_ms,
                         routing=self.routing,
-                        wire=self.wire,
+                        wire=self._take_wire(),
                     )
                 else:
                     asked = await self._ask_keyed(timeout_ms)
@@ -408,8 +437,8 @@ class _Ask:
                     if reply.kind == "ok":
                         self._to(AskState.WAITING)
                     inbox.enqueued(self.request_id)
-                    # Shielded: cancelling this task must not cancel the future the inbox resolves.
-                    outcome = await asyncio.shield(future)
+                    # Through a follower: cancelling this task must not cancel the future the inbox resolves.
+                    outcome = await _follower(future)
             except asyncio.CancelledError:
                 # Shielded in a task of the broker's: a caller that keeps cancelling (an anyio
                 # cancel scope does) must not stop the withdrawal half-way.
@@ -528,7 +557,7 @@ class _Ask:
                     durable=self.durable,
                     named=named,
                     routing=self.routing,
-                    wire=self.wire,
+                    wire=self._take_wire(),
                 )
             except BaseException:
                 if named is not None:
@@ -663,6 +692,27 @@ class _Ask:
             cleanup = [keys.request(self.request_id), outcome_key]
             scripts.settled_cleanup(commands, settled=cleanup, tombstone=TOMBSTONE_MS, client=broker.client_id)
         return outcome
+
+
+def _follower(future: asyncio.Future[str]) -> asyncio.Future[str]:
+    """A future that takes ``future``'s result or error; cancelling it leaves ``future`` be.
+
+    ``asyncio.shield`` without its second callback and two closures: a third of a kilobyte less per waiting ask.
+    """
+    follower: asyncio.Future[str] = future.get_loop().create_future()
+    future.add_done_callback(functools.partial(_pass_on, follower))
+    return follower
+
+
+def _pass_on(follower: asyncio.Future[str], future: asyncio.Future[str]) -> None:
+    if follower.done():  # its waiter was cancelled
+        return
+    if future.cancelled():
+        follower.cancel()
+    elif (error := future.exception()) is not None:
+        follower.set_exception(error)
+    else:
+        follower.set_result(future.result())
 
 
 def _outcome_of(future: asyncio.Future[str]) -> str | None:

@@ -451,10 +451,23 @@ class Broker:
         remember: bool = True,
         coalesce: bool = True,
     ) -> AskUserQuestionAnswer:
+        request, durable, routing = self._as_agent(agent, request, key, detach_grace, remember, coalesce)
+        return await self._ask(request, agent, abort, timeout, durable, routing)
+
+    def _as_agent(
+        self,
+        agent: Agent,
+        request: AskUserQuestionRequest,
+        key: str | None,
+        detach_grace: float | None,
+        remember: bool,
+        coalesce: bool,
+    ) -> tuple[AskUserQuestionRequest, _Durable | None, _Routing]:
+        """``ask_as``'s request (its agent set), durability and routing (``Agent.ask`` calls ``_ask`` with them
+        itself: every coroutine between a waiting ask and its caller is a frame kept per waiting ask)."""
         if request.agent != agent.id:
             request = msgspec.structs.replace(request, agent=agent.id)
-        durable = _durable(key, detach_grace, self.detach_grace)
-        return await self._ask(request, agent, abort, timeout, durable, _Routing(remember, coalesce))
+        return request, _durable(key, detach_grace, self.detach_grace), _Routing(remember, coalesce)
 
     async def _ask(
         self,
@@ -464,20 +477,6 @@ class Broker:
         timeout: float | None,
         durable: _Durable | None = None,
         routing: _Routing = DEFAULT_ROUTING,
-    ) -> AskUserQuestionAnswer:
-        try:
-            return await self._checked_ask(request, agent, abort, timeout, durable, routing)
-        except (RedisError, OSError) as error:  # a refusal no retry can mend (NOPERM, say)
-            raise unavailable(error, "asking") from error
-
-    async def _checked_ask(
-        self,
-        request: AskUserQuestionRequest,
-        agent: Agent | None,
-        abort: asyncio.Event | None,
-        timeout: float | None,
-        durable: _Durable | None,
-        routing: _Routing,
     ) -> AskUserQuestionAnswer:
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         if not self.trusted_keys:
@@ -498,12 +497,15 @@ class Broker:
         except UserQuestionError as error:
             problem = error
         answerers = [r.answerer for r in self._answerers if r.agent_id in (None, request.agent)]
-        if agent is not None and (problem is not None or answerers):
-            await self._gate(request, agent)  # the seeds' order: the caller gate first
-        if problem is not None:
-            raise problem
-
-        return await _Ask(self, request, agent, deadline, durable, routing).ask(answerers, abort)
+        # One frame, not a wrapper awaiting the checks and the ask: each is kept per waiting ask.
+        try:
+            if agent is not None and (problem is not None or answerers):
+                await self._gate(request, agent)  # the seeds' order: the caller gate first
+            if problem is not None:
+                raise problem
+            return await _Ask(self, request, agent, deadline, durable, routing).ask(answerers, abort)
+        except (RedisError, OSError) as error:  # a refusal no retry can mend (NOPERM, say)
+            raise unavailable(error, "asking") from error
 
     async def _gate(self, request: AskUserQuestionRequest, agent: Agent) -> None:
         reply = await ask_script(self, request, agent, "", gate_only=True)
