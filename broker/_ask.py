@@ -15,7 +15,7 @@ import functools
 import hashlib
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -275,16 +275,14 @@ class _Ask:
             raise AssertionError(f"ask {self.request_id}: no way from {self.state.value} to {state.value}")
         self.state = state
 
-    async def ask(self, answerers: list[Answerer], abort: asyncio.Event | None) -> AskUserQuestionAnswer:
-        """The ask call: the waterfall (or straight to the provider), ended on every way out."""
-        try:
-            if answerers:
-                return await self.run(answerers, abort, self.deadline)
-            if self.deadline is None and abort is None:
-                return await self.remote()
-            return await self.remote_until(self.deadline, abort)
-        finally:
-            self._to(AskState.ENDED)
+    def ask(self, answerers: list[Answerer], abort: asyncio.Event | None) -> Coroutine[Any, Any, AskUserQuestionAnswer]:
+        """The ask call: the waterfall (or straight to the provider). Its caller ends the ask on every way out
+        (``_to(AskState.ENDED)``): a coroutine of its own here would be one more frame kept per waiting ask."""
+        if answerers:
+            return self.run(answerers, abort, self.deadline)
+        if self.deadline is None and abort is None:
+            return self.remote()
+        return self.remote_until(self.deadline, abort)
 
     async def run(
         self, answerers: list[Answerer], abort: asyncio.Event | None, deadline: float | None

@@ -15,7 +15,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
 from . import _scripts as scripts
-from ._ask import DEFAULT_ROUTING, Answerer, Next, _Ask, _Durable, _durable, _Routing, ask_script
+from ._ask import DEFAULT_ROUTING, Answerer, AskState, Next, _Ask, _Durable, _durable, _Routing, ask_script
 from ._commands import Commands
 from ._ids import UniqueIds
 from ._inbox import Inbox
@@ -503,7 +503,11 @@ class Broker:
                 await self._gate(request, agent)  # the seeds' order: the caller gate first
             if problem is not None:
                 raise problem
-            return await _Ask(self, request, agent, deadline, durable, routing).ask(answerers, abort)
+            ask = _Ask(self, request, agent, deadline, durable, routing)
+            try:
+                return await ask.ask(answerers, abort)
+            finally:
+                ask._to(AskState.ENDED)
         except (RedisError, OSError) as error:  # a refusal no retry can mend (NOPERM, say)
             raise unavailable(error, "asking") from error
 
