@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from broker._ask import TRANSITIONS, AskState, _Ask
+from broker._ask import TRANSITIONS, AskState, _Ask, _follower, _outcome_of
+from broker.errors import UserQuestionError
 from tests.helpers import one_question, pick
 from tests.test_ask import next_pending
 from tests.test_durable import until
@@ -68,3 +69,26 @@ async def test_a_cancelled_keyed_ask_is_detached_and_a_new_one_re_attaches(make_
             await until(lambda: bool(second._asks) and the_ask(second).state is AskState.REATTACHED)
             await pending.answer(pick("no"))
             assert await asyncio.wait_for(again, 10) == pick("no")
+
+
+async def test_the_wait_on_an_outcome_follows_the_inbox_future_and_a_cancel_leaves_it_be() -> None:
+    """An ask waits on a follower of the future the inbox resolves: cancelling the asking task must leave the
+    inbox's future pending (an outcome that wins the race still lands there for the withdrawal to find)."""
+    loop = asyncio.get_running_loop()
+    inbox_future: asyncio.Future[str] = loop.create_future()
+    waiting = _follower(inbox_future)
+    waiting.cancel()
+    await asyncio.sleep(0)
+    assert not inbox_future.cancelled()
+    inbox_future.set_result("outcome")
+    await asyncio.sleep(0)
+    assert _outcome_of(inbox_future) == "outcome"
+    passed: asyncio.Future[str] = loop.create_future()
+    follower = _follower(passed)
+    passed.set_result("answer")
+    assert await asyncio.wait_for(follower, 1) == "answer"
+    failed: asyncio.Future[str] = loop.create_future()
+    follower = _follower(failed)
+    failed.set_exception(UserQuestionError("closed", "BROKER_UNAVAILABLE"))
+    with pytest.raises(UserQuestionError):
+        await asyncio.wait_for(follower, 1)
