@@ -86,6 +86,17 @@ class _Routing:
 
 
 DEFAULT_ROUTING = _Routing()
+_ROUTINGS = {
+    (remember, coalesce): _Routing(remember, coalesce) for remember in (True, False) for coalesce in (True, False)
+}
+
+
+def routing_of(remember: bool, coalesce: bool) -> _Routing:
+    """The routing of an ask's ``remember`` and ``coalesce``: one shared record per choice (else a record per
+    waiting ask); anything but True or False is refused as ``_Routing`` refuses it."""
+    if type(remember) is bool and type(coalesce) is bool:
+        return _ROUTINGS[(remember, coalesce)]
+    return _Routing(remember, coalesce)
 
 
 def _durable(key: object, grace: float | None, default: float) -> _Durable | None:
@@ -213,6 +224,8 @@ class _Ask:
 
     __slots__ = (
         "_checked",
+        "_ended",
+        "_task",
         "_wire",
         "agent",
         "attached_unsure",
@@ -262,6 +275,10 @@ class _Ask:
         """for a keyed ask that re-attached: the earliest (unix ms, Redis clock) its outcome may have
         been settled, the key being the asking side's to rewrite (an old answer must not pass)"""
         self.state = AskState.ASKED
+        self._task: asyncio.Task[Any] | None = None
+        """the task ``remote_until`` waits in: its timer or abort signal cancels it"""
+        self._ended: _Withdrawal | None = None
+        """how ``remote_until``'s timer or abort signal ended the ask, if one did"""
 
     def _take_wire(self) -> bytes:
         wire, self._wire = self._wire, None
@@ -328,47 +345,45 @@ class _Ask:
         on the way to Redis and two on the way back, for every ask through the gateway.)
         """
         loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
+        task = self._task = asyncio.current_task()
         assert task is not None
-        ended: _Withdrawal | None = None
-
-        def end(how: _Withdrawal) -> None:
-            nonlocal ended
-            if ended is None and self.state is not AskState.ENDED:
-                ended = self.withdrawal = how
-                task.cancel()
-
-        handle = loop.call_at(deadline, end, "timed_out") if deadline is not None else None
+        handle = loop.call_at(deadline, self._end, "timed_out") if deadline is not None else None
         watcher = None
         if abort is not None:
             watcher = loop.create_task(abort.wait())
-            watcher.add_done_callback(lambda waited: None if waited.cancelled() else end("aborted"))
+            watcher.add_done_callback(lambda waited: None if waited.cancelled() else self._end("aborted"))
         try:
             answer = await self.remote()
         except asyncio.CancelledError:
-            if ended is None or task.uncancel() > 0:  # the caller's own cancellation too
+            if self._ended is None or task.uncancel() > 0:  # the caller's own cancellation too
                 raise
-            raise self._ended_as(ended) from None
+            raise self._ended_as(self._ended) from None
         except UserQuestionError as error:
-            if ended is None:
+            if self._ended is None:
                 raise
             task.uncancel()
             if error.code in (ASK_ABORTED, ASK_TIMED_OUT, BROKER_UNAVAILABLE):
-                raise self._ended_as(ended) from error
+                raise self._ended_as(self._ended) from error
             raise  # a domain error from the far side wins over a simultaneous abort or timeout
         except Exception as error:
-            if ended is None:
+            if self._ended is None:
                 raise
             task.uncancel()
-            raise self._ended_as(ended) from error
+            raise self._ended_as(self._ended) from error
         finally:
             if handle is not None:
                 handle.cancel()
             if watcher is not None:
                 watcher.cancel()
-        if ended is not None:
+        if self._ended is not None:
             task.uncancel()
         return answer
+
+    def _end(self, how: _Withdrawal) -> None:
+        """``remote_until``'s timer or abort signal: withdraw as ``how`` (a method, not a closure per ask)."""
+        if self._ended is None and self.state is not AskState.ENDED and self._task is not None:
+            self._ended = self.withdrawal = how
+            self._task.cancel()
 
     @staticmethod
     def _ended_as(how: _Withdrawal) -> UserQuestionError:

@@ -15,7 +15,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
 from . import _scripts as scripts
-from ._ask import DEFAULT_ROUTING, Answerer, AskState, Next, _Ask, _Durable, _durable, _Routing, ask_script
+from ._ask import DEFAULT_ROUTING, Answerer, AskState, Next, _Ask, _Durable, _durable, _Routing, ask_script, routing_of
 from ._commands import Commands
 from ._ids import UniqueIds
 from ._inbox import Inbox
@@ -437,7 +437,7 @@ class Broker:
         else:
             agent = self._agents.get(named) if named is not None else None
         durable = _durable(key, detach_grace, self.detach_grace)
-        return await self._ask(request, agent, abort, timeout, durable, _Routing(remember, coalesce))
+        return await self._ask(request, agent, abort, timeout, durable, routing_of(remember, coalesce))
 
     async def ask_as(
         self,
@@ -467,7 +467,7 @@ class Broker:
         itself: every coroutine between a waiting ask and its caller is a frame kept per waiting ask)."""
         if request.agent != agent.id:
             request = msgspec.structs.replace(request, agent=agent.id)
-        return request, _durable(key, detach_grace, self.detach_grace), _Routing(remember, coalesce)
+        return request, _durable(key, detach_grace, self.detach_grace), routing_of(remember, coalesce)
 
     async def _ask(
         self,

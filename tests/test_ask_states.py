@@ -92,3 +92,14 @@ async def test_the_wait_on_an_outcome_follows_the_inbox_future_and_a_cancel_leav
     failed.set_exception(UserQuestionError("closed", "BROKER_UNAVAILABLE"))
     with pytest.raises(UserQuestionError):
         await asyncio.wait_for(follower, 1)
+
+
+@pytest.mark.parametrize("options", [{"remember": 1}, {"coalesce": "no"}, {"remember": None}], ids=repr)
+async def test_remember_and_coalesce_other_than_true_or_false_are_bad_requests(make_broker, options) -> None:
+    """Routings are shared per choice: 1 (equal to True as a key) must still be refused, not taken for True."""
+    broker = await make_broker()
+    async with broker.agent("ci") as agent:
+        for asking in (broker.ask(one_question("yes", "no"), **options), agent.ask(one_question("yes"), **options)):
+            with pytest.raises(UserQuestionError) as raised:
+                await asyncio.wait_for(asking, 5)
+            assert raised.value.code == "BAD_REQUEST"
