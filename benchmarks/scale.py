@@ -11,12 +11,14 @@ redis-server's excluded.
 Figures:
 - provider CPU per ask with N agents asking the identical question (one card), and with N
   distinct questions (N cards), from the first ask until every asker is shown;
-- provider CPU to answer the one card of N askers (``card.answer``; every asker gets it);
+- provider CPU to answer the one card of N askers (``card.answer``; every asker gets it), and the seconds until
+  ``card.answer`` returned (redis-server's settle.lua work and the askers collecting meanwhile included);
 - with N questions pending: what showing the next one costs (``anext(provider)`` and the
   count of the others, as ``qbroker provide`` does), ``provider.first(50)`` (a page), the full
   ``provider.pending`` list, and the provider's memory per pending question (the Python heap
   it grew by, by ``tracemalloc``, over N);
-  and ``qbroker status``'s read and text, of everything and with its default ``--limit 50``;
+  and ``qbroker status``'s read and text, of everything and with its default ``--limit 50``; and what the
+  asking processes' RSS grew by per waiting ask (from before their first ask until every ask is shown);
 - what the waiting questions cost (Redis commands a second per question, redis-server's and the askers'
   CPU), while a maintenance worker is alive (its presence marker set; the worker itself does not run here)
   and with none, when the provider runs housekeeping itself every ``housekeeping_every`` (3 s);
