@@ -11,12 +11,14 @@ redis-server's excluded.
 Figures:
 - provider CPU per ask with N agents asking the identical question (one card), and with N
   distinct questions (N cards), from the first ask until every asker is shown;
-- provider CPU to answer the one card of N askers (``card.answer``; every asker gets it);
+- provider CPU to answer the one card of N askers (``card.answer``; every asker gets it), and the seconds until
+  ``card.answer`` returned (redis-server's settle.lua work and the askers collecting meanwhile included);
 - with N questions pending: what showing the next one costs (``anext(provider)`` and the
   count of the others, as ``qbroker provide`` does), ``provider.first(50)`` (a page), the full
   ``provider.pending`` list, and the provider's memory per pending question (the Python heap
   it grew by, by ``tracemalloc``, over N);
-  and ``qbroker status``'s read and text, of everything and with its default ``--limit 50``;
+  and ``qbroker status``'s read and text, of everything and with its default ``--limit 50``; and what the
+  asking processes' RSS grew by per waiting ask (from before their first ask until every ask is shown);
 - what the waiting questions cost (Redis commands a second per question, redis-server's and the askers'
   CPU), while a maintenance worker is alive (its presence marker set; the worker itself does not run here)
   and with none, when the provider runs housekeeping itself every ``housekeeping_every`` (3 s);
@@ -177,6 +179,10 @@ class Askers:
             total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
         return total / os.sysconf("SC_CLK_TCK")
 
+    def rss_kb(self) -> int:
+        """The asking processes' resident memory in all (KiB, from /proc)."""
+        return sum(_rss_kb(proc.pid) for proc in self.procs)
+
     def go(self) -> None:
         for proc in self.procs:
             assert proc.stdin is not None
@@ -229,9 +235,10 @@ async def coalescing(url: str, n: int, *, same: bool) -> dict[str, float]:
             if same:
                 card = await anext(provider)
                 assert len(card.askers) == n, f"{len(card.askers)} askers of {n} on the card"
-                cpu = time.process_time()
+                cpu, wall = time.process_time(), time.perf_counter()
                 await card.answer(YES, by="bench")
                 figures["answer_cpu_s"] = time.process_time() - cpu
+                figures["answer_s"] = time.perf_counter() - wall
                 got = await askers.answered()
                 assert got == n, f"{got} of {n} askers got the answer"
         return figures
@@ -276,10 +283,14 @@ async def _pending_figures(
     await asyncio.sleep(0.2)
     gc.collect()
     tracemalloc.start()  # slows the delivery, which is not timed here; stopped before the timings
+    askers_rss = askers.rss_kb()
     askers.go()
     await shown(provider, n)
     gc.collect()
     figures = {"memory_per_pending_b": tracemalloc.get_traced_memory()[0] / n}
+    # Every ask is waiting now (shown, so enqueued): what the asking processes grew by, their own request objects
+    # and the tasks that await the asks included (as any caller has them).
+    figures["asker_rss_per_waiting_b"] = (askers.rss_kb() - askers_rss) * 1024 / n
     tracemalloc.stop()
     if window:
         await asyncio.sleep(min(SWEEP_EVERY, window))  # every ask is old enough for the askers' sweeps
@@ -461,8 +472,8 @@ def _write_top(path: str, snapshot: tracemalloc.Snapshot, n: int) -> None:
     Path(path).write_text("\n".join(f"{stat.size / n:8.0f} B/card  {stat}" for stat in top))
 
 
-def _rss_kb() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
+def _rss_kb(pid: int | str = "self") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
@@ -558,11 +569,17 @@ def report(
     window: float = WINDOW,
 ) -> str:
     out = ["Coalescing (provider CPU; redis-server and the asking processes are not in it)", ""]
-    out.append("| askers | CPU per ask, one question (ms) | distinct questions (ms) | ratio | answering the card (s) |")
-    out.append("|---:|---:|---:|---:|---:|")
+    out.append(
+        "| askers | CPU per ask, one question (ms) | distinct questions (ms) | ratio | answering the card: CPU (s) |"
+        " until answered (s) |"
+    )
+    out.append("|---:|---:|---:|---:|---:|---:|")
     for n in same:
         one, many = same[n]["cpu_per_ask_ms"], unique[n]["cpu_per_ask_ms"]
-        out.append(f"| {n} | {one:.3f} | {many:.3f} | {_ratio(one, many)} | {same[n]['answer_cpu_s']:.3f} |")
+        out.append(
+            f"| {n} | {one:.3f} | {many:.3f} | {_ratio(one, many)} | {same[n]['answer_cpu_s']:.3f} |"
+            f" {same[n]['answer_s']:.3f} |"
+        )
     if same:
         low, high = min(same), max(same)
         out.append("")
@@ -575,19 +592,21 @@ def report(
             f" {_ratio(same[high]['cpu_per_ask_ms'], unique[high]['cpu_per_ask_ms'])} (target within 3x)"
         )
         out.append(
-            f"answering the card of {high}: {same[high]['answer_cpu_s']:.3f} s of CPU (target under 0.1 s at 8000)"
+            f"answering the card of {high}: {same[high]['answer_cpu_s']:.3f} s of CPU,"
+            f" {same[high]['answer_s']:.3f} s until answered (target 0.1 s at 8000)"
         )
     out += ["", "Pending questions (one provider)", ""]
     out.append(
         "| pending | show next + count (us) | first(1), first(50) (us) | pending, all (ms) | memory per pending (B) |"
-        " status, all (s, KiB) | status --limit 50 (s, KiB) |"
+        " status, all (s, KiB) | status --limit 50 (s, KiB) | asking processes' RSS per waiting ask (B) |"
     )
-    out.append("|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n, f in waiting.items():
         limited = "-" if "status_s" not in f else f"{f['status_s']:.2f}, {f['status_kb']:.0f}"
         out.append(
             f"| {n} | {_cell(f.get('show_next_us'), 1)} | {_firsts(f)} | {f['pending_ms']:.2f} |"
             f" {f['memory_per_pending_b']:.0f} | {f['status_all_s']:.2f}, {f['status_all_kb']:.0f} | {limited} |"
+            f" {_cell(f.get('asker_rss_per_waiting_b'), 0)} |"
         )
     if waiting:
         low, high = min(waiting), max(waiting)
@@ -595,6 +614,10 @@ def report(
         out.append(
             f"show next, {high} vs {low} pending: {_ratio(waiting[high]['show_next_us'], waiting[low]['show_next_us'])}"
             " (target within 2x)"
+        )
+        out.append(
+            f"asking processes' RSS per waiting ask at {high}: {waiting[high]['asker_rss_per_waiting_b']:.0f} B"
+            " (target at most 3 KB)"
         )
     if waiting and window:
         title = f"Waiting questions, nobody answering (over {window:g} s; askers sweep every {SWEEP_EVERY:g} s)"

@@ -82,16 +82,10 @@ class Agent:
         always ask a human, even when a remembered decision matches. ``coalesce=False``: never
         presented together with identical requests of other askers.
         """
-        return await self._broker.ask_as(
-            self,
-            request,
-            abort=abort,
-            timeout=timeout,
-            key=key,
-            detach_grace=detach_grace,
-            remember=remember,
-            coalesce=coalesce,
-        )
+        broker = self._broker
+        # ask_as() without its coroutine: each between a waiting ask and its caller is kept per waiting ask
+        request, durable, routing = broker._as_agent(self, request, key, detach_grace, remember, coalesce)
+        return await broker._ask(request, self, abort, timeout, durable, routing)
 
     async def attach(self, text: str) -> str:
         """``Broker.attach``: keep a text a question names by its SHA-256 (the digest returned)."""

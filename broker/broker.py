@@ -15,7 +15,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
 from . import _scripts as scripts
-from ._ask import DEFAULT_ROUTING, Answerer, Next, _Ask, _Durable, _durable, _Routing, ask_script
+from ._ask import DEFAULT_ROUTING, Answerer, AskState, Next, _Ask, _Durable, _durable, _Routing, ask_script, routing_of
 from ._commands import Commands
 from ._ids import UniqueIds
 from ._inbox import Inbox
@@ -439,7 +439,7 @@ class Broker:
         else:
             agent = self._agents.get(named) if named is not None else None
         durable = _durable(key, detach_grace, self.detach_grace)
-        return await self._ask(request, agent, abort, timeout, durable, _Routing(remember, coalesce))
+        return await self._ask(request, agent, abort, timeout, durable, routing_of(remember, coalesce))
 
     async def ask_as(
         self,
@@ -453,10 +453,23 @@ class Broker:
         remember: bool = True,
         coalesce: bool = True,
     ) -> AskUserQuestionAnswer:
+        request, durable, routing = self._as_agent(agent, request, key, detach_grace, remember, coalesce)
+        return await self._ask(request, agent, abort, timeout, durable, routing)
+
+    def _as_agent(
+        self,
+        agent: Agent,
+        request: AskUserQuestionRequest,
+        key: str | None,
+        detach_grace: float | None,
+        remember: bool,
+        coalesce: bool,
+    ) -> tuple[AskUserQuestionRequest, _Durable | None, _Routing]:
+        """``ask_as``'s request (its agent set), durability and routing (``Agent.ask`` calls ``_ask`` with them
+        itself: every coroutine between a waiting ask and its caller is a frame kept per waiting ask)."""
         if request.agent != agent.id:
             request = msgspec.structs.replace(request, agent=agent.id)
-        durable = _durable(key, detach_grace, self.detach_grace)
-        return await self._ask(request, agent, abort, timeout, durable, _Routing(remember, coalesce))
+        return request, _durable(key, detach_grace, self.detach_grace), routing_of(remember, coalesce)
 
     async def _ask(
         self,
@@ -466,20 +479,6 @@ class Broker:
         timeout: float | None,
         durable: _Durable | None = None,
         routing: _Routing = DEFAULT_ROUTING,
-    ) -> AskUserQuestionAnswer:
-        try:
-            return await self._checked_ask(request, agent, abort, timeout, durable, routing)
-        except (RedisError, OSError) as error:  # a refusal no retry can mend (NOPERM, say)
-            raise unavailable(error, "asking") from error
-
-    async def _checked_ask(
-        self,
-        request: AskUserQuestionRequest,
-        agent: Agent | None,
-        abort: asyncio.Event | None,
-        timeout: float | None,
-        durable: _Durable | None,
-        routing: _Routing,
     ) -> AskUserQuestionAnswer:
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         if not self.trusted_keys:
@@ -500,12 +499,19 @@ class Broker:
         except UserQuestionError as error:
             problem = error
         answerers = [r.answerer for r in self._answerers if r.agent_id in (None, request.agent)]
-        if agent is not None and (problem is not None or answerers):
-            await self._gate(request, agent)  # the seeds' order: the caller gate first
-        if problem is not None:
-            raise problem
-
-        return await _Ask(self, request, agent, deadline, durable, routing).ask(answerers, abort)
+        # One frame, not a wrapper awaiting the checks and the ask: each is kept per waiting ask.
+        try:
+            if agent is not None and (problem is not None or answerers):
+                await self._gate(request, agent)  # the seeds' order: the caller gate first
+            if problem is not None:
+                raise problem
+            ask = _Ask(self, request, agent, deadline, durable, routing)
+            try:
+                return await ask.ask(answerers, abort)
+            finally:
+                ask._to(AskState.ENDED)
+        except (RedisError, OSError) as error:  # a refusal no retry can mend (NOPERM, say)
+            raise unavailable(error, "asking") from error
 
     async def _gate(self, request: AskUserQuestionRequest, agent: Agent) -> None:
         reply = await ask_script(self, request, agent, "", gate_only=True)

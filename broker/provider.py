@@ -337,13 +337,18 @@ class PendingRequest:
                 seconds, micros = await self._provider.commands.call("TIME")
                 now_ms = int(seconds) * 1000 + int(micros) // 1000
             settlements = []
+            by_ids: dict[tuple[str, ...], tuple[AskUserQuestionAnswer, str]] = {}
+            """the answer and its outcome JSON under each set of question ids: a card's askers mostly share one"""
             for member in members:
                 outcome = error
                 extra_keys: list[str] = []
                 extra_args: list[Any] = [0]
                 if answer is not None:
-                    own = _with_ids_of(answer, self.request, member.request)
-                    outcome = encode(Outcome(answer=own)).decode()
+                    ids = tuple(question.id for question in member.request.questions)
+                    if (known := by_ids.get(ids)) is None:
+                        own = _with_ids_of(answer, self.request, member.request)
+                        known = by_ids[ids] = (own, encode(Outcome(answer=own)).decode())
+                    own, outcome = known
                     if remember is not None and (member is members[0] or remember.scope == "agent"):
                         extra_keys, extra_args = _remembering(self._provider, member.request, own, remember, now_ms, by)
                     elif remember is not None:

@@ -337,14 +337,16 @@ def seal_outcomes(key: SigningKey, namespace: str, epoch: int, at: int, seals: l
             [_node(below[i], below[i + 1]) if i + 1 < len(below) else below[i] for i in range(0, len(below), 2)]
         )
     signature = key.sign(_OUTCOMES_DOMAIN + levels[-1][0])
+    # Each node's text once: every node is a sibling on the path of each leaf under its neighbour.
+    texts = [[_b64(node) for node in level] for level in levels[:-1]]
     sealed: list[str] = []
     for index, seal in enumerate(seals):
         path: list[str] = []
         position = index
-        for level in levels[:-1]:
+        for level in texts:
             sibling = position ^ 1
             if sibling < len(level):
-                path.append(_b64(level[sibling]))
+                path.append(level[sibling])
             position //= 2
         proof = Proof(
             key=key.id,

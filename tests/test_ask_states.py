@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from broker._ask import TRANSITIONS, AskState, _Ask
-from tests.helpers import next_pending, one_question, pick
-from tests.test_durable import until
+from broker._ask import TRANSITIONS, AskState, _Ask, _follower, _outcome_of
+from broker.errors import UserQuestionError
+from tests.helpers import next_pending, one_question, pick, until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -40,7 +40,7 @@ async def test_an_ask_waits_on_its_own_request_then_ends(make_broker) -> None:
     assert ask.state is AskState.ENDED
 
 
-async def test_a_cancelled_keyed_ask_is_detached_and_a_new_one_re_attaches(make_broker) -> None:
+async def test_a_cancelled_keyed_ask_is_detached_and_a_new_one_re_attaches(make_broker, monkeypatch) -> None:
     holder = await make_broker()
     async with holder.provider("ui") as provider:
         first = await make_broker()
@@ -49,13 +49,14 @@ async def test_a_cancelled_keyed_ask_is_detached_and_a_new_one_re_attaches(make_
             pending = await next_pending(provider)
             ask = the_ask(first)
             states: list[AskState] = []
-            to = ask._to
+            to = _Ask._to
 
-            def record(state: AskState) -> None:
-                states.append(state)
-                to(state)
+            def record(self: _Ask, state: AskState) -> None:  # on the class: an _Ask is slotted
+                if self is ask:
+                    states.append(state)
+                to(self, state)
 
-            ask._to = record  # type: ignore[method-assign]
+            monkeypatch.setattr(_Ask, "_to", record)
             asking.cancel()
             await asyncio.gather(asking, return_exceptions=True)
         assert states == [AskState.DETACHED, AskState.ENDED]
@@ -66,3 +67,37 @@ async def test_a_cancelled_keyed_ask_is_detached_and_a_new_one_re_attaches(make_
             await until(lambda: bool(second._asks) and the_ask(second).state is AskState.REATTACHED)
             await pending.answer(pick("no"))
             assert await asyncio.wait_for(again, 10) == pick("no")
+
+
+async def test_the_wait_on_an_outcome_follows_the_inbox_future_and_a_cancel_leaves_it_be() -> None:
+    """An ask waits on a follower of the future the inbox resolves: cancelling the asking task must leave the
+    inbox's future pending (an outcome that wins the race still lands there for the withdrawal to find)."""
+    loop = asyncio.get_running_loop()
+    inbox_future: asyncio.Future[str] = loop.create_future()
+    waiting = _follower(inbox_future)
+    waiting.cancel()
+    await asyncio.sleep(0)
+    assert not inbox_future.cancelled()
+    inbox_future.set_result("outcome")
+    await asyncio.sleep(0)
+    assert _outcome_of(inbox_future) == "outcome"
+    passed: asyncio.Future[str] = loop.create_future()
+    follower = _follower(passed)
+    passed.set_result("answer")
+    assert await asyncio.wait_for(follower, 1) == "answer"
+    failed: asyncio.Future[str] = loop.create_future()
+    follower = _follower(failed)
+    failed.set_exception(UserQuestionError("closed", "BROKER_UNAVAILABLE"))
+    with pytest.raises(UserQuestionError):
+        await asyncio.wait_for(follower, 1)
+
+
+@pytest.mark.parametrize("options", [{"remember": 1}, {"coalesce": "no"}, {"remember": None}], ids=repr)
+async def test_remember_and_coalesce_other_than_true_or_false_are_bad_requests(make_broker, options) -> None:
+    """Routings are shared per choice: 1 (equal to True as a key) must still be refused, not taken for True."""
+    broker = await make_broker()
+    async with broker.agent("ci") as agent:
+        for asking in (broker.ask(one_question("yes", "no"), **options), agent.ask(one_question("yes"), **options)):
+            with pytest.raises(UserQuestionError) as raised:
+                await asyncio.wait_for(asking, 5)
+            assert raised.value.code == "BAD_REQUEST"

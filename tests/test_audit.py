@@ -10,6 +10,7 @@ trusts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from typing import Any
 
@@ -389,3 +390,22 @@ async def test_a_failover_that_loses_the_last_entries_leaves_a_chain_that_verifi
     finally:
         await follower.aclose()
         await leader.aclose()
+
+
+async def test_a_card_of_several_askers_settled_in_one_call_chains_every_entry(make_broker):
+    """settle.lua appends an entry per asker of a card in one call; audit_append reads the heads once per call,
+    so each entry must still name the one just before it (and the human record likewise): the chain verifies."""
+    holder = await make_broker()
+    brokers = [await make_broker() for _ in range(3)]
+    async with holder.provider("p1") as provider, contextlib.AsyncExitStack() as stack:
+        agents = [await stack.enter_async_context(b.agent(f"a{n}")) for n, b in enumerate(brokers)]
+        asks = [asyncio.ensure_future(agent.ask(one_question("yes", "no"), timeout=20)) for agent in agents]
+        card = await _next(provider)
+        async with asyncio.timeout(10):
+            while len(card.askers) < 3:
+                await asyncio.sleep(0.02)
+        await card.answer(pick("yes"), by="alice")
+        await asyncio.wait_for(asyncio.gather(*asks), 10)
+    report = await check(holder)
+    assert report.status == "intact", report.findings
+    assert report.human_entries == 3

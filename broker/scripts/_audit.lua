@@ -19,12 +19,21 @@
 -- The copy is a pcall: a record that refuses it (an id at or below its last) never fails the decision; verify
 -- reports a decision missing from its record.
 local audit_human_events = {answered = true, cancelled = true, vote = true, remembered = true, forgotten = true}
+local audit_read = {}
+local function audit_get(key)
+  local value = audit_read[key]
+  if value == nil then
+    value = redis.call('GET', key) or ''
+    audit_read[key] = value
+  end
+  return value
+end
 local function audit_append(key, maxlen, ...)
   local head_key = key .. ':head'
-  local fields = {'prev', redis.call('GET', head_key) or '', ...}
+  local fields = {'prev', audit_get(head_key), ...}
   local human = fields[3] == 'event' and audit_human_events[fields[4]]
-  local automatic = human and redis.call('GET', key .. ':automatic')
-  if automatic then
+  local automatic = human and audit_get(key .. ':automatic')
+  if automatic and automatic ~= '' then
     for i = 5, #fields - 1, 2 do
       if fields[i] == 'epoch' and tostring(fields[i + 1]) == automatic then
         human = false
@@ -34,7 +43,7 @@ local function audit_append(key, maxlen, ...)
   local human_key = key .. ':human'
   if human then
     fields[#fields + 1] = 'hprev'
-    fields[#fields + 1] = redis.call('GET', human_key .. ':head') or ''
+    fields[#fields + 1] = audit_get(human_key .. ':head')
     fields[#fields + 1] = 'hcap'
     fields[#fields + 1] = maxlen
   end
@@ -56,8 +65,10 @@ local function audit_append(key, maxlen, ...)
   fields[#fields + 1] = chain
   local id = redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', unpack(fields))
   redis.call('SET', head_key, id .. ' ' .. chain)
+  audit_read[head_key] = id .. ' ' .. chain
   if human and type(redis.pcall('XADD', human_key, 'MAXLEN', '~', maxlen, id, unpack(fields))) == 'string' then
     redis.call('SET', human_key .. ':head', id .. ' ' .. chain)
+    audit_read[human_key .. ':head'] = id .. ' ' .. chain
   end
   return id
 end
