@@ -3,7 +3,7 @@
     python -m tests.mutate            # every mutant
     python -m tests.mutate --list     # the catalogue
     python -m tests.mutate --only ID  # one (repeatable)
-    python -m tests.mutate --add-where  # add `where` to the Python entries that have none
+    python -m tests.mutate --add-where  # name the definition (`where`) of entries without one
 
 For each mutant the working tree (without .venv, .git and caches) is copied to a temporary
 directory, the mutation applied there (a snippet that is not found exactly once is an error;
