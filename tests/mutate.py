@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.list:
         for m in mutants:
-            print(f"{m.id:45} {m.file:32} {m.why}")
+            print(f"{m.id:45} {m.file + (':' + m.where if m.where else ''):60} {m.why}")
         return 0
     if args.only:
         unknown = set(args.only) - {m.id for m in mutants}
