@@ -3,9 +3,11 @@
     python -m tests.mutate            # every mutant
     python -m tests.mutate --list     # the catalogue
     python -m tests.mutate --only ID  # one (repeatable)
+    python -m tests.mutate --add-where  # name the definition (`where`) of entries without one
 
 For each mutant the working tree (without .venv, .git and caches) is copied to a temporary
-directory, the mutation applied there (a snippet that is not found exactly once is an error),
+directory, the mutation applied there (a snippet that is not found exactly once is an error;
+with ``where`` it is looked for only inside that definition: see ``region``),
 and the named tests run in the copy with ``PYTHONPATH=<copy>``, so ``import broker`` and every
 worker subprocess load the mutated code; this is checked before the mutant's tests run.
 A mutant is caught when a test fails or the run passes its wall-clock limit (a hang). The
@@ -16,7 +18,10 @@ Exit status: 0 when every mutant is caught, 1 when one survived, 2 on a broken c
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +46,7 @@ class Mutant:
     tests: tuple[str, ...]
     why: str
     timeout: float = _DEFAULT_TIMEOUT
+    where: str | None = None
 
 
 class CatalogueError(Exception):
@@ -59,6 +65,7 @@ def load(path: Path = CATALOGUE) -> list[Mutant]:
             tests=tuple(e["tests"]),
             why=e["why"],
             timeout=float(e.get("timeout", _DEFAULT_TIMEOUT)),
+            where=e.get("where"),
         )
         for e in entries
     ]
@@ -74,13 +81,153 @@ def copy_tree(destination: Path) -> Path:
     return tree
 
 
+def python_definitions(source: str) -> dict[str, tuple[int, int]]:
+    """Every class and function by dotted name ("Class.method", "outer.inner"): its 1-based lines.
+
+    A definition's lines start at its first decorator, so a mutant may name one."""
+    found: dict[str, tuple[int, int]] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                name = prefix + child.name
+                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                found.setdefault(name, (first, child.end_lineno or child.lineno))
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+_LUA_FUNCTION = re.compile(r"^(\s*)local function ([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+
+
+def lua_definitions(source: str) -> dict[str, tuple[int, int]]:
+    """Every ``local function NAME`` block: from its line to the first ``end`` at its indentation."""
+    lines = source.splitlines()
+    found: dict[str, tuple[int, int]] = {}
+    for number, line in enumerate(lines, 1):
+        match = _LUA_FUNCTION.match(line)
+        if not match:
+            continue
+        closing = match.group(1) + "end"
+        last = next((n for n in range(number + 1, len(lines) + 1) if lines[n - 1].rstrip() == closing), None)
+        if last is not None:
+            found.setdefault(match.group(2), (number, last))
+    return found
+
+
+def definitions(file: str, source: str) -> dict[str, tuple[int, int]]:
+    if file.endswith(".py"):
+        return python_definitions(source)
+    if file.endswith(".lua"):
+        return lua_definitions(source)
+    return {}
+
+
+def region(mutant: Mutant, source: str) -> tuple[int, int]:
+    """The character range of ``source`` the snippet is looked for in: the file, or ``where``'s lines."""
+    if mutant.where is None:
+        return 0, len(source)
+    spans = definitions(mutant.file, source)
+    if mutant.where not in spans:
+        close = difflib.get_close_matches(mutant.where, spans, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise CatalogueError(f"{mutant.id}: no definition {mutant.where!r} in {mutant.file}{hint}")
+    return _characters(source, *spans[mutant.where])
+
+
+def _characters(source: str, first: int, last: int) -> tuple[int, int]:
+    """Lines ``first`` to ``last`` (1-based, inclusive) as a character range, the last newline included."""
+    starts = [0, *(m.end() for m in re.finditer("\n", source))]
+    return starts[first - 1], starts[last] if last < len(starts) else len(source)
+
+
+def _closest_lines(mutant: Mutant, source: str, start: int, end: int) -> str:
+    """The lines in the region most like the snippet, numbered as in the file: what to mend it with.
+
+    A snippet of one line gets the three most like it; a longer one, the run of as many lines most
+    like it as a whole (lines repeated in the code would crowd out the one that was edited)."""
+    wanted = [line.strip() for line in mutant.original.strip("\n").splitlines()]
+    offset = source.count("\n", 0, start) + 1
+    lines = source[start:end].splitlines()
+    width = min(len(wanted), len(lines))
+
+    def likeness(n: int) -> float:
+        window = [line.strip() for line in lines[n : n + width]]
+        return difflib.SequenceMatcher(None, "\n".join(wanted), "\n".join(window)).ratio()
+
+    scored = sorted(((likeness(n), n) for n in range(len(lines) - width + 1)), reverse=True)
+    if width == 1:
+        shown = sorted(n for ratio, n in scored[:3] if ratio >= 0.4)
+    else:
+        shown = list(range(scored[0][1], scored[0][1] + width)) if scored and scored[0][0] >= 0.4 else []
+    if not shown:
+        return ""
+    return "; the closest lines:\n" + "\n".join(f"    {offset + n}: {lines[n]}" for n in shown)
+
+
 def mutated(mutant: Mutant, tree: Path = ROOT) -> str:
     """The mutated text of the mutant's file in ``tree``."""
     source = (tree / mutant.file).read_text()
-    count = source.count(mutant.original)
+    start, end = region(mutant, source)
+    count = source.count(mutant.original, start, end)
     if count != 1:
-        raise CatalogueError(f"{mutant.id}: the original snippet occurs {count} times in {mutant.file}, not once")
-    return source.replace(mutant.original, mutant.replacement)
+        inside = mutant.file
+        if mutant.where:
+            first, last = source.count("\n", 0, start) + 1, source.count("\n", 0, end)
+            inside += f", in {mutant.where} (lines {first}-{last})"
+        closest = _closest_lines(mutant, source, start, end) if count == 0 else ""
+        raise CatalogueError(f"{mutant.id}: the original snippet occurs {count} times in {inside}, not once{closest}")
+    at = source.index(mutant.original, start, end)
+    return source[:at] + mutant.replacement + source[at + len(mutant.original) :]
+
+
+def innermost(mutant: Mutant, tree: Path = ROOT) -> str | None:
+    """The innermost definition holding the mutant's snippet (found once in its file), if any."""
+    source = (tree / mutant.file).read_text()
+    if source.count(mutant.original) != 1:
+        return None
+    at = source.index(mutant.original)
+    holding = []
+    for name, lines in definitions(mutant.file, source).items():
+        start, end = _characters(source, *lines)
+        if start <= at and at + len(mutant.original) <= end:
+            holding.append((end - start, name))
+    return min(holding)[1] if holding else None
+
+
+def add_where(path: Path = CATALOGUE, tree: Path = ROOT) -> int:
+    """Add ``where = "..."`` after the ``file`` line of each entry without one; the rest stays byte for byte."""
+    mutants = load(path)
+    lines = path.read_text().splitlines(keepends=True)
+    out: list[str] = []
+    entry = -1
+    waiting = False  # for this entry's ``file`` line
+    added = 0
+    for line in lines:
+        out.append(line)
+        if line.rstrip() == "[[mutant]]":
+            entry, waiting = entry + 1, True
+        elif waiting and line.startswith("file = "):
+            waiting = False
+            m = mutants[entry]
+            name = None if m.where else innermost(m, tree)
+            if name:
+                out.append(f'where = "{name}"\n')
+                added += 1
+    if entry + 1 != len(mutants):
+        raise CatalogueError(f"found {entry + 1} [[mutant]] headers for {len(mutants)} entries; nothing written")
+    text = "".join(out)
+    after = tomllib.loads(text).get("mutant", [])
+    if [{k: v for k, v in e.items() if k != "where"} for e in after] != [
+        {k: v for k, v in e.items() if k != "where"} for e in tomllib.loads(path.read_text()).get("mutant", [])
+    ]:
+        raise CatalogueError("adding `where` would change another field; nothing written")
+    path.write_text(text)
+    return added
 
 
 def apply(mutant: Mutant, tree: Path) -> None:
@@ -134,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
     parser.add_argument("--only", action="append", metavar="ID", help="run only this mutant (repeatable)")
     parser.add_argument("--no-baseline", action="store_true", help="skip the run on the unmutated tree")
+    parser.add_argument("--add-where", action="store_true", help="add `where` to entries without one and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="print the test output of each run")
     args = parser.parse_args(argv)
 
@@ -142,9 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     except (CatalogueError, KeyError, tomllib.TOMLDecodeError) as error:
         print(f"broken catalogue: {error}", file=sys.stderr)
         return 2
+    if args.add_where:
+        print(f"added `where` to {add_where()} entries")
+        return 0
     if args.list:
         for m in mutants:
-            print(f"{m.id:45} {m.file:32} {m.why}")
+            print(f"{m.id:45} {m.file + (':' + m.where if m.where else ''):60} {m.why}")
         return 0
     if args.only:
         unknown = set(args.only) - {m.id for m in mutants}
