@@ -185,6 +185,21 @@ async def test_an_ask_through_the_exported_gateway_settings_is_answered_on_the_p
             sys.executable, "-m", "workers", "ask", "-q", "Deploy now?", "-o", "yes", "-o", "no", "--timeout", "30",
             cwd=ROOT, env=_env(tmp_path) | asker_env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
+        # an operator's `qbroker status` with the documented maintenance.env says what the page says: verified
+        operator = dict(
+            line.split("=", 1) for line in (tmp_path / "qs" / "maintenance.env").read_text().splitlines() if line
+        )
+        async with asyncio.timeout(15):
+            while True:
+                status = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "workers", "status", "--json",
+                    cwd=ROOT, env=_env(tmp_path) | operator, stdout=asyncio.subprocess.PIPE,
+                )  # fmt: skip
+                listed = json.loads((await status.communicate())[0])["pending"]
+                if listed:
+                    break
+                await asyncio.sleep(0.2)
+        assert [p["verified"] for p in listed] == [True], listed
         shown = await _page_answers(page, password, "yes")
         # the token decided the agent, and the page pins the gateway's key: the id shows as verified
         assert shown["verified"] and [a["agent"] for a in shown["askers"]] == ["agent"]

@@ -264,6 +264,10 @@ async def team(
         if gateway_port is not None:
             gateway = _gateway(directory, agent, gateway_port, role_urls["asker"], public_file)
             web_env["QBROKER_GATEWAY_KEYS_FILE"] = str(gateway.public_file)  # the page shows its agents as verified
+            for role_file in role_files:  # and so does an operator's `qbroker status` (maintenance.env)
+                if role_file.stem in ("answerer", "maintenance"):
+                    with role_file.open("a", encoding="utf-8") as env_file:
+                        env_file.write(f"QBROKER_GATEWAY_KEYS_FILE={gateway.public_file}\n")
         web_args = ["web", "--host", host, "--port", str(port), "--name", f"web@{socket.gethostname()}"]
         commands.append(("web", web_args, web_env))
         if worker:
