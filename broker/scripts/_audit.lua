@@ -18,12 +18,16 @@
 -- of that epoch is its settlement, no person's, and stays out of the record (an asker's volume of them would fill it).
 -- The copy is a pcall: a record that refuses it (an id at or below its last) never fails the decision; verify
 -- reports a decision missing from its record.
+-- Every append runs inside a settlement, where each Redis command counts (docs/benchmarks-budget.md): the chain head,
+-- the automatic epoch and the record's head are read in one MGET and the heads written in one MSET (one hash tag:
+-- one slot), not three GETs and two SETs.
 local audit_human_events = {answered = true, cancelled = true, vote = true, remembered = true, forgotten = true}
 local function audit_append(key, maxlen, ...)
-  local head_key = key .. ':head'
-  local fields = {'prev', redis.call('GET', head_key) or '', ...}
+  local head_key, human_key = key .. ':head', key .. ':human'
+  local read = redis.call('MGET', head_key, key .. ':automatic', human_key .. ':head')
+  local fields = {'prev', read[1] or '', ...}
   local human = fields[3] == 'event' and audit_human_events[fields[4]]
-  local automatic = human and redis.call('GET', key .. ':automatic')
+  local automatic = human and read[2]
   if automatic then
     for i = 5, #fields - 1, 2 do
       if fields[i] == 'epoch' and tostring(fields[i + 1]) == automatic then
@@ -31,10 +35,9 @@ local function audit_append(key, maxlen, ...)
       end
     end
   end
-  local human_key = key .. ':human'
   if human then
     fields[#fields + 1] = 'hprev'
-    fields[#fields + 1] = redis.call('GET', human_key .. ':head') or ''
+    fields[#fields + 1] = read[3] or ''
     fields[#fields + 1] = 'hcap'
     fields[#fields + 1] = maxlen
   end
@@ -55,9 +58,10 @@ local function audit_append(key, maxlen, ...)
   fields[#fields + 1] = 'chain'
   fields[#fields + 1] = chain
   local id = redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', unpack(fields))
-  redis.call('SET', head_key, id .. ' ' .. chain)
+  local heads = {head_key, id .. ' ' .. chain}
   if human and type(redis.pcall('XADD', human_key, 'MAXLEN', '~', maxlen, id, unpack(fields))) == 'string' then
-    redis.call('SET', human_key .. ':head', id .. ' ' .. chain)
+    heads[3], heads[4] = human_key .. ':head', id .. ' ' .. chain
   end
+  redis.call('MSET', unpack(heads))
   return id
 end
