@@ -1,5 +1,9 @@
 """The per-ask budget of a benchmark run: ``python -m benchmarks.budget RUN.json [--label TEXT]``.
 
+``python -m benchmarks.budget --monitor FILE --asks N`` reads instead a ``redis-cli monitor`` capture of N asks
+(docs/benchmarks-budget.md says how it is taken) and prints, per script call and per other command, the calls per
+ask, the commands each script call ran inside it, and the bytes sent (a MONITOR line's length is about its RESP size).
+
 Reads the JSON of ``python -m benchmarks ... --json RUN.json`` and prints, per ask, Markdown for
 docs/benchmarks-budget.md: the Redis commands (``INFO commandstats``: calls inside scripts count too), Redis's bytes
 in and out and its socket reads (``INFO stats``; about one per round trip), and the CPU of each process with the
@@ -11,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +78,57 @@ def render(results: dict[str, Any], label: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+_MONITORED = re.compile(r'^[\d.]+ \[\d+ (?P<source>[^\]]+)\] "(?P<command>[^"]+)"(?: "(?P<first>[^"]*)")?')
+
+
+def monitored(text: str, asks: int) -> str:
+    """Per script (by SHA prefix) or command sent: calls per ask, commands run inside per call, bytes per call."""
+    calls: Counter[str] = Counter()
+    sent: Counter[str] = Counter()
+    inside: Counter[str] = Counter()
+    what: dict[str, Counter[str]] = {}
+    current = None
+    for line in text.splitlines():
+        match = _MONITORED.match(line)
+        if match is None:
+            continue
+        command = match["command"].upper()
+        if match["source"] == "lua":
+            if current is not None:
+                inside[current] += 1
+                what.setdefault(current, Counter())[command] += 1
+            continue
+        current = f"EVALSHA {(match['first'] or '')[:8]}" if command == "EVALSHA" else None
+        name = current or command
+        calls[name] += 1
+        sent[name] += len(line)
+    lines = [
+        "| sent | calls per ask | commands inside per call | bytes per call | inside |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+    for name, count in calls.most_common():
+        if count / asks < 0.05:
+            continue
+        inner = ", ".join(f"{c} {n / count:.2f}" for c, n in what.get(name, Counter()).most_common())
+        lines.append(
+            f"| {name} | {count / asks:.2f} | {inside[name] / count:.2f} | {sent[name] / count:.0f} | {inner} |"
+        )
+    total = sum(calls.values()) + sum(inside.values())
+    lines.append(f"| all | | {total / asks:.2f} commands per ask | {sum(sent.values()) / asks:.0f} per ask | |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path)
     parser.add_argument("--label", default="a run")
+    parser.add_argument("--monitor", action="store_true", help="RUN is a redis-cli monitor capture")
+    parser.add_argument("--asks", type=int, default=0, help="with --monitor: the asks it holds")
     args = parser.parse_args(argv)
-    print(render(json.loads(args.run.read_text()), args.label))
+    if args.monitor:
+        print(monitored(args.run.read_text(errors="replace"), args.asks))
+    else:
+        print(render(json.loads(args.run.read_text()), args.label))
 
 
 if __name__ == "__main__":
