@@ -57,6 +57,10 @@ SERVER_FLAGS = {
 """what a broker variant's providing process is started with"""
 
 
+WIRE_FIELDS = ("total_net_input_bytes", "total_net_output_bytes", "total_reads_processed", "total_writes_processed")
+"""INFO stats counters that do not depend on load: Redis's bytes in and out, and its socket reads and writes"""
+
+
 def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -134,6 +138,8 @@ class Bench:
         self.procs: list[Proc] = []
         self.commandstats: dict[str, dict[str, dict[str, int]]] = {}
         self.commandstats_asks: dict[str, int] = {}
+        # bytes on the wire and socket reads/writes (about one per round trip) per system, from INFO stats
+        self.wire: dict[str, dict[str, int]] = {}
 
     async def start(self, role: str, namespace: str, *extra: str, url: str | None = None, **kw: Any) -> Proc:
         url = url or self.url
@@ -199,6 +205,10 @@ class Bench:
         for profiler in profilers:
             await profiler.wait()
         await server.stop()
+        wire = await self.redis.info("stats")
+        counted = self.wire.setdefault(system, {})
+        for field in WIRE_FIELDS:
+            counted[field] = counted.get(field, 0) + int(wire.get(field, 0))
         stats = await self.redis.info("commandstats")
         merged = self.commandstats.setdefault(system, {})
         for name, v in stats.items():
@@ -542,6 +552,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             results["rounds"] = rounds
             results["commandstats"] = runner.commandstats
             results["commandstats_asks"] = runner.commandstats_asks
+            results["wire"] = runner.wire
             if not args.skip_extras:
                 results["waiting"] = await runner.waiting()
                 results["failover"] = await runner.failover()

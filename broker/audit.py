@@ -36,11 +36,12 @@ answered, and however long ago, a history reads the question, its asker and the 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
+
+import msgspec
 
 from . import _scripts as scripts
 from ._commands import Commands
@@ -103,7 +104,9 @@ def asked_of(request: AskUserQuestionRequest) -> str:
     summary: dict[str, object] = {"questions": questions}
     if request.agent:
         summary["agent"] = request.agent
-    return json.dumps(summary, ensure_ascii=False, separators=(",", ":"))
+    # msgspec writes the same compact UTF-8 JSON as json.dumps(ensure_ascii=False, separators=(",", ":")) in a
+    # tenth of the time, once per answered ask on the provider (docs/benchmarks-budget.md)
+    return msgspec.json.encode(summary).decode()
 
 
 async def newest(commands: Commands, keys: Keys, count: int) -> list[tuple[str, dict[str, str]]]:

@@ -26,6 +26,7 @@ Key texts: ``qbsk1:<base64url of the 32-byte seed>`` (secret) and ``qbpk1:<base6
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -302,6 +303,13 @@ def _node(left: bytes, right: bytes) -> bytes:
     return hashlib.sha256(_NODE + left + right).digest()
 
 
+@functools.lru_cache(maxsize=4096)
+def _path_node(text: str) -> bytes:
+    """A Merkle path's node, decoded. The outcomes of one sealed batch share their path's upper nodes, so an asker
+    verifying many of them decodes each once (base64 was a tenth of its CPU per ask: docs/benchmarks-budget.md)."""
+    return _unb64(text)
+
+
 def _root_of(leaf: bytes, index: int, count: int, path: tuple[str, ...]) -> bytes | None:
     """The root that ``path`` leads to from ``leaf``, or None when the path does not fit the position."""
     if not 0 <= index < count or count > 1 << 20:
@@ -310,10 +318,10 @@ def _root_of(leaf: bytes, index: int, count: int, path: tuple[str, ...]) -> byte
     try:
         while size > 1:
             if index % 2 == 1:
-                node = _node(_unb64(path[step]), node)
+                node = _node(_path_node(path[step]), node)
                 step += 1
             elif index + 1 < size:
-                node = _node(node, _unb64(path[step]))
+                node = _node(node, _path_node(path[step]))
                 step += 1
             index, size = index // 2, (size + 1) // 2
     except (IndexError, ValueError):

@@ -14,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, PlanReviewIntent
-from broker.audit import ASKED_CHARS, newest
+from broker.audit import ASKED_CHARS, asked_of, newest
 from tests.helpers import answer
 from tests.test_audit import check, entries
 
@@ -66,3 +66,14 @@ async def test_an_answer_and_a_dismissal_record_what_was_asked_and_never_the_tok
     assert (await check(answering)).status == "intact"
     newest_first = [fields.get("event") for _, fields in await newest(answering.commands, keys, 3)]
     assert newest_first[:2] == ["checkpoint", "cancelled"]
+
+
+def test_asked_is_the_compact_json_a_history_reads_whatever_the_text_holds() -> None:
+    """asked_of's encoder (msgspec, for speed) writes what the stdlib's compact UTF-8 JSON would: no format drift."""
+    text = 'Ship it? "yes" \\ / <b> & é 🚀 \u2028 \n\t\x01\x1f\x7f'
+    request = AskUserQuestionRequest(
+        questions=(AskUserQuestionItem(id="q1", question=text, options=(AskUserQuestionOption(label="y"),)),),
+        agent="builder",
+    )
+    summary = {"questions": [{"id": "q1", "question": text}], "agent": "builder"}
+    assert asked_of(request) == json.dumps(summary, ensure_ascii=False, separators=(",", ":"))

@@ -150,6 +150,13 @@ async def test_an_agent_decision_answers_that_agent_only(ns: Namespace) -> None:
     assert (await ask(ns, "r3"))[0] == "ok"
 
 
+async def test_a_namespace_decision_answers_an_agents_ask(ns: Namespace) -> None:
+    """The lookup reads the agent's decision key, then the namespace's: no agent decision is no answer yet."""
+    await remembered(ns)
+    reply = await ask(ns, "r1", agent="builder")
+    assert reply[0] == "decided" and reply[3][0] == "d1"
+
+
 async def test_revoke_forgets_the_decision_once_and_audits_who(ns: Namespace) -> None:
     await remembered(ns)
     k = ns.keys

@@ -97,6 +97,25 @@ class Namespace:
         )
         return list(reply)
 
+    async def ask_batch(self, asks: list[tuple[str, str, str]]) -> list[list[str]]:
+        """ask.lua for several asks (rid, agent, token) in one call, as broker/_commands.py merges them."""
+        k = self.keys
+        request = json.dumps({"questions": [{"id": "q1", "question": "yes?"}]})
+        keys: list[Any] = []
+        counts: list[Any] = []
+        argv: list[Any] = []
+        for rid, agent, token in asks:
+            ask_keys = [k.requests, k.request(rid), k.agent(agent), k.audit]
+            ask_argv = [
+                *(rid, request, agent, token, "c1", RESULT_MS, AUDIT_MAX, "", "0", ""),
+                *("", "", "", "", "", RESULT_MS, k.provider, k.standbys, 0),
+            ]
+            keys += ask_keys
+            argv += ask_argv
+            counts += [len(ask_keys), len(ask_argv)]
+        reply = await self.script("ask", keys, ["*", len(asks), *counts, *argv])
+        return [list(r) for r in reply]
+
     async def asker_alive(self, client: str = "c1") -> None:
         await self.redis.set(self.keys.client(client), "1", px=30_000)
 
@@ -497,6 +516,17 @@ async def test_a_lapsed_process_of_a_live_agent_cannot_ask(ns):
     await ns.redis.hset(ns.keys.agent("root"), "p:" + fingerprint("paused"), 1)  # its entry lapsed long ago
     assert (await ns.ask("r1", agent="root", token="paused"))[:2] == ["err", "CALLER_NOT_LIVE"]
     assert (await ns.ask("r2", agent="root", token="beating"))[0] == "ok"
+
+
+async def test_asks_batched_in_one_call_are_each_gated_as_if_alone(ns):
+    """One call of ask.lua for several asks reads the agent record once per process, not once per agent or call."""
+    await holder(ns)
+    await ns.register("root", "paused", ttl_ms=5000)
+    await ns.register("root", "beating", ttl_ms=60_000)
+    await ns.redis.hset(ns.keys.agent("root"), "p:" + fingerprint("paused"), 1)  # its entry lapsed long ago
+    replies = await ns.ask_batch([("r1", "root", "beating"), ("r2", "root", "paused"), ("r3", "root", "beating")])
+    assert [r[0] if r[0] == "ok" else r[1] for r in replies] == ["ok", "CALLER_NOT_LIVE", "ok"]
+    assert len(await ns.stream_ids()) == 2
 
 
 # -- ask retry idempotency ------------------------------------------------------------------

@@ -5,13 +5,18 @@
 -- returns {'decided', outcome JSON, now, records}, or nil when the ask is not looked up (a.remember is not '1', or
 -- no question is: a.questions empty) or a question has no live decision.
 -- Per question the agent's decision key is read first, then the namespace's (a.decision_keys holds both, in that
--- order; the namespace's twice when no agent). The request is settled here as answered: request hash (by
--- 'decision:<id>[,<id>...]'), outcome key, askers' log 'answered'; nothing is enqueued. records: per question its
+-- order; the namespace's twice when no agent). Most asks find none: one EXISTS of them all says so, where reading
+-- each (two HMGETs a question) would cost every ask more Redis commands (docs/benchmarks-budget.md).
+-- The request is settled here as answered: request hash (by 'decision:<id>[,<id>...]'), outcome key, askers' log
+-- 'answered'; nothing is enqueued. records: per question its
 -- decision's id, selected labels and signature (proof), which the asker verifies before the answer counts (a
 -- decision hash is only as trustworthy as its signature: broker/decisions.py verified_decisions). The answer
 -- echoes this request's question ids.
 local function ask_decided(k, a, fp, now)
   if a.remember ~= '1' or #a.questions == 0 then
+    return nil
+  end
+  if redis.call('EXISTS', unpack(a.decision_keys)) == 0 then
     return nil
   end
   local items, ids, setters, records = {}, {}, {}, {}

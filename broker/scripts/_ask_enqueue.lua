@@ -11,7 +11,12 @@
 -- also holds 'key', 'grace' and 'digest', and its durable key names it: set to outlive the request and a kept
 -- answer (settle.lua shortens it to the hash's TTL), a name whose request ended is simply asked anew.
 local function ask_enqueue(k, a, fp, now, deadline)
-  if redis.call('EXISTS', a.lease) == 0 and redis.call('ZCOUNT', a.standbys, now, '+inf') == 0 then
+  local up = a.seen['up ' .. a.lease]
+  if up == nil then
+    up = redis.call('EXISTS', a.lease) == 1 or redis.call('ZCOUNT', a.standbys, now, '+inf') > 0
+    a.seen['up ' .. a.lease] = up
+  end
+  if not up then
     return {'err', 'NO_PROVIDER', 'no provider holds or stands by for this namespace'}
   end
   local remember, coalesce = a.remember == '0' and '0' or '1', a.solo and '0' or '1'

@@ -18,21 +18,28 @@
 -- of that epoch is its settlement, no person's, and stays out of the record (an asker's volume of them would fill it).
 -- The copy is a pcall: a record that refuses it (an id at or below its last) never fails the decision; verify
 -- reports a decision missing from its record.
+-- Every append runs inside a settlement, where each Redis command counts (docs/benchmarks-budget.md): the chain head,
+-- the automatic epoch and the record's head are read in one MGET, once per script run (a settle call's later
+-- appends follow the heads it wrote), and the heads written in one MSET (one hash tag: one slot). Each field's
+-- length is written with string.format('%d'): Lua's `..` on a
+-- number goes through the C library's float printer ('%.14g'), which was most of Redis's number formatting per ask.
 local audit_human_events = {answered = true, cancelled = true, vote = true, remembered = true, forgotten = true}
 local audit_read = {}
-local function audit_get(key)
-  local value = audit_read[key]
-  if value == nil then
-    value = redis.call('GET', key) or ''
-    audit_read[key] = value
+local function audit_heads(key)
+  local heads = audit_read[key]
+  if heads == nil then
+    local read = redis.call('MGET', key .. ':head', key .. ':automatic', key .. ':human:head')
+    heads = {read[1] or '', read[2] or '', read[3] or ''}
+    audit_read[key] = heads
   end
-  return value
+  return heads
 end
 local function audit_append(key, maxlen, ...)
-  local head_key = key .. ':head'
-  local fields = {'prev', audit_get(head_key), ...}
+  local head_key, human_key = key .. ':head', key .. ':human'
+  local heads = audit_heads(key)
+  local fields = {'prev', heads[1], ...}
   local human = fields[3] == 'event' and audit_human_events[fields[4]]
-  local automatic = human and audit_get(key .. ':automatic')
+  local automatic = human and heads[2]
   if automatic and automatic ~= '' then
     for i = 5, #fields - 1, 2 do
       if fields[i] == 'epoch' and tostring(fields[i + 1]) == automatic then
@@ -40,10 +47,9 @@ local function audit_append(key, maxlen, ...)
       end
     end
   end
-  local human_key = key .. ':human'
   if human then
     fields[#fields + 1] = 'hprev'
-    fields[#fields + 1] = audit_get(human_key .. ':head')
+    fields[#fields + 1] = heads[3]
     fields[#fields + 1] = 'hcap'
     fields[#fields + 1] = maxlen
   end
@@ -54,7 +60,7 @@ local function audit_append(key, maxlen, ...)
       value = tostring(value)
       fields[i] = value
     end
-    parts[2 * i - 1] = #value .. ':'
+    parts[2 * i - 1] = string.format('%d:', #value)
     parts[2 * i] = value
   end
   local chain = ''
@@ -64,11 +70,12 @@ local function audit_append(key, maxlen, ...)
   fields[#fields + 1] = 'chain'
   fields[#fields + 1] = chain
   local id = redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', unpack(fields))
-  redis.call('SET', head_key, id .. ' ' .. chain)
-  audit_read[head_key] = id .. ' ' .. chain
+  heads[1] = id .. ' ' .. chain
+  local writes = {head_key, heads[1]}
   if human and type(redis.pcall('XADD', human_key, 'MAXLEN', '~', maxlen, id, unpack(fields))) == 'string' then
-    redis.call('SET', human_key .. ':head', id .. ' ' .. chain)
-    audit_read[human_key .. ':head'] = id .. ' ' .. chain
+    heads[3] = id .. ' ' .. chain
+    writes[3], writes[4] = human_key .. ':head', heads[3]
   end
+  redis.call('MSET', unpack(writes))
   return id
 end

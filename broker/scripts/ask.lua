@@ -66,12 +66,20 @@ local function named_args(ARGV)
     questions = {unpack(ARGV, 20, 19 + n)}, decision_keys = {unpack(ARGV, 20 + n, 19 + 3 * n)},
     attest = ARGV[20 + 3 * n] or ''}
 end
-local function ask(KEYS, ARGV)
+-- call: what the asks of one call share, each read once per call, not once per ask (every Redis command of an ask
+-- counts: docs/benchmarks-budget.md): call.now, the Redis clock in ms, and call.seen, the reads of keys no ask here
+-- writes (the agent record's process field and owner, whether a provider is up), by key.
+local function ask(KEYS, ARGV, call)
   local k, a = named_keys(KEYS), named_args(ARGV)
   -- a retry after a lost reply: the request is there already
   if not a.gate_only and redis.call('EXISTS', k.request) == 1 then
     return {'ok', redis.call('HGET', k.request, 'entry') or ''}
   end
+  if not call.now then
+    local t = redis.call('TIME')
+    call.now = t[1] * 1000 + math.floor(t[2] / 1000)
+  end
+  a.now, a.seen = call.now, call.seen
   local fp, refused = ask_gate(k, a)
   if refused then
     return refused
@@ -79,8 +87,7 @@ local function ask(KEYS, ARGV)
   if a.gate_only then
     return {'ok', ''}
   end
-  local t = redis.call('TIME')
-  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local now = a.now
   local deadline = a.timeout ~= '' and now + tonumber(a.timeout) or ''
   if a.key ~= '' then
     local attached = ask_attach(k, a, fp, deadline)
@@ -95,15 +102,16 @@ local function ask(KEYS, ARGV)
   end
   return ask_enqueue(k, a, fp, now, deadline)
 end
+local call = {seen = {}}
 if ARGV[1] ~= '*' then
-  return ask(KEYS, ARGV)
+  return ask(KEYS, ARGV, call)
 end
 local n = tonumber(ARGV[2])
 local replies = {}
 local k, a = 0, 2 + 2 * n
 for i = 0, n - 1 do
   local nk, na = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
-  replies[i + 1] = ask({unpack(KEYS, k + 1, k + nk)}, {unpack(ARGV, a + 1, a + na)})
+  replies[i + 1] = ask({unpack(KEYS, k + 1, k + nk)}, {unpack(ARGV, a + 1, a + na)}, call)
   k, a = k + nk, a + na
 end
 return replies
