@@ -86,6 +86,8 @@ def test_a_tags_line_lists_its_live_ids_in_the_order_shown_and_follows_every_cha
     assert [rid for _, rid in arrivals.after(0) if ("agent", "x") in arrivals.tags_of(rid)] == tagged(
         arrivals, ("agent", "x")
     )
+    arrivals.add("e", 0, [("agent", "x")])  # raised with the same asker: listed once, at its new place
+    assert tagged(arrivals, ("agent", "x")) == ["u", "d", "e", "a", "b"]
     arrivals.retag("gone", [("agent", "x")])  # not shown: nothing filed
     assert "gone" not in tagged(arrivals, ("agent", "x"))
 
