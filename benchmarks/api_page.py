@@ -11,7 +11,8 @@ shows them all (counted by walking the pages), it prints, in milliseconds over H
 ``GET /api/requests`` (every request, as before paging; median of 3) with its size. Then the page
 itself: the bytes of the first event of a page's stream (``GET /api/events``: the snapshot, the
 first ``--page-window`` cards and the total) and, in headless Chromium, the time from opening the
-signed-in page to its first card shown (median of ``--page-repeats`` reloads).
+signed-in page to its first card painted (median of ``--page-repeats`` reloads: by the page's clock, from
+the navigation's start to the first frame with a card, and as Playwright sees it, its own round trips included).
 """
 
 from __future__ import annotations
@@ -106,8 +107,19 @@ async def _snapshot_bytes(client: httpx.AsyncClient) -> int:
     raise RuntimeError("the stream ended before its snapshot")
 
 
-async def _first_card_ms(url: str, repeats: int) -> tuple[float, str]:
-    """From opening the signed-in page to its first card shown (median), and what it says is waiting."""
+_FIRST_PAINT = """
+const look = () => {
+  if (document.querySelector("article.card")) window.qbFirstCardMs = performance.now();
+  else requestAnimationFrame(look);
+};
+requestAnimationFrame(look);
+"""
+"""the page's own clock at the first frame that paints a card, from the navigation's start"""
+
+
+async def _first_card_ms(url: str, repeats: int) -> tuple[float, float, str]:
+    """From opening the signed-in page to its first card painted, by the page's clock and as Playwright sees it
+    (its navigation and polling included), medians; and what the page says is waiting."""
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=_ARGS)
         page = await browser.new_page(viewport={"width": 1280, "height": 800})
@@ -116,17 +128,19 @@ async def _first_card_ms(url: str, repeats: int) -> tuple[float, str]:
         await page.fill("#password", _PASSWORD)
         await page.click("#sign-in-button")
         await page.locator("article.card").first.wait_for(timeout=120_000)
-        times = []
+        await page.add_init_script(_FIRST_PAINT)
+        painted, times = [], []
         for _ in range(repeats):
             started = time.perf_counter()
             await page.goto(url)
             await page.locator("article.card").first.wait_for(timeout=120_000)
             times.append((time.perf_counter() - started) * 1000)
+            painted.append(float(await page.evaluate("window.qbFirstCardMs")))
         await page.locator("#more").wait_for(timeout=120_000)
         waiting = await page.locator("#more-count").text_content() or ""
         cards = await page.locator("article.card").count()
         await browser.close()
-    return statistics.median(times), f"{cards} cards on the page, {waiting}"
+    return statistics.median(painted), statistics.median(times), f"{cards} cards on the page, {waiting}"
 
 
 async def measure(
@@ -182,7 +196,8 @@ async def _measure(
         round_["urgent_ms"], _ = await _median_ms(client, {"limit": "100", "priority": "urgent"}, repeats)
         round_["agent_ms"], _ = await _median_ms(client, {"limit": "100", "agent": agent}, repeats)
         round_["middle_ms"], _ = await _median_ms(client, {"limit": "100", "after": middle}, repeats)
-        round_["first_card_ms"], figures["page_says"] = await _first_card_ms(url, page_repeats)
+        painted = await _first_card_ms(url, page_repeats)
+        round_["painted_ms"], round_["first_card_ms"], figures["page_says"] = painted
         figures["rounds"].append(round_)
     figures["all_ms"], figures["all_b"] = await _median_ms(client, {}, 3)
     figures["snapshot_b"] = await _snapshot_bytes(client)
@@ -217,7 +232,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  GET /api/requests?limit=100 (first page): {r['first_ms']:.1f} ms, {f['first_b'] / 1024:.0f} KiB")
         print(f"  ... &priority=urgent: {r['urgent_ms']:.1f} ms; &agent= one agent: {r['agent_ms']:.1f} ms")
         print(f"  a page from the middle (after=): {r['middle_ms']:.1f} ms")
-        print(f"  the page, opened to its first card shown: {r['first_card_ms']:.0f} ms ({f['page_says']})")
+        print(
+            f"  the page, opened to its first card painted: {r['painted_ms']:.0f} ms by its clock,"
+            f" {r['first_card_ms']:.0f} ms as Playwright sees it ({f['page_says']})"
+        )
     print(f" GET /api/requests (everything, unpaged): {f['all_ms']:.0f} ms, {f['all_b'] / 1024 / 1024:.1f} MiB")
     print(f" the page's first stream event (snapshot): {f['snapshot_b'] / 1024:.0f} KiB")
     return 0
