@@ -204,3 +204,35 @@ def test_the_urgent_benchmark_prints_how_long_an_urgent_ask_takes_to_reach_an_op
     for face in ("the open page's stream, the card in full", "the API's first page (limit=100)"):
         assert re.search(rf"{re.escape(face)}: median [\d.]+ s, slowest [\d.]+ s", result.stdout), result.stdout
     assert "the card shown in Chromium: not measured" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="the page's figures need Chromium")
+def test_the_api_page_benchmark_prints_each_rounds_filtered_pages_and_first_card() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.api_page",
+            "--questions",
+            "150",
+            "--agents",
+            "10",
+            "--repeats",
+            "2",
+            "--page-repeats",
+            "1",
+            "--runs",
+            "2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=55,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "150 pending questions from 10 agents" in result.stdout
+    for number in (1, 2):
+        assert re.search(rf"run {number} \(load average [\d.]+\):", result.stdout), result.stdout
+    assert len(re.findall(r"&agent= one agent: [\d.]+ ms", result.stdout)) == 2, result.stdout
+    assert len(re.findall(r"first card painted: \d+ ms by its clock", result.stdout)) == 2, result.stdout

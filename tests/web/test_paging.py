@@ -52,3 +52,59 @@ def test_a_more_urgent_card_pages_first_and_after_the_cursors_of_those_it_passed
     assert ids(arrivals) == ["urgent", "c", "a", "b", "d", "low"] and len(arrivals) == 6
     arrivals.remove("urgent")
     assert ids(arrivals, urgent) == ["c", "a", "b", "d", "low"]
+
+
+def tagged(arrivals: Arrivals, tag: object, after: int = 0) -> list[str]:
+    return [request_id for _, request_id in arrivals.after(after, tag)]
+
+
+def test_a_tags_line_lists_its_live_ids_in_the_order_shown_and_follows_every_change() -> None:
+    """A filtered page walks a tag's line (issue: a page for one agent of 1 000 walked all 100 000 pending): the
+    line never lists an id removed or no longer tagged, never misses one tagged, and keeps the order shown."""
+    arrivals = Arrivals()
+    for request_id in "abcde":
+        arrivals.add(request_id, 1, [("agent", "x" if request_id in "ace" else "y")])
+    arrivals.add("u", 0, [("agent", "x")])
+    assert tagged(arrivals, ("agent", "x")) == ["u", "a", "c", "e"]
+    assert tagged(arrivals, ("agent", "y")) == ["b", "d"]
+    assert tagged(arrivals, ("agent", "nobody")) == []
+    arrivals.remove("c")  # settled
+    assert tagged(arrivals, ("agent", "x")) == ["u", "a", "e"]
+    arrivals.retag("b", [("agent", "y"), ("agent", "x")])  # x joined b's card: at b's place on x's line
+    assert tagged(arrivals, ("agent", "x")) == ["u", "a", "b", "e"]
+    arrivals.retag("a", [("agent", "y")])  # x left a's card
+    assert tagged(arrivals, ("agent", "x")) == ["u", "b", "e"]
+    assert tagged(arrivals, ("agent", "y")) == ["a", "b", "d"]
+    arrivals.retag("a", [("agent", "x")])  # and came back: once, at its place
+    assert tagged(arrivals, ("agent", "x")) == ["u", "a", "b", "e"]
+    arrivals.add("d", 0, [("agent", "x")])  # an urgent asker joined d's card: it moves, with its new tags
+    assert tagged(arrivals, ("agent", "x")) == ["u", "d", "a", "b", "e"]
+    assert tagged(arrivals, ("agent", "y")) == ["b"]
+    cursor = arrivals.seq_of("a")
+    assert cursor is not None
+    assert tagged(arrivals, ("agent", "x"), cursor) == ["b", "e"]
+    assert [rid for _, rid in arrivals.after(0) if ("agent", "x") in arrivals.tags_of(rid)] == tagged(
+        arrivals, ("agent", "x")
+    )
+    arrivals.add("e", 0, [("agent", "x")])  # raised with the same asker: listed once, at its new place
+    assert tagged(arrivals, ("agent", "x")) == ["u", "d", "e", "a", "b"]
+    arrivals.retag("gone", [("agent", "x")])  # not shown: nothing filed
+    assert "gone" not in tagged(arrivals, ("agent", "x"))
+
+
+def test_a_tags_line_is_compacted_and_dropped_with_its_last_id() -> None:
+    arrivals = Arrivals()
+    for n in range(5000):
+        arrivals.add(str(n), 1, [("agent", "many"), ("agent", f"one-{n}")])
+    cursor = arrivals.seq_of("4000")
+    for n in range(4990):
+        if n != 4000:
+            arrivals.remove(str(n))
+    assert arrivals.filed(("agent", "many")) < 2 * len(arrivals) + 1024 + 1  # rebuilt, not grown
+    assert tagged(arrivals, ("agent", "many")) == ["4000", *map(str, range(4990, 5000))]
+    assert cursor is not None and tagged(arrivals, ("agent", "many"), cursor) == [str(n) for n in range(4990, 5000)]
+    assert arrivals.filed(("agent", "one-7")) == 0  # an agent gone leaves no line behind
+    for n in range(4990, 5000):
+        arrivals.retag(str(n), [("agent", "many")])
+    assert arrivals.filed(("agent", "one-4995")) == 0
+    assert tagged(arrivals, ("agent", "many")) == ["4000", *map(str, range(4990, 5000))]

@@ -39,7 +39,7 @@ from workers.answering.web.history import read_history
 from workers.answering.web.keys import WebKeys
 from workers.answering.web.metrics import SIGN_INS
 from workers.answering.web.remembered import list_remembered, parse_remember, revoke_remembered
-from workers.answering.web.service import QUEUE_SIZE, Event, WebProvider
+from workers.answering.web.service import QUEUE_SIZE, Event, WebProvider, filter_tags
 from workers.answering.web.sessions import SessionStore
 from workers.answering.web.throttle import Throttle
 from workers.answering.web.users import UsersFile, unmet_policies
@@ -266,8 +266,9 @@ def _requests_page(params: Mapping[str, str], mine: list[WebProvider], user: str
 
     views: list[dict[str, Any]] = []
     cursor = f"{start}.{after}"
+    among = filter_tags(agent=agent, priority=priority, intent=intent)  # a filtered page walks only its cards
     for index in range(start, len(mine)):
-        found, last = mine[index].page(after if index == start else 0, limit - len(views), wanted(mine[index]))
+        found, last = mine[index].page(after if index == start else 0, limit - len(views), wanted(mine[index]), among)
         views += found
         if found:
             cursor = f"{index}.{mine[index].seq_of(found[-1]['id'])}"

@@ -8,11 +8,12 @@ fenced (``LEASE_LOST``) or Redis drops. Pages follow along through ``subscribe()
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -38,12 +39,12 @@ from broker.quorum import revoke_covered
 from broker.types import PRIORITIES, decode_request
 from workers.answering.web.history import find_settlement, outcome_json
 from workers.answering.web.keys import WebKeys
-from workers.answering.web.paging import Arrivals
+from workers.answering.web.paging import Arrivals, Tag
 from workers.answering.web.render import asking_view, plan_review, readonly_view, request_view, safe_url
 from workers.inert import inert
 from workers.metrics import lease_acquired, lease_lost
 
-__all__ = ["QUEUE_SIZE", "AlreadySettled", "Event", "Status", "WebProvider"]
+__all__ = ["QUEUE_SIZE", "AlreadySettled", "Event", "Status", "WebProvider", "filter_tags"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,29 @@ _OWNERS_FRESH_S = 1.0
 with cards of most agents) reads each agent's owner about once a second, not once a batch"""
 _REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 _NOT_PENDING, _LEASE_LOST, _NOT_STANDING_BY = "NOT_PENDING", "LEASE_LOST", "NOT_STANDING_BY"
+
+
+def filter_tags(*, agent: str | None = None, priority: str | None = None, intent: str | None = None) -> list[Tag]:
+    """The tags every card an API filter keeps is filed under (``_tags``): its page walks the shortest line of them."""
+    return [
+        *([("agent", agent)] if agent is not None else []),
+        *([("priority", priority)] if priority is not None else []),
+        *([("intent", intent)] if intent is not None else []),
+    ]
+
+
+def _tags(view: dict[str, Any]) -> frozenset[Tag]:
+    """What the API's filters read of a card's view (``app._requests_page``): each agent that asks it (the card's
+    and its coalesced askers'), its priority, each kind of its questions."""
+    agents = (view["agent"], *(asker["agent"] for asker in view["askers"]))
+    kinds = tuple("plan-review" if question.get("planReview") else "none" for question in view["questions"])
+    return _tagset(agents, view["priority"], kinds)
+
+
+@functools.lru_cache(maxsize=4096)
+def _tagset(agents: tuple[str | None, ...], priority: str, kinds: tuple[str, ...]) -> frozenset[Tag]:
+    """One set shared by the cards of the same tags (an agent's many cards): 100 000 cards hold no set each."""
+    return frozenset((*(("agent", agent) for agent in agents), ("priority", priority), *(("intent", k) for k in kinds)))
 
 
 class _Unbuilt:
@@ -255,12 +279,16 @@ class WebProvider:
         view.update(deadlineMs=pending.deadline_ms, owner=owner, namespace=self.broker.namespace, awayUntilMs=None)
         return view
 
-    def page(self, after: int, limit: int, wanted: Callable[[dict[str, Any]], bool]) -> tuple[list[Event], int | None]:
+    def page(
+        self, after: int, limit: int, wanted: Callable[[dict[str, Any]], bool], among: Collection[Tag] = ()
+    ) -> tuple[list[Event], int | None]:
         """Up to ``limit`` views shown after the cursor ``after`` that are ``wanted``, in the order shown,
-        and the cursor of the next page (None: this was the last)."""
+        and the cursor of the next page (None: this was the last). ``among``: tags every wanted card is filed
+        under (``filter_tags``): only the cards of the shortest of their lines are judged, not every pending one."""
         views: list[Event] = []
         last = after
-        for seq, request_id in self._arrivals.after(after):
+        tag = min(among, key=self._arrivals.filed) if among else None
+        for seq, request_id in self._arrivals.after(after, tag):
             view = self._views.get(request_id)
             if isinstance(view, _Unbuilt):
                 # Judged first on what filters read: a view is built only for a card that is wanted, so a
@@ -547,7 +575,7 @@ class WebProvider:
         else:  # built again when asked for: ``view`` goes to the pages that are told of it, then is let go
             owner = context.get("owner")
             self._views[pending.request_id] = self._unbuilt.setdefault(owner, _Unbuilt(owner))
-        self._arrivals.add(pending.request_id, pending.level)
+        self._arrivals.add(pending.request_id, pending.level, _tags(view))
         return view
 
     async def _escalate(self, pending: PendingRequest, delay: float) -> None:
@@ -888,8 +916,11 @@ class WebProvider:
         now = {"askerAway": pending.asker_away, "awayUntilMs": away_until, **asking_view(pending)}
         level = self._arrivals.level_of(pending.request_id)
         moved = level is not None and level != pending.level
+        tags = _tags({**view, **now})  # who asks, and how urgently, may have changed: the API's filters follow
         if moved:  # an urgent asker joined (or left): the card takes its place among the cards of its new level
-            self._arrivals.add(pending.request_id, pending.level)
+            self._arrivals.add(pending.request_id, pending.level, tags)
+        else:
+            self._arrivals.retag(pending.request_id, tags)
         # An unbuilt view is built from what is true now: the pages were shown what was true before, so they are told.
         if built and not moved and all(view.get(name) == value for name, value in now.items()):
             return

@@ -14,7 +14,10 @@
     // By namespace: how many cards it has for this person in all (total) and the API cursor after the
     // last one this page loaded in order; the page holds a window of them, not all (issue 27).
     more: new Map(), window: 100,
+    // A snapshot's cards past the first screenful, added once that screenful is painted (paintRest).
+    unpainted: [],
   };
+  const FIRST_PAINT = 10;  // about a screenful: the first card shows without waiting for the other 90 to be built
   const RECOMMENDED = /\s*\(recommended\)\s*$/i;
   const OFFLINE = "Could not reach the server, so nothing was sent. Your answer is kept here: send it again when the connection is back.";
   const CHAT_HINT = "Dismisses this question (the agent is told it was cancelled) so you can reply in the agent's own chat.";
@@ -128,6 +131,7 @@
   async function signOut() {
     try { await call("DELETE", "/api/session"); } catch (e) { /* signed out here anyway */ }
     state.more.clear();
+    state.unpainted = [];
     for (const id of [...state.cards.keys()]) dropCard(id);
     showSignIn();
   }
@@ -172,15 +176,17 @@
   function connect(session) {
     const source = new EventSource("/api/events");
     state.source = source;
-    source.addEventListener("snapshot", (e) => onSnapshot(JSON.parse(e.data)));
-    source.addEventListener("status", (e) => onStatus(JSON.parse(e.data)));
-    source.addEventListener("added", (e) => {
+    // Whatever the stream says next, the snapshot's cards are all on the page first: events keep their order.
+    const on = (name, handle) => source.addEventListener(name, (e) => { paintRest(); return handle(e); });
+    on("snapshot", (e) => onSnapshot(JSON.parse(e.data)));
+    on("status", (e) => onStatus(JSON.parse(e.data)));
+    on("added", (e) => {
       const event = JSON.parse(e.data);
       setTotal(event);
       addCard(event.request);
       announce(event.request);
     });
-    source.addEventListener("addedMany", (e) => {
+    on("addedMany", (e) => {
       // several cards at once (a failover's backlog): one notification, for the first
       const event = JSON.parse(e.data);
       setTotal(event);
@@ -189,20 +195,20 @@
       fetchPassed(event);
     });
     // A card beyond the window: only counted ("N more waiting"), fetched when the page gets there.
-    source.addEventListener("waiting", (e) => {
+    on("waiting", (e) => {
       const event = JSON.parse(e.data);
       setTotal(event);
       renderEmpty();
       announce(null);
       fetchPassed(event);
     });
-    source.addEventListener("removed", (e) => onRemoved(JSON.parse(e.data)));
-    source.addEventListener("updated", (e) => onUpdated(JSON.parse(e.data)));
-    source.addEventListener("readonly", (e) => onReadonly(JSON.parse(e.data)));
+    on("removed", (e) => onRemoved(JSON.parse(e.data)));
+    on("updated", (e) => onUpdated(JSON.parse(e.data)));
+    on("readonly", (e) => onReadonly(JSON.parse(e.data)));
     // The server is stopping on purpose (SIGTERM: a demo that ended, an operator): the stream ends next,
     // and the browser keeps retrying; the banner says it stopped, calmly, until a snapshot says it is back.
-    source.addEventListener("stopping", () => { state.stopped = true; renderBanner(); });
-    source.addEventListener("error", async () => {
+    on("stopping", () => { state.stopped = true; renderBanner(); });
+    on("error", async () => {
       if (state.source !== source) return;
       setConnected(false);
       probeServer();
@@ -365,6 +371,7 @@
 
   function onSnapshot(snapshot) {
     // One snapshot per namespace (the stream carries every namespace this person may use).
+    paintRest();
     state.skewMs = snapshot.nowMs - Date.now();
     state.connected = true;
     state.stopped = false;
@@ -380,11 +387,33 @@
     for (const card of missing) card.unlisted = true;
     if (missing.length) explainGone(missing.map((card) => card.id), truncated);
     state.batching = true;  // one arrange and one filter pass for the lot, not one per card
-    try { for (const request of snapshot.requests) addCard(request); }
+    try { for (const request of snapshot.requests.slice(0, FIRST_PAINT)) addCard(request); }
     finally { state.batching = false; }
+    state.unpainted = snapshot.requests.slice(FIRST_PAINT);
+    if (state.unpainted.length) {
+      requestAnimationFrame(() => setTimeout(paintRest));  // after the first screenful's frame
+      setTimeout(paintRest, 100);  // a tab in the background paints no frame
+    }
     arrange();
     renderEmpty();
     setConnected(true);
+  }
+
+  function paintRest() {
+    if (!state.unpainted.length) return;
+    const rest = state.unpainted;
+    state.unpainted = [];
+    if (!state.csrf) return;  // signed out meanwhile
+    state.batching = true;
+    try { for (const request of rest) addCard(request); }
+    finally { state.batching = false; }
+    arrange();
+    renderEmpty();
+  }
+
+  // The snapshot's cards not on the page yet (paintRest): counted as loaded, so nothing is fetched twice.
+  function unpaintedIn(namespace) {
+    return state.unpainted.filter((r) => (namespace === null || r.namespace === namespace) && !state.cards.has(r.id)).length;
   }
 
   // Cards that went while this page was not listening: the history says why, and a note says it.
@@ -438,7 +467,7 @@
   function loadedIn(namespace) {
     let open = 0;
     for (const card of state.cards.values()) if (!card.closed && card.request.namespace === namespace) open += 1;
-    return open;
+    return open + unpaintedIn(namespace);
   }
 
   function waitingCount() {
@@ -524,7 +553,7 @@
 
   // Keep the window full as cards are answered or go: the next one is on screen already.
   function refill() {
-    if (!state.csrf || state.batching) return;
+    if (!state.csrf || state.batching || state.unpainted.length) return;
     for (const [namespace, more] of state.more) {
       const loaded = loadedIn(namespace);
       if (!more.dry && !more.fetching && loaded < state.window && more.total > loaded) fetchMore(namespace, state.window - loaded);
@@ -610,7 +639,7 @@
   function openCount() {
     let open = 0;
     for (const card of state.cards.values()) if (!card.closed) open += 1;
-    return open;
+    return open + unpaintedIn(null);
   }
 
   function updateTitle() {
