@@ -36,6 +36,17 @@ async def gateway_on(redis_server: RedisServer, namespace: str, tokens_file: Pat
     return await start_gateway(redis_server, namespace, tokens_file, "--socket", str(socket), "--no-http")
 
 
+async def killed_and_started_again(
+    gateway: Worker, redis_server: RedisServer, namespace: str, tokens_file: Path, socket: Path
+) -> Worker:
+    """Kill ``gateway`` outright (its in-memory asks die with it) and start another on the same socket."""
+    gateway.process.kill()
+    await gateway.stop()
+    await asyncio.to_thread(socket.unlink, missing_ok=True)
+    again, _ = await gateway_on(redis_server, namespace, tokens_file, socket)
+    return again
+
+
 async def test_an_ask_at_a_gateway_that_is_not_there_ends_coded_and_in_words(tmp_path: Path, tokens_file: Path) -> None:
     socket = tmp_path / "gw.sock"
     asking = await start_agent(
@@ -84,11 +95,8 @@ async def test_a_keyed_ask_waiting_through_a_killed_gateway_is_answered_by_its_r
     async with answering(broker, None) as seen:
         asking = await start_agent(*ASK, "--key", "deploy-7", "--timeout", "30", gateway=f"unix:{socket}", token=token)
         pending = await asyncio.wait_for(seen.get(), 15)
-        first.process.kill()  # the gateway dies; the keyed question stays pending in Redis
-        await first.stop()
-        socket.unlink(missing_ok=True)
-        await asyncio.sleep(0.5)
-        second, _ = await gateway_on(redis_server, namespace, path, socket)
+        # the gateway dies; the keyed question stays pending in Redis
+        second = await killed_and_started_again(first, redis_server, namespace, path, socket)
         try:
             await asyncio.sleep(1.0)  # the agent re-attaches through the new gateway
             await pending.answer(pick("yes"), by="tester")
@@ -113,10 +121,8 @@ async def test_an_unkeyed_ask_whose_gateway_restarted_ends_coded_and_says_to_ask
     async with answering(broker, None) as seen:
         asking = await start_agent(*ASK, "--timeout", "30", gateway=f"unix:{socket}", token=token)
         await asyncio.wait_for(seen.get(), 15)
-        first.process.kill()  # its unkeyed asks die with it (withdrawn once its liveness lapses)
-        await first.stop()
-        socket.unlink(missing_ok=True)
-        second, _ = await gateway_on(redis_server, namespace, path, socket)
+        # its unkeyed asks die with it (withdrawn once its liveness lapses)
+        second = await killed_and_started_again(first, redis_server, namespace, path, socket)
         try:
             status, out, err = await finish(asking)
         finally:
