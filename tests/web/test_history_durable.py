@@ -10,20 +10,20 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
-from playwright.async_api import Browser, Route, async_playwright, expect
+from playwright.async_api import Browser, Route, expect
 from redis.asyncio import Redis
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionItem, Broker
 from broker._keys import Keys
 from tests.helpers import KEYS
 from tests.redis_server import RedisServer
+from tests.web import test_browser as shared
 from tests.web.conftest import PASSWORDS, WebProcess, write_users_file
-from tests.web.test_browser import CHROMIUM, CHROMIUM_ARGS, People, ask, card, options, plan
+from tests.web.test_browser import CHROMIUM, People, ask, card, options, plan
 from tests.workers.procs import run_qbroker
 
 pytestmark = [
@@ -33,12 +33,7 @@ pytestmark = [
 ]
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        await browser.close()
+browser = shared.browser  # test_browser's fixture, each module its own
 
 
 async def answer_in_a_terminal(redis_url: str, namespace: str, by: str, holding: asyncio.Event) -> None:

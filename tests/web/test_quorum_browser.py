@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 
 from broker import (
     AskUserQuestionAnswer,
@@ -25,8 +25,9 @@ from broker import (
 )
 from tests.helpers import KEYS
 from tests.redis_server import RedisServer
+from tests.web import test_browser as shared
 from tests.web.conftest import WebProcess
-from tests.web.test_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.web.test_browser import CHROMIUM
 from workers.answering.web.config import hash_password
 
 pytestmark = [
@@ -84,12 +85,7 @@ async def asker(webs: list[WebProcess]) -> AsyncIterator[Broker]:
         yield broker
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        await browser.close()
+browser = shared.browser  # test_browser's fixture, each module its own
 
 
 async def page_of(browser: Browser, web: WebProcess, user: str) -> Page:

@@ -18,13 +18,14 @@ from pathlib import Path
 import httpx
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, async_playwright, expect
+from playwright.async_api import Browser, expect
 
 from broker import AskUserQuestionAnswer, AskUserQuestionItem, AskUserQuestionRequest, Broker
 from tests.helpers import KEYS
 from tests.redis_server import RedisServer
+from tests.web import test_browser as shared
 from tests.web.conftest import TOKEN, WebProcess, write_users_file
-from tests.web.test_browser import CHROMIUM, CHROMIUM_ARGS, People, options
+from tests.web.test_browser import CHROMIUM, People, options
 
 NORMAL = 199
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -74,19 +75,7 @@ async def backlog(web: WebProcess) -> AsyncIterator[tuple[Broker, list[asyncio.T
         await asyncio.gather(*asks, return_exceptions=True)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        await browser.close()
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def people(browser: Browser, web: WebProcess) -> AsyncIterator[People]:
-    people = People(browser, web)
-    yield people
-    await people.close()
+browser, people = shared.browser, shared.people  # test_browser's fixtures, each module its own
 
 
 @pytest.mark.timeout(90)

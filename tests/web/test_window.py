@@ -17,13 +17,14 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 
 from broker import AskUserQuestionAnswer, AskUserQuestionItem, AskUserQuestionRequest, Broker
 from tests.helpers import KEYS
 from tests.redis_server import RedisServer
+from tests.web import test_browser as shared
 from tests.web.conftest import TOKEN, WebProcess, write_users_file
-from tests.web.test_browser import AXE, CHROMIUM, CHROMIUM_ARGS, People, axe_violations, options
+from tests.web.test_browser import AXE, CHROMIUM, People, axe_violations, options
 
 WINDOW = 10
 PENDING = 1000
@@ -77,19 +78,7 @@ async def backlog(web: WebProcess) -> AsyncIterator[tuple[Broker, list[asyncio.T
         await asyncio.gather(*asks, return_exceptions=True)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        await browser.close()
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def people(browser: Browser, web: WebProcess) -> AsyncIterator[People]:
-    people = People(browser, web)
-    yield people
-    await people.close()
+browser, people = shared.browser, shared.people  # test_browser's fixtures, each module its own
 
 
 async def all_ids(client: httpx.AsyncClient) -> list[str]:
