@@ -38,6 +38,7 @@ import contextlib
 import cProfile
 import gc
 import inspect
+import itertools
 import json
 import os
 import signal
@@ -318,6 +319,9 @@ async def _pending_figures(
     return figures
 
 
+_RUNS = itertools.count(1)
+
+
 async def failover(url: str, n: int, profile: str | None = None, housekeeping: bool = True) -> dict[str, float]:
     """Seconds from the web provider taking the lease (``n`` pending, handed over) to a page seeing
     the first page of cards and all of them (counted in the events a page is sent); then a second web
@@ -328,7 +332,7 @@ async def failover(url: str, n: int, profile: str | None = None, housekeeping: b
     from workers.answering.web.keys import WebKeys
     from workers.answering.web.service import WebProvider
 
-    namespace = f"scale-failover-{n}"
+    namespace = f"scale-failover-{n}-{next(_RUNS)}"  # each run its own: a run's askers leave their asks behind
     askers = Askers(url, namespace, asks=n, agents=max(1, n // 100), same=False)
     try:
         await askers.start()
@@ -539,10 +543,11 @@ async def measure(args: argparse.Namespace) -> int:
                 log(f"{n} askers of one question: {same[n]}")
                 unique[n] = await coalescing(server.url, n, same=False)
                 log(f"{n} askers of distinct questions: {unique[n]}")
-            failovers: dict[int, dict[str, float]] = {}
+            failovers: list[tuple[int, dict[str, float]]] = []
             for n in args.failover or ():
-                failovers[n] = await failover(server.url, n, args.profile, not args.no_self_housekeeping)
-                log(f"failover with {n} pending: {failovers[n]}")
+                for _ in range(args.runs):
+                    failovers.append((n, await failover(server.url, n, args.profile, not args.no_self_housekeeping)))
+                    log(f"failover with {n} pending: {failovers[-1][1]}")
             sigterms: list[tuple[int, dict[str, float]]] = []
             for n in args.sigterm or ():
                 for _ in range(args.runs):
@@ -642,14 +647,14 @@ def report(
     return "\n".join(out)
 
 
-def failover_report(failovers: dict[int, dict[str, float]]) -> str:
+def failover_report(failovers: list[tuple[int, dict[str, float]]]) -> str:
     out = ["", "A failover to the web provider (from taking the lease)", ""]
     out.append(
         "| pending | first page, 100 cards (s) | every card (s) | the take-over's CPU (s) |"
         " web provider's heap per card (B) | RSS per card (B) |"
     )
     out.append("|---:|---:|---:|---:|---:|---:|")
-    for n, f in failovers.items():
+    for n, f in failovers:
         out.append(
             f"| {n} | {f['first_page_s']:.3f} | {f['all_s']:.2f} | {f['cpu_s']:.2f} |"
             f" {f['web_memory_per_pending_b']:.0f} | {f['web_rss_per_pending_b']:.0f} |"
@@ -692,7 +697,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sigterm", type=_ints, help="pending counts: SIGTERM to a `qbroker web` holding each (default none)"
     )
-    parser.add_argument("--runs", type=int, default=1, help="how many times each --sigterm count is measured")
+    parser.add_argument(
+        "--runs", type=int, default=1, help="how many times each --failover and --sigterm count is measured"
+    )
     parser.add_argument("--profile", help="write the cProfile statistics of the (last) failover's take-over here")
     parser.add_argument(
         "--no-self-housekeeping",

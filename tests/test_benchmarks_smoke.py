@@ -175,18 +175,20 @@ def test_the_gateway_comparison_runs_a_gateway_per_tree_and_prints_each_round() 
 
 
 @pytest.mark.slow
-def test_the_scale_benchmark_measures_a_failover_and_the_web_servers_memory() -> None:
+def test_the_scale_benchmark_measures_a_failover_and_the_web_servers_memory_once_per_run() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.scale", "--askers", "0", "--pending", "0", "--failover", "300"],
+        [sys.executable, "-m", "benchmarks.scale", *"--askers 0 --pending 0 --failover 300 --runs 2".split()],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=110,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    row = next(line for line in result.stdout.splitlines() if line.startswith("| 300 |"))
-    first_page, every, cpu, heap, _ = (float(cell) for cell in row.strip("|").split("|")[1:])
-    assert 0 < first_page <= every + 0.01 and cpu > 0 and heap > 0  # printed to 3 and 2 decimals: 0.041 vs 0.04
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| 300 |")]
+    assert len(rows) == 2, result.stdout  # "every card within 10 s in every run" needs every run's row
+    for row in rows:
+        first_page, every, cpu, heap, _ = (float(cell) for cell in row.strip("|").split("|")[1:])
+        assert 0 < first_page <= every + 0.01 and cpu > 0 and heap > 0  # printed to 3 and 2 decimals: 0.041 vs 0.04
 
 
 @pytest.mark.slow
