@@ -40,7 +40,7 @@ from redis.exceptions import ConnectionError, TimeoutError
 from broker import Agent, AskUserQuestionAnswer, AskUserQuestionRequest, Broker, UserQuestionError
 from broker.errors import ASK_TIMED_OUT, BAD_REQUEST, BROKER_UNAVAILABLE, NO_PROVIDER, NO_TOKENS, UNAUTHENTICATED
 from broker.types import convert_request, encode
-from workers.asking.gateway.server import is_loopback
+from workers.asking.gateway.listen import is_loopback
 from workers.asking.gateway.tokens import Tokens, bearer
 from workers.asking.mcp.elicit import answer_from, form_for, message_for, supports_elicitation
 
