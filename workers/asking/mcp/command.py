@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the MCP SDK loads only when the server runs
-    from workers.asking.mcp.server import McpSettings
+    from workers.asking.mcp.settings import McpSettings
 
 __all__ = ["register", "settings_from", "main"]
 
@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> McpSettings:
     """Flags, then the shared CLI settings (when run by ``qbroker``), then the environment."""
-    from workers.asking.mcp.server import McpSettings
+    from workers.asking.mcp.settings import McpSettings
 
     env = os.environ if environ is None else environ
     shared = getattr(args, "settings", None)
@@ -109,7 +109,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
 
 async def run(args: argparse.Namespace) -> int:
     from broker import UserQuestionError
-    from workers.asking.mcp.server import check_listening, serve
+    from workers.asking.mcp.http_transport import check_listening
+    from workers.asking.mcp.server import serve
     from workers.exits import EXIT_STATUS
 
     settings = settings_from(args)
