@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from workers.settings import Settings, add_arguments
+from workers.settings import BEFORE_THE_COMMAND, Settings, add_arguments
 
 __all__ = ["COMMANDS", "build_parser", "configure_logging", "main"]
 
@@ -69,20 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module.register(subparsers)
     for sub in subparsers.choices.values():
-        _add_shared(sub)
+        # The shared flags after the sub-command too, unless the command defines its own of that name.
+        add_arguments(sub, suppress=True, title=BEFORE_THE_COMMAND)
     return parser
-
-
-def _add_shared(parser: argparse.ArgumentParser) -> None:
-    """Accept the shared flags after the sub-command too, unless the command defines them."""
-    scratch = argparse.ArgumentParser(add_help=False)
-    add_arguments(scratch, suppress=True)
-    taken = set(parser._option_string_actions)
-    group = parser.add_argument_group("connection and logging (also accepted before the sub-command)")
-    for action in scratch._actions:
-        if any(option in taken for option in action.option_strings):
-            continue
-        group._add_action(action)
 
 
 class _JsonFormatter(logging.Formatter):

@@ -6,6 +6,8 @@ import argparse
 import importlib
 from typing import Any
 
+from workers.settings import Subparsers
+
 
 async def run(args: argparse.Namespace) -> int:
     # Imported late: the benchmark needs the `bench` extra (arq, matplotlib) and a source checkout.
@@ -13,7 +15,7 @@ async def run(args: argparse.Namespace) -> int:
     return int(await benchmark.run(args))
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     try:
         options: Any = importlib.import_module("benchmarks.options")
     except ImportError:  # an installed wheel carries no benchmarks/: the command is left out

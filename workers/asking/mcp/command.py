@@ -16,6 +16,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from workers.settings import Subparsers
+
 if TYPE_CHECKING:  # the MCP SDK loads only when the server runs
     from workers.asking.mcp.settings import McpSettings
 
@@ -26,7 +28,7 @@ _ENV_NAMESPACE = "QBROKER_NAMESPACE"
 _DEFAULT_URL = "redis://localhost:6379/0"
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "mcp",
         help="serve the ask_user_question tool to MCP clients (stdio or streamable HTTP)",
