@@ -1,15 +1,15 @@
 """``qbroker``: the command-line entry point.
 
-workers/ is grouped by the side a process is on, which is the credential it holds:
-``asking/`` (an asker's Redis user or a gateway token: ``ask``, ``mcp``, ``claude-hook``),
-``answering/`` (the answerer's user and the signing key: ``web``, ``provide``, ``auto``) and
-``operating/`` (the maintenance user: ``worker``, ``status``, ``decisions``, ``keys``, ``acl``,
-``bench``). Each command lives in one place, ``COMMANDS`` names its module; that module exposes
-``register(subparsers)``, which adds its parser and sets ``func`` (sync or async, taking
-the parsed arguments, returning an exit status or ``None``). A command module imports only
-the standard library: its ``run()`` imports the engine (the broker, the MCP SDK, arq, the
-web stack, prompt_toolkit), so ``--help`` and each command load only what they use
-(tests/workers/test_cli.py checks it). Modules missing from this installation are
+workers/ is grouped by the side a process is on, which is the credential it holds: ``asking/`` (an
+asker's Redis user or a gateway token: ``ask``, ``mcp``, ``claude-hook``), ``answering/`` (the
+answerer's user and the signing key: ``web``, ``provide``, ``auto``) and ``operating/`` (the
+maintenance user: ``worker``, ``status``, ``decisions``, ``keys``, ``acl``); ``bench`` is the
+benchmark's own (``benchmarks/command.py``, in a source checkout). Each command lives in one place,
+``COMMANDS`` names its module; that module exposes ``register(subparsers)``, which adds its parser
+and sets ``func`` (sync or async, taking the parsed arguments, returning an exit status or
+``None``). A command module imports only the standard library: its ``run()`` imports the engine (the
+broker, the MCP SDK, arq, the web stack, prompt_toolkit), so ``--help`` and each command load only
+what they use (tests/workers/test_cli.py checks it). Modules missing from this installation are
 skipped. Only this module configures logging.
 """
 
@@ -44,7 +44,7 @@ COMMANDS: dict[str, str] = {
     "gateway": "workers.asking.gateway.command",
     "keys": "workers.operating.keys",
     "acl": "workers.operating.acl",
-    "bench": "workers.operating.bench",
+    "bench": "benchmarks.command",  # a source checkout's: the workers import nothing of benchmarks/
     "quickstart": "workers.operating.quickstart.command",
 }
 
