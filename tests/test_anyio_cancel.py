@@ -3,7 +3,7 @@
 anyio cancellation is level-triggered: while the scope is cancelled, every await in the
 task is cancelled again, so the withdrawal that ``_Ask.remote()`` awaits in its
 ``except CancelledError`` block is itself cancelled and never reaches Redis. The
-question then stays on the human's screen until a reaper finds it. ``workers/asking/mcp/server.py``
+question then stays on the human's screen until a reaper finds it. ``workers/asking/mcp/service.py``
 works around it by running each ask in a task of its own and cancelling that task once.
 """
 

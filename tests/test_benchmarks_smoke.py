@@ -47,7 +47,7 @@ def test_benchmark_runs_and_prints_a_table(tmp_path: Path) -> None:
 
 
 def test_bench_command_registers_the_benchmark_options() -> None:
-    from workers.operating import bench
+    from benchmarks import command as bench
 
     parser = argparse.ArgumentParser()
     subparsers = parser.add_subparsers()

@@ -1,15 +1,15 @@
 """``qbroker``: the command-line entry point.
 
-workers/ is grouped by the side a process is on, which is the credential it holds:
-``asking/`` (an asker's Redis user or a gateway token: ``ask``, ``mcp``, ``claude-hook``),
-``answering/`` (the answerer's user and the signing key: ``web``, ``provide``, ``auto``) and
-``operating/`` (the maintenance user: ``worker``, ``status``, ``decisions``, ``keys``, ``acl``,
-``bench``). Each command lives in one place, ``COMMANDS`` names its module; that module exposes
-``register(subparsers)``, which adds its parser and sets ``func`` (sync or async, taking
-the parsed arguments, returning an exit status or ``None``). A command module imports only
-the standard library: its ``run()`` imports the engine (the broker, the MCP SDK, arq, the
-web stack, prompt_toolkit), so ``--help`` and each command load only what they use
-(tests/workers/test_cli.py checks it). Modules missing from this installation are
+workers/ is grouped by the side a process is on, which is the credential it holds: ``asking/`` (an
+asker's Redis user or a gateway token: ``ask``, ``mcp``, ``claude-hook``), ``answering/`` (the
+answerer's user and the signing key: ``web``, ``provide``, ``auto``) and ``operating/`` (the
+maintenance user: ``worker``, ``status``, ``decisions``, ``keys``, ``acl``); ``bench`` is the
+benchmark's own (``benchmarks/command.py``, in a source checkout). Each command lives in one place,
+``COMMANDS`` names its module; that module exposes ``register(subparsers)``, which adds its parser
+and sets ``func`` (sync or async, taking the parsed arguments, returning an exit status or
+``None``). A command module imports only the standard library: its ``run()`` imports the engine (the
+broker, the MCP SDK, arq, the web stack, prompt_toolkit), so ``--help`` and each command load only
+what they use (tests/workers/test_cli.py checks it). Modules missing from this installation are
 skipped. Only this module configures logging.
 """
 
@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from workers.settings import Settings, add_arguments
+from workers.settings import BEFORE_THE_COMMAND, Settings, add_arguments
 
 __all__ = ["COMMANDS", "build_parser", "configure_logging", "main"]
 
@@ -44,7 +44,7 @@ COMMANDS: dict[str, str] = {
     "gateway": "workers.asking.gateway.command",
     "keys": "workers.operating.keys",
     "acl": "workers.operating.acl",
-    "bench": "workers.operating.bench",
+    "bench": "benchmarks.command",  # a source checkout's: the workers import nothing of benchmarks/
     "quickstart": "workers.operating.quickstart.command",
 }
 
@@ -69,20 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module.register(subparsers)
     for sub in subparsers.choices.values():
-        _add_shared(sub)
+        # The shared flags after the sub-command too, unless the command defines its own of that name.
+        add_arguments(sub, suppress=True, title=BEFORE_THE_COMMAND)
     return parser
-
-
-def _add_shared(parser: argparse.ArgumentParser) -> None:
-    """Accept the shared flags after the sub-command too, unless the command defines them."""
-    scratch = argparse.ArgumentParser(add_help=False)
-    add_arguments(scratch, suppress=True)
-    taken = set(parser._option_string_actions)
-    group = parser.add_argument_group("connection and logging (also accepted before the sub-command)")
-    for action in scratch._actions:
-        if any(option in taken for option in action.option_strings):
-            continue
-        group._add_action(action)
 
 
 class _JsonFormatter(logging.Formatter):

@@ -10,13 +10,13 @@ import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 if TYPE_CHECKING:  # the broker (redis-py) loads only when a command opens one: `--help` stays instant
     from broker import Broker
 
-__all__ = ["ENV_VARS", "Settings", "add_arguments", "redact_url"]
+__all__ = ["ENV_VARS", "Settings", "Subparsers", "add_arguments", "redact_url"]
 
 ENV_VARS: Mapping[str, str] = {
     "redis_url": "QBROKER_REDIS_URL",
@@ -53,6 +53,12 @@ _DEFAULTS: Mapping[str, str] = {
 _TRUE = {"1", "true", "yes", "on"}
 
 
+class Subparsers(Protocol):
+    """What a command's ``register`` receives: ``ArgumentParser.add_subparsers()``'s result, by what it is used for."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
+
+
 def redact_url(url: str) -> str:
     """The URL with any password replaced by ``***`` (for reprs and logs)."""
     parts = urlsplit(url)
@@ -61,7 +67,7 @@ def redact_url(url: str) -> str:
     user = parts.username or ""
     host = parts.hostname or ""
     netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,60 +164,65 @@ def _key_text(text: str, path: str, what: str) -> str:
         raise ValueError(f"cannot read the {what} file {path}: {error.strerror}") from None
 
 
-def add_arguments(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
-    """The shared flags; with ``suppress`` an absent flag leaves no attribute (sub-parsers)."""
+AFTER_THE_COMMAND = "connection and logging (also accepted after the sub-command)"
+BEFORE_THE_COMMAND = "connection and logging (also accepted before the sub-command)"
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, suppress: bool = False, title: str = AFTER_THE_COMMAND) -> None:
+    """The shared flags; with ``suppress`` an absent flag leaves no attribute, and a flag the parser
+    defines already (a sub-command's own) is left to it."""
     default = argparse.SUPPRESS if suppress else None
-    group = parser.add_argument_group("connection and logging (also accepted after the sub-command)")
-    group.add_argument(
+    group = parser.add_argument_group(title)
+
+    def flag(*names: str, **options: Any) -> None:
+        try:
+            group.add_argument(*names, default=default, **options)
+        except argparse.ArgumentError:  # a conflicting option string: the parser has its own flag of that name
+            if not suppress:
+                raise
+
+    flag(
         "--redis-url",
         metavar="URL",
-        default=default,
         help=f"Redis URL, redis:// or rediss:// with credentials (env {ENV_VARS['redis_url']}; "
         f"default {_DEFAULTS['redis_url']})",
     )
-    group.add_argument(
+    flag(
         "--namespace",
         "-n",
         metavar="NS",
-        default=default,
         help=f"namespace: one provider per namespace (env {ENV_VARS['namespace']}; default {_DEFAULTS['namespace']})",
     )
-    group.add_argument(
+    flag(
         "--lease-ttl",
         metavar="SECONDS",
-        default=default,
         help=f"provider lease TTL; a dead holder is replaced after it (env {ENV_VARS['lease_ttl']}; default 10)",
     )
-    group.add_argument(
+    flag(
         "--log-level",
         metavar="LEVEL",
-        default=default,
         help=f"DEBUG, INFO, WARNING or ERROR, logged to stderr (env {ENV_VARS['log_level']}; default WARNING)",
     )
-    group.add_argument(
+    flag(
         "--signing-key-file",
         metavar="FILE",
-        default=default,
         help=f"a provider's secret signing key, made by `qbroker keys new` (env {ENV_VARS['signing_key_file']}, "
         f"or the key itself in {ENV_VARS['signing_key']})",
     )
-    group.add_argument(
+    flag(
         "--trusted-keys-file",
         metavar="FILE",
-        default=default,
         help="the providers' public keys an asker accepts answers from, one a line "
         f"(env {ENV_VARS['trusted_keys_file']}, or the keys themselves in {ENV_VARS['trusted_keys']})",
     )
-    group.add_argument(
+    flag(
         "--gateway-keys-file",
         metavar="FILE",
-        default=default,
         help="an answerer's pinned gateway public keys, one a line: asks they attest show a verified agent id, "
         f"others a claimed one (env {ENV_VARS['gateway_keys_file']}, or the keys in {ENV_VARS['gateway_keys']})",
     )
-    group.add_argument(
+    flag(
         "--log-json",
         action="store_true",
-        default=default,
         help=f"log one JSON object a line (env {ENV_VARS['log_json']}=1)",
     )

@@ -21,7 +21,8 @@ from broker import Broker
 from tests.redis_server import RedisServer
 from tests.workers.procs import env_for
 from tests.workers.test_gateway import YES_NO, answering
-from workers.asking.gateway.server import Gateway, _listen_tcp
+from workers.asking.gateway.listen import listen_tcp
+from workers.asking.gateway.service import Gateway
 from workers.asking.gateway.tokens import TOKEN_PREFIX, Tokens, new_token, revoke_tokens
 
 pytestmark = [pytest.mark.timeout(30)]
@@ -112,7 +113,7 @@ def test_each_of_many_agents_tokens_finds_its_own_agent(tmp_path: Path) -> None:
 async def test_connections_the_gateway_accepts_send_without_nagles_delay() -> None:
     # With Nagle's algorithm on, every reply on a kept-alive connection waited 40 ms for the client's
     # delayed ACK (a client reading its answers over one connection: p50 44 ms instead of 0.4 ms).
-    listener = _listen_tcp("127.0.0.1", 0)
+    listener = listen_tcp("127.0.0.1", 0)
     accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
     class Probe(asyncio.Protocol):

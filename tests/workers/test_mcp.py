@@ -36,7 +36,7 @@ from broker import (
 from broker.types import convert_request
 from tests.helpers import KEYS, SIGNING_KEY, pick
 from tests.redis_server import RedisServer
-from workers.asking.mcp.server import OUTPUT_SCHEMA, parse_arguments
+from workers.asking.mcp.tool import OUTPUT_SCHEMA, parse_arguments
 
 pytestmark = pytest.mark.slow
 

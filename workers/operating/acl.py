@@ -12,10 +12,12 @@ import secrets
 import sys
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from workers.settings import Subparsers
+
 __all__ = ["register", "run"]
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "acl",
         help="print the Redis ACL users of a namespace's roles (asker, answerer, maintenance)",
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         netloc = f"{quote(f'{namespace}-{role}', safe='')}:{password}@{parts.hostname}"
         if parts.port:
             netloc += f":{parts.port}"
-        url = urlunsplit(parts._replace(netloc=netloc))
+        url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
         lines += [f"# {role}: QBROKER_REDIS_URL={url}", user]
     print("\n".join(lines))
     return 0

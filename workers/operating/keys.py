@@ -12,10 +12,12 @@ import os
 import sys
 from pathlib import Path
 
+from workers.settings import Subparsers
+
 __all__ = ["register", "run"]
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "keys",
         help="make the key pair that signs answers (providers) and is trusted by askers",

@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 
 from workers.answering.options import add_policy_arguments
+from workers.settings import Subparsers
 
 __all__ = ["register", "run"]
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "auto",
         help="answer requests automatically by TOML rules",

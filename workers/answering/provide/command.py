@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 
 from workers.answering.options import add_policy_arguments
+from workers.settings import Subparsers
 
 __all__ = ["register", "run"]
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "provide",
         help="answer questions at this terminal",

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 
+from workers.settings import Subparsers
+
 __all__ = ["register", "run"]
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "ask",
         help="ask a question from a shell; prints the answer as JSON",

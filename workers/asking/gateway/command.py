@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from workers.settings import Settings
+from workers.settings import Settings, Subparsers
 from workers.settings import add_arguments as add_shared_arguments
 
 __all__ = ["register", "run"]
@@ -22,7 +22,7 @@ _ENV_TOKENS = "QBROKER_GATEWAY_TOKENS_FILE"
 _ENV_ATTEST = "QBROKER_GATEWAY_SIGNING_KEY"
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "gateway",
         help="let agents ask over HTTP or a Unix socket with per-agent tokens, holding no Redis credentials",

@@ -16,8 +16,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from workers.settings import Subparsers
+
 if TYPE_CHECKING:  # the MCP SDK loads only when the server runs
-    from workers.asking.mcp.server import McpSettings
+    from workers.asking.mcp.settings import McpSettings
 
 __all__ = ["register", "settings_from", "main"]
 
@@ -26,7 +28,7 @@ _ENV_NAMESPACE = "QBROKER_NAMESPACE"
 _DEFAULT_URL = "redis://localhost:6379/0"
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "mcp",
         help="serve the ask_user_question tool to MCP clients (stdio or streamable HTTP)",
@@ -75,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> McpSettings:
     """Flags, then the shared CLI settings (when run by ``qbroker``), then the environment."""
-    from workers.asking.mcp.server import McpSettings
+    from workers.asking.mcp.settings import McpSettings
 
     env = os.environ if environ is None else environ
     shared = getattr(args, "settings", None)
@@ -109,7 +111,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = 
 
 async def run(args: argparse.Namespace) -> int:
     from broker import UserQuestionError
-    from workers.asking.mcp.server import check_listening, serve
+    from workers.asking.mcp.http_transport import check_listening
+    from workers.asking.mcp.server import serve
     from workers.exits import EXIT_STATUS
 
     settings = settings_from(args)

@@ -14,11 +14,12 @@ import argparse
 
 from workers.exits import EXIT_AUDIT_TAMPERED as EXIT_TAMPERED
 from workers.exits import EXIT_AUDIT_UNCHAINED as EXIT_UNCHAINED
+from workers.settings import Subparsers
 
 __all__ = ["EXIT_TAMPERED", "EXIT_UNCHAINED", "register", "run"]
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "audit",
         help="verify the namespace's audit: every entry chained, checkpoints signed by a trusted key",

@@ -14,7 +14,7 @@ from redis.exceptions import RedisError
 from broker import Decision, UserQuestionError
 from broker.errors import BAD_REQUEST, BROKER_UNAVAILABLE
 from workers.exits import EXIT_STATUS
-from workers.operating.status.view import _age, _table
+from workers.operating.text_table import duration, table
 from workers.settings import Settings
 
 __all__ = ["format_decisions", "run"]
@@ -34,11 +34,11 @@ def format_decisions(decisions: list[Decision], now_ms: int) -> str:
             _clip((f"{d.header} · " if d.header else "") + d.question),
             f"{d.by or '-'} via {d.provider}",
             time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.at_ms / 1000)),
-            "in " + _age(max(0, d.expires_ms - now_ms) / 1000),
+            "in " + duration(max(0, d.expires_ms - now_ms) / 1000),
         )
         for d in decisions
     ]
-    return "\n".join(_table(("ID", "SCOPE", "ANSWER", "QUESTION", "SET BY", "SET (UTC)", "EXPIRES"), rows))
+    return "\n".join(table(("ID", "SCOPE", "ANSWER", "QUESTION", "SET BY", "SET (UTC)", "EXPIRES"), rows))
 
 
 def _clip(text: str, width: int = 60) -> str:

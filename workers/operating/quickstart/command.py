@@ -14,10 +14,12 @@ import getpass
 import os
 from pathlib import Path
 
+from workers.settings import Subparsers
+
 __all__ = ["register", "run"]
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "quickstart",
         help="start Redis (if none is given), the web page with a generated user, the worker and the gateway",

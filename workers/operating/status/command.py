@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from workers.settings import Subparsers
+
 __all__ = ["register", "run"]
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "status",
         help="show a namespace's provider, pending requests and live agents",

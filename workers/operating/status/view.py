@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
 
 import msgspec
 from redis.exceptions import RedisError
@@ -15,27 +14,10 @@ from broker.errors import BROKER_UNAVAILABLE
 from broker.status import PendingInfo
 from workers.exits import EXIT_STATUS
 from workers.inert import inert
+from workers.operating.text_table import duration, table
 from workers.settings import Settings
 
 __all__ = ["format_status", "show"]
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in (headers, *rows)
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return lines
-
-
-def _age(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
-    return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"
 
 
 def format_status(status: NamespaceStatus) -> str:
@@ -80,11 +62,11 @@ def format_status(status: NamespaceStatus) -> str:
     if status.pending:
         rows = [
             (p.request_id, inert(p.agent or "-"), ("verified" if p.verified else "claimed") if p.agent else "-",
-             p.priority, _age(p.age_s), str(p.questions),
+             p.priority, duration(p.age_s), str(p.questions),
              f"epoch {p.delivered_epoch}" if p.delivered_epoch else "not yet", _asker(p))
             for p in sorted(status.pending, key=lambda p: -p.age_s)
         ]  # fmt: skip
-        out += _table(("REQUEST", "AGENT", "IDENTITY", "PRIORITY", "WAITING", "QUESTIONS", "DELIVERED", "ASKER"), rows)
+        out += table(("REQUEST", "AGENT", "IDENTITY", "PRIORITY", "WAITING", "QUESTIONS", "DELIVERED", "ASKER"), rows)
     if status.next_after:
         out.append(f"next page: --after {status.next_after}")
     out += ["", f"live agents: {status.agent_count}{_shown(len(status.agents), status.agent_count, 'first')}"]
@@ -97,7 +79,7 @@ def format_status(status: NamespaceStatus) -> str:
             )
             for a in status.agents
         ]
-        out += _table(("AGENT", "OWNER", "SINCE (UTC)"), agent_rows)
+        out += table(("AGENT", "OWNER", "SINCE (UTC)"), agent_rows)
     return "\n".join(out)
 
 
@@ -109,8 +91,8 @@ def _asker(pending: PendingInfo) -> str:
     key = f" (key {inert(pending.key)})" if pending.key else ""
     if pending.away_s is None:
         return "waiting" + key
-    left = f", {_age(pending.grace_left_s)} left" if pending.grace_left_s is not None else ""
-    return f"away {_age(pending.away_s)}{left}{key}"
+    left = f", {duration(pending.grace_left_s)} left" if pending.grace_left_s is not None else ""
+    return f"away {duration(pending.away_s)}{left}{key}"
 
 
 async def show(args: argparse.Namespace) -> int:

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from workers.settings import Subparsers
+
 if TYPE_CHECKING:  # arq, aiohttp and prometheus_client load only when the worker runs
     from workers.operating.worker.maintenance import MaintenanceConfig
 
@@ -62,7 +64,7 @@ def _add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-addr", default="127.0.0.1", help="address of the metrics server (default 127.0.0.1)")
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "worker",
         help="run the maintenance worker (housekeeping, webhook notifications)",
