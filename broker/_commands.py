@@ -222,7 +222,7 @@ class Commands:
     async def script(
         self, script: Script, keys: list[str], args: list[Any], decode: Callable[[Any], Any] | None = None
     ) -> Any:
-        """Run a script; its reply through ``decode`` (broker/_scripts.py: a binding adds no coroutine of its own)."""
+        """Run a script; its reply through ``decode`` (broker/_scripts/: a binding adds no coroutine of its own)."""
         source, sha = (script.plain, script.plain_sha) if self._plain_scripts else (script.source, script.sha)
         try:
             if script.batches:

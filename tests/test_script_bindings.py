@@ -2,7 +2,7 @@
 
 A header names each of its script's KEYS and ARGV, one a line: ``-- KEYS[2] requests  the requests stream``
 (ask.lua: ``-- KEYS[2] k.request ...``); an item repeated per entry is numbered from the entry's first,
-``-- KEYS[k + 1] record ...``. broker/_scripts.py binds each script: its keyword parameters (a record's
+``-- KEYS[k + 1] record ...``. broker/_scripts/ binds each script: its keyword parameters (a record's
 fields in its place) are those names, KEYS annotated ``Key``, each in the header's order. Each binding is
 called here with every item set to its own name, and what it would send is compared with the header.
 
@@ -23,7 +23,7 @@ from typing import Annotated, Any
 import msgspec
 import pytest
 
-from broker import _lua, _scripts
+from broker import _lua
 from broker._commands import Commands
 from broker._lua import SCRIPTS, Script, helpers_of
 from broker._scripts import BINDINGS
@@ -105,7 +105,7 @@ def _is_key(hint: Any) -> bool:
 
 
 def _hints(target: Any) -> dict[str, Any]:
-    hints = typing.get_type_hints(target, vars(_scripts) | {"Commands": Commands}, include_extras=True)
+    hints = typing.get_type_hints(target, localns={"Commands": Commands}, include_extras=True)
     hints.pop("return", None)
     hints.pop("commands", None)
     return hints

@@ -1,4 +1,5 @@
 #!lua
+--! include _fence
 --! include _audit
 -- approve: the lease holder records one person's vote on a request that a quorum policy covers
 -- (broker/quorum.py); the votes so far live in an answerer-only hash, so a standby that takes over has them.
@@ -20,9 +21,9 @@
 -- returns {'err', 'LEASE_LOST', message} | {'err', 'NOT_PENDING', message} | {'ok', {field, value, ...}} every
 --   vote so far (this one included) and its time, flat
 -- The same vote again (a retry after a lost reply, a second click) changes nothing and writes no audit entry.
-local lease = redis.call('GET', KEYS[1])
-if not lease or ARGV[1] == '' or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
-  return {'err', 'LEASE_LOST', 'this provider no longer holds the lease'}
+local lost = lease_lost(KEYS[1], ARGV[1])
+if lost then
+  return lost
 end
 local state = redis.call('HGET', KEYS[2], 'state')
 if state ~= 'pending' then

@@ -1,4 +1,5 @@
 #!lua
+--! include _fence
 --! include _audit
 --! include _away
 --! include _restart
@@ -46,9 +47,9 @@
 -- to beat again); housekeeping (reap.lua) judges the ones shown meanwhile.
 -- Who was given a request is the hash's 'delivered' field (the epoch); the audit records who
 -- answered, under which epoch, when the request is settled (settle.lua).
-local lease = redis.call('GET', KEYS[1])
-if not lease or ARGV[1] == '' or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
-  return {'err', 'LEASE_LOST', 'this provider no longer holds the lease'}
+local lost = lease_lost(KEYS[1], ARGV[1])
+if lost then
+  return lost
 end
 local replies = {}
 local done = {}

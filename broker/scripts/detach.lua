@@ -1,4 +1,5 @@
 #!lua
+--! include _pending
 --! include _away
 -- detach: a keyed ask's caller stops waiting without giving the question up (its task was cancelled, or
 -- its broker closed); the request stays pending, its asker away, for its detach grace.
@@ -15,11 +16,9 @@
 -- long the detaching process runs on, and nothing it receives later cleans the request up (docs/architecture.md).
 -- Idempotent: a retry after a lost reply finds the asker already detached and changes nothing.
 local r = redis.call('HMGET', KEYS[1], 'state', 'client', 'away', 'delivered', 'grace')
-if not r[1] then
-  return {'gone'}
-end
-if r[1] ~= 'pending' then
-  return {'settled', r[1]}
+local ended = not_pending(r[1])
+if ended then
+  return ended
 end
 if r[2] ~= ARGV[2] and not (r[2] == '' and r[3]) then
   return {'other'}

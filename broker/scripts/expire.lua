@@ -1,4 +1,5 @@
 #!lua
+--! include _pending
 --! include _audit
 -- expire: settle a pending request whose deadline passed with ASK_TIMED_OUT (housekeeping).
 -- KEYS[1] request     the request hash
@@ -22,11 +23,9 @@
 -- the asking process the hash names (KEYS[4] is its inbox, or the caller's view is stale, or a keyed asker detached):
 -- any other asker finds the outcome by its sweep, or on re-attaching.
 local r = redis.call('HMGET', KEYS[1], 'state', 'entry', 'delivered', 'deadline', 'client', 'key', 'agent')
-if not r[1] then
-  return {'gone'}
-end
-if r[1] ~= 'pending' then
-  return {'settled', r[1]}
+local ended = not_pending(r[1])
+if ended then
+  return ended
 end
 local deadline = tonumber(r[4] or '')
 if not deadline then

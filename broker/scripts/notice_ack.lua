@@ -1,4 +1,5 @@
 #!lua
+--! include _fence
 -- notice_ack: the lease holder takes a withdraw notice off the stream (its UI has taken the card down).
 -- KEYS[1] lease     the provider lease
 -- KEYS[2] requests  the requests stream
@@ -7,9 +8,9 @@
 -- ARGV[3] group
 -- returns {'ok'} | {'err', 'LEASE_LOST', message}
 -- Fenced like every provider action: a reader that lost the lease leaves the notice for the holder.
-local lease = redis.call('GET', KEYS[1])
-if not lease or ARGV[1] == '' or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
-  return {'err', 'LEASE_LOST', 'this provider no longer holds the lease'}
+local lost = lease_lost(KEYS[1], ARGV[1])
+if lost then
+  return lost
 end
 redis.pcall('XACK', KEYS[2], ARGV[3], ARGV[2])
 redis.call('XDEL', KEYS[2], ARGV[2])

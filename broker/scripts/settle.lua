@@ -1,4 +1,5 @@
 #!lua
+--! include _fence
 --! include _audit
 -- settle: the lease holder answers or cancels pending requests (one call for every settlement a
 -- provider has queued); for each request the first terminal transition wins. An answer may also be
@@ -53,9 +54,9 @@
 -- detached would clean the outcome up): the asker that re-attaches reads the outcome. Its durable key, while it
 -- still names the request, gets the hash's TTL: an answer never collected leaves nothing behind once its request
 -- lapses, with or without the maintenance worker (the key was set to outlive any request it may name).
-local lease = redis.call('GET', KEYS[1])
-if not lease or ARGV[1] == '' or string.sub(lease, 1, #ARGV[1]) ~= ARGV[1] then
-  return {'err', 'LEASE_LOST', 'this provider no longer holds the lease'}
+local lost = lease_lost(KEYS[1], ARGV[1])
+if lost then
+  return lost
 end
 local replies = {}
 local done = {}

@@ -1,4 +1,5 @@
 #!lua
+--! include _pending
 -- withdraw: the asker goes away (abort, timeout, cancellation); the first terminal transition wins.
 -- KEYS[1] request   the request hash
 -- KEYS[2] requests  the requests stream
@@ -12,11 +13,9 @@
 -- The request hash is deleted: nobody waits for it any more. A provider that showed it gets
 -- a withdraw notice on the stream so its UI takes the card down.
 local r = redis.call('HMGET', KEYS[1], 'state', 'entry', 'delivered')
-if not r[1] then
-  return {'gone'}
-end
-if r[1] ~= 'pending' then
-  return {'settled', r[1]}
+local ended = not_pending(r[1])
+if ended then
+  return ended
 end
 redis.call('DEL', KEYS[1])
 redis.pcall('XACK', KEYS[2], ARGV[4], r[2])
