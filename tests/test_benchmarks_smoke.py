@@ -176,8 +176,9 @@ def test_the_gateway_comparison_runs_a_gateway_per_tree_and_prints_each_round() 
 
 @pytest.mark.slow
 def test_the_scale_benchmark_measures_a_failover_and_the_web_servers_memory_once_per_run() -> None:
+    no_askers_no_pending = [sys.executable, "-m", "benchmarks.scale", "--askers", "0", "--pending", "0"]
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.scale", *"--askers 0 --pending 0 --failover 300 --runs 2".split()],
+        [*no_askers_no_pending, "--failover", "300", "--runs", "2"],
         cwd=ROOT,
         capture_output=True,
         text=True,
