@@ -36,10 +36,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from . import _scripts as scripts
+from .cards import PendingRequest
 from .decisions import Decision, Remember
-from .errors import BAD_ANSWER, LEASE_LOST, NOT_APPROVER, UserQuestionError
-from .provider import PendingRequest
+from .errors import BAD_ANSWER, NOT_APPROVER, UserQuestionError
 from .types import PRIORITIES, AskUserQuestionAnswer, AskUserQuestionRequest, PlanReviewIntent
 from .validation import check_answer
 
@@ -316,7 +315,7 @@ async def vote(
         else:
             await pending.answer(answer, by=by, remember=remember)
         return None
-    provider = pending._provider
+    settler = pending.settler
     escalated = policy.escalated(pending)
     if not policies.may_vote(policy, by, escalated) or not policies.may_see(pending, by):
         groups = policies.routed_to(policy, escalated) if policy.route else policy.groups
@@ -330,34 +329,19 @@ async def vote(
         raise UserQuestionError(
             f"policy {policy.name!r} needs {policy.approvals} approvals: its answers are never remembered", BAD_ANSWER
         )
-    accepted = None if answer is None else check_answer(pending.request, answer, provider.settings.limits)
+    accepted = None if answer is None else check_answer(pending.request, answer, settler.settings.limits)
     record = _VoteRecord(
         approving=approving(policy, pending.request, accepted),
         answer=accepted,
         message=message,
     )
-    keys, settings = provider.keys, provider.settings
-    votes = await scripts.approve(
-        provider.commands,
-        lease=keys.provider,
-        request=keys.request(pending.request_id),
-        approvals=keys.approvals(pending.request_id),
-        audit=keys.audit,
-        fence=provider.fence,
-        rid=pending.request_id,
+    votes = await settler.record_vote(
+        pending.request_id,
         person=by,
         vote=msgspec.json.encode(record).decode(),
-        ttl=int(settings.result_ttl * 1000),
-        audit_max=settings.audit_maxlen,
         policy=policy.name,
-        verdict="approve" if record.approving else "decline",
-        provider=provider.name,
-        epoch=provider.epoch,
+        approving=record.approving,
     )
-    if isinstance(votes, scripts.Refusal):
-        if votes.code == LEASE_LOST:
-            provider.fenced()
-        raise votes.error()
     result = tally(policy, policies.voters(policy, escalated), _votes(votes), escalated)
     await settle(pending, result)
     return result
@@ -371,8 +355,7 @@ async def current(policies: Policies, pending: PendingRequest) -> Tally | None:
     policy = policies.for_card(pending)
     if policy is None:
         return None
-    provider = pending._provider
-    flat = await provider.commands.call("HGETALL", provider.keys.approvals(pending.request_id))
+    flat = await pending.settler.votes(pending.request_id)
     escalated = policy.escalated(pending)
     result = tally(policy, policies.voters(policy, escalated), _votes(flat), escalated)
     await settle(pending, result)
