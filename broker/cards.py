@@ -302,7 +302,7 @@ class PendingRequest:
 class Cards:
     """The live cards of one provider: by asker, in ``pending``'s order, and in the order they are handed out."""
 
-    def __init__(self, *, lease: Lease, settler: Settler, coalesce: bool) -> None:
+    def __init__(self, lease: Lease, settler: Settler, *, coalesce: bool) -> None:
         self.lease = lease
         self.settler = settler
         self.coalesce = coalesce

@@ -30,7 +30,6 @@ from ._scripts import Delivering, Refusal, deadletter, deliver, notice_ack
 from .cards import Cards, Member, PendingRequest
 from .errors import UserQuestionError
 from .lease import REPLY_MARGIN_S, Lease
-from .provider_settings import ProviderSettings
 from .types import decode_request, encode
 from .validation import check_request
 
@@ -50,22 +49,12 @@ _Ask = tuple[str, dict[str, str], str, str]
 class Delivery:
     """Reads the request stream as the lease holder's consumer and presents what it reads as cards."""
 
-    def __init__(
-        self,
-        *,
-        lease: Lease,
-        cards: Cards,
-        commands: Commands,
-        blocking: Redis | RedisCluster,
-        keys: Keys,
-        settings: ProviderSettings,
-        consumer: str,
-    ) -> None:
+    def __init__(self, lease: Lease, cards: Cards, *, blocking: Redis | RedisCluster, consumer: str) -> None:
         self.lease = lease
         self.cards = cards
-        self.commands = commands
-        self.keys = keys
-        self.settings = settings
+        self.commands = lease.commands
+        self.keys = lease.keys
+        self.settings = lease.settings
         self.consumer = consumer
         self._blocking = blocking
         self._delivering: set[str] = set()

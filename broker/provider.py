@@ -74,24 +74,9 @@ class Provider:
             on_change=self._wake,
         )
         self.fence = self._lease.fence
-        self._settler = Settler(
-            lease=self._lease,
-            commands=commands,
-            keys=keys,
-            settings=settings,
-            signing_key=signing_key,
-            redis_ms=redis_ms,
-        )
-        self._cards = Cards(lease=self._lease, settler=self._settler, coalesce=coalesce)
-        self._delivery = Delivery(
-            lease=self._lease,
-            cards=self._cards,
-            commands=commands,
-            blocking=blocking,
-            keys=keys,
-            settings=settings,
-            consumer=self.consumer,
-        )
+        self._settler = Settler(self._lease, signing_key=signing_key, redis_ms=redis_ms)
+        self._cards = Cards(self._lease, self._settler, coalesce=coalesce)
+        self._delivery = Delivery(self._lease, self._cards, blocking=blocking, consumer=self.consumer)
         self.checkpoint_every = audit.CHECKPOINT_EVERY
         """seconds between audit checkpoints while the audit moves"""
         self._checkpoint = last_checkpoint

@@ -14,14 +14,11 @@ from typing import Any, Protocol
 import msgspec
 
 from . import audit
-from ._commands import Commands
 from ._ids import UniqueIds
-from ._keys import Keys
 from ._scripts import Refusal, Reply, Settlement, approve, settle
 from .decisions import Remember, settle_extension
 from .errors import BROKER_UNAVAILABLE, LEASE_LOST, UserQuestionError
 from .lease import Lease, replicated
-from .provider_settings import ProviderSettings
 from .signing import Seal, SigningKey, seal_outcomes
 from .types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, encode
 
@@ -52,20 +49,11 @@ class Asked(Protocol):
 class Settler:
     """Sends a provider's settlements (and a quorum's votes) under its lease's fence."""
 
-    def __init__(
-        self,
-        *,
-        lease: Lease,
-        commands: Commands,
-        keys: Keys,
-        settings: ProviderSettings,
-        signing_key: SigningKey,
-        redis_ms: int,
-    ) -> None:
+    def __init__(self, lease: Lease, *, signing_key: SigningKey, redis_ms: int) -> None:
         self.lease = lease
-        self.commands = commands
-        self.keys = keys
-        self.settings = settings
+        self.commands = lease.commands
+        self.keys = lease.keys
+        self.settings = lease.settings
         self.signing_key = signing_key
         self._clock = (redis_ms, asyncio.get_running_loop().time())
         """the Redis clock (unix ms) read when the provider started, and the loop's time then"""
