@@ -9,6 +9,7 @@ call together, sealed under one signature; the batches are sent by one task the 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, Protocol
 
 import msgspec
@@ -23,6 +24,8 @@ from .signing import Seal, SigningKey, seal_outcomes
 from .types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, encode
 
 __all__ = ["Asked", "SealedSettlement", "Settler"]
+
+log = logging.getLogger(__name__)
 
 _SETTLE_BATCH = 256
 """settlements sent in one settle.lua call at most"""
@@ -63,8 +66,10 @@ class Settler:
         self._queued = asyncio.Event()
         self._running = False
         """``run`` sends the queue; else (before it starts, once it stopped) each caller sends its own"""
+        self._sending = 0
+        """how many tasks are sending the queue (``run``, or callers while it does not run)"""
         self._idle = asyncio.Event()
-        self._idle.set()
+        """set when the last of them stopped"""
 
     def redis_ms(self) -> int:
         """Now by the Redis clock, unix ms, as read at start and carried on by the loop's monotonic clock."""
@@ -185,25 +190,26 @@ class Settler:
         """Stop batching: what is queued or on its way is sent first (for up to ``within`` seconds); a settlement
         from now on is sent by its caller."""
         self._running = False
-        if self._queue:
-            self._queued.set()
         try:
             async with asyncio.timeout(within):
-                while self._queue or not self._idle.is_set():
+                await self._send_queued()
+                while self._sending:
+                    self._idle.clear()
                     await self._idle.wait()
-                    await asyncio.sleep(0)
         except TimeoutError:
-            pass
+            log.warning("settlements still on their way %.0fs after the provider stopped: cancelled", within)
 
     async def _send_queued(self) -> None:
         carrier: tuple[list[str], list[Any]] | None = None  # the last decisions sent: their keys, D and arguments
-        self._idle.clear()
+        self._sending += 1
         try:
             while self._queue:
                 batch, self._queue = self._queue[:_SETTLE_BATCH], self._queue[_SETTLE_BATCH:]
                 carrier = await self._send(batch, carrier)
         finally:
-            self._idle.set()
+            self._sending -= 1
+            if not self._sending:
+                self._idle.set()
 
     async def _send(
         self, batch: list[_Queued], carrier: tuple[list[str], list[Any]] | None
