@@ -104,12 +104,64 @@ class Policies:
         message: str = "",
         remember: Remember | None = None,
     ) -> Tally | None:
-        """``vote`` under these policies."""
-        return await vote(self, pending, answer, by=by, message=message, remember=remember)
+        """One person's answer (or dismissal, ``answer=None``) on a card: settle it, or count it towards its quorum.
+
+        ``None`` when no policy covers the card (it was settled as usual). Otherwise the tally after
+        this vote; the card is settled (answered by every approver, or declined) when it is decided.
+        ``NOT_APPROVER`` when ``by`` may not vote; ``BAD_ANSWER`` for an invalid answer or a ``remember``.
+        """
+        policy = self.for_card(pending)
+        if policy is None:
+            if answer is None:
+                await pending.cancel(message or "the human dismissed the question", by=by)
+            else:
+                await pending.answer(answer, by=by, remember=remember)
+            return None
+        settler = pending.settler
+        escalated = policy.escalated(pending)
+        if not self.may_vote(policy, by, escalated) or not self.may_see(pending, by):
+            groups = self.routed_to(policy, escalated) if policy.route else policy.groups
+            if escalated and policy.escalate_to and policy.escalate_to not in groups:
+                groups = (*groups, policy.escalate_to)
+            raise UserQuestionError(
+                f"{by} is not an approver under policy {policy.name!r} (members of {', '.join(groups)})",
+                NOT_APPROVER,
+            )
+        if remember is not None:
+            raise UserQuestionError(
+                f"policy {policy.name!r} needs {policy.approvals} approvals: its answers are never remembered",
+                BAD_ANSWER,
+            )
+        accepted = None if answer is None else check_answer(pending.request, answer, settler.settings.limits)
+        record = _VoteRecord(
+            approving=approving(policy, pending.request, accepted),
+            answer=accepted,
+            message=message,
+        )
+        votes = await settler.record_vote(
+            pending.request_id,
+            person=by,
+            vote=msgspec.json.encode(record).decode(),
+            policy=policy.name,
+            approving=record.approving,
+        )
+        result = tally(policy, self.voters(policy, escalated), _votes(votes), escalated)
+        await settle(pending, result)
+        return result
 
     async def current(self, pending: PendingRequest) -> Tally | None:
-        """``current`` under these policies."""
-        return await current(self, pending)
+        """The votes so far on a card (a standby that took over finds them); settles it if they already decide.
+
+        ``None`` when no policy covers the card.
+        """
+        policy = self.for_card(pending)
+        if policy is None:
+            return None
+        flat = await pending.settler.votes(pending.request_id)
+        escalated = policy.escalated(pending)
+        result = tally(policy, self.voters(policy, escalated), _votes(flat), escalated)
+        await settle(pending, result)
+        return result
 
 
 @dataclass(frozen=True)
@@ -222,75 +274,6 @@ def approving(policy: Policy, request: AskUserQuestionRequest, answer: AskUserQu
         if item is None or item.custom is not None or not item.selected or not set(item.selected) <= approve:
             return False
     return True
-
-
-async def vote(
-    policies: Policies,
-    pending: PendingRequest,
-    answer: AskUserQuestionAnswer | None,
-    *,
-    by: str,
-    message: str = "",
-    remember: Remember | None = None,
-) -> Tally | None:
-    """One person's answer (or dismissal, ``answer=None``) on a card: settle it, or count it towards its quorum.
-
-    ``None`` when no policy covers the card (it was settled as usual). Otherwise the tally after
-    this vote; the card is settled (answered by every approver, or declined) when it is decided.
-    ``NOT_APPROVER`` when ``by`` may not vote; ``BAD_ANSWER`` for an invalid answer or a ``remember``.
-    """
-    policy = policies.for_card(pending)
-    if policy is None:
-        if answer is None:
-            await pending.cancel(message or "the human dismissed the question", by=by)
-        else:
-            await pending.answer(answer, by=by, remember=remember)
-        return None
-    settler = pending.settler
-    escalated = policy.escalated(pending)
-    if not policies.may_vote(policy, by, escalated) or not policies.may_see(pending, by):
-        groups = policies.routed_to(policy, escalated) if policy.route else policy.groups
-        if escalated and policy.escalate_to and policy.escalate_to not in groups:
-            groups = (*groups, policy.escalate_to)
-        raise UserQuestionError(
-            f"{by} is not an approver under policy {policy.name!r} (members of {', '.join(groups)})",
-            NOT_APPROVER,
-        )
-    if remember is not None:
-        raise UserQuestionError(
-            f"policy {policy.name!r} needs {policy.approvals} approvals: its answers are never remembered", BAD_ANSWER
-        )
-    accepted = None if answer is None else check_answer(pending.request, answer, settler.settings.limits)
-    record = _VoteRecord(
-        approving=approving(policy, pending.request, accepted),
-        answer=accepted,
-        message=message,
-    )
-    votes = await settler.record_vote(
-        pending.request_id,
-        person=by,
-        vote=msgspec.json.encode(record).decode(),
-        policy=policy.name,
-        approving=record.approving,
-    )
-    result = tally(policy, policies.voters(policy, escalated), _votes(votes), escalated)
-    await settle(pending, result)
-    return result
-
-
-async def current(policies: Policies, pending: PendingRequest) -> Tally | None:
-    """The votes so far on a card (a standby that took over finds them); settles it if they already decide.
-
-    ``None`` when no policy covers the card.
-    """
-    policy = policies.for_card(pending)
-    if policy is None:
-        return None
-    flat = await pending.settler.votes(pending.request_id)
-    escalated = policy.escalated(pending)
-    result = tally(policy, policies.voters(policy, escalated), _votes(flat), escalated)
-    await settle(pending, result)
-    return result
 
 
 async def settle(pending: PendingRequest, result: Tally) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -79,7 +80,7 @@ class Settler:
     async def settlements(
         self,
         shown: AskUserQuestionRequest,
-        members: list[Any],
+        members: Sequence[Asked],
         state: str,
         by: str,
         answer: AskUserQuestionAnswer | None = None,
