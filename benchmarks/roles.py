@@ -118,7 +118,7 @@ def without_signatures() -> None:
     the provider's sealing and the asker's check out, so that one run can say what signing costs.
     """
     import broker._ask
-    import broker.provider
+    import broker.settling
 
     def bare(_key: Any, _namespace: str, _epoch: int, _at: int, seals: list[Any]) -> list[str]:
         return [seal.body for seal in seals]
@@ -127,7 +127,7 @@ def without_signatures() -> None:
         ask._checked = (outcome, decode_outcome(outcome))
         return True
 
-    broker.provider.seal_outcomes = bare  # type: ignore[assignment]
+    broker.settling.seal_outcomes = bare  # type: ignore[assignment]
     broker._ask._Ask.accepts = accept  # type: ignore[method-assign]
 
 

@@ -213,11 +213,11 @@ class Askers:
 
 
 async def shown(provider: Provider, n: int, within: float = 600.0) -> None:
-    """Until ``n`` askers' requests are shown; reads a private count, so polling costs nothing measurable."""
+    """Until ``n`` askers' requests are shown; reads a count kept as they come, so polling costs nothing measurable."""
     deadline = time.monotonic() + within
-    while len(provider._shown) < n:  # polled: an event fired per ask would cost more than it saves
+    while provider.asker_count < n:  # polled: an event fired per ask would cost more than it saves
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{len(provider._shown)} of {n} asks shown after {within:.0f}s")
+            raise RuntimeError(f"{provider.asker_count} of {n} asks shown after {within:.0f}s")
         await asyncio.sleep(0.05)
 
 

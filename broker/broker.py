@@ -41,7 +41,8 @@ from .errors import (
     UserQuestionError,
 )
 from .housekeeping import housekeep_while_unattended
-from .provider import HANDOVER_GRACE, Provider, ProviderSettings, acquire_lease, release_lease
+from .lease import HANDOVER_GRACE, acquire_lease, release_lease
+from .provider import Provider, ProviderSettings
 from .signing import SigningKey, TrustedKeys
 from .types import AskUserQuestionAnswer, AskUserQuestionRequest, decode_outcome
 from .validation import Limits, check_request
@@ -639,12 +640,7 @@ class Broker:
             try:
                 if automatic:  # before its first read: every settlement of this epoch is told apart
                     await commands.call("SET", self.keys.audit_automatic, epoch)
-                work: list[Callable[[], Coroutine[Any, Any, None]]] = [
-                    provider.keep_lease,
-                    provider.read,
-                    provider.reclaim,
-                    provider.seal_audit,
-                ]
+                work: list[Callable[[], Coroutine[Any, Any, None]]] = []
                 every = self.housekeeping_every
                 if every is not None:
 
@@ -652,7 +648,7 @@ class Broker:
                         await housekeep_while_unattended(self, provider, every)
 
                     work.append(housekeeping)
-                async with running(*work):
+                async with provider, running(*work):
                     yield provider
             finally:
                 try:

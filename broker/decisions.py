@@ -28,9 +28,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from . import _scripts as scripts
 from ._commands import Commands
 from ._keys import Keys
+from ._scripts import decision_revoke
 from .errors import BAD_ANSWER, BAD_REQUEST, UserQuestionError
 from .signing import SigningKey, TrustedKeys, decision_message
 from .types import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionItem, AskUserQuestionRequest, encode
@@ -300,7 +300,7 @@ async def revoke_decision(commands: Commands, keys: Keys, decision_id: str, *, b
         key = await commands.call("HGET", keys.decisions, decision_id)
         if key is None:
             return False
-        reply = await scripts.decision_revoke(
+        reply = await decision_revoke(
             commands,
             decisions=keys.decisions,
             expiry=keys.decision_expiry,

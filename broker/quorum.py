@@ -25,21 +25,19 @@ answers such a question without its quorum.
 
 from __future__ import annotations
 
-import fnmatch
 import re
-import time
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from . import _scripts as scripts
-from .decisions import Decision, Remember
-from .errors import BAD_ANSWER, LEASE_LOST, NOT_APPROVER, UserQuestionError
-from .provider import PendingRequest
+from .cards import PendingRequest
+from .decisions import Remember
+from .errors import BAD_ANSWER, NOT_APPROVER, UserQuestionError
+from .policy import Policy, PolicyError
 from .types import PRIORITIES, AskUserQuestionAnswer, AskUserQuestionRequest, PlanReviewIntent
 from .validation import check_answer
 
@@ -48,80 +46,12 @@ if TYPE_CHECKING:
 
 __all__ = ["Policies", "Policy", "PolicyError", "Tally", "Vote", "load_groups", "load_policies", "revoke_covered"]
 
-DeclineRule = Literal["any", "quorum"]
 _KNOWN = {"name", "match", "approvals", "groups", "decline", "route", "approve", "escalate"}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)?")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _MATCHERS = {"agent", "header", "intent", "priority", "text"}
 _AT = "#at:"
 """approve.lua keeps when each person voted under this prefix"""
-
-
-class PolicyError(ValueError):
-    """The policy file or the groups table is malformed."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Policy:
-    """One ``[[policy]]``: what it matches, and what a matching card needs."""
-
-    name: str
-    approvals: int = 1
-    groups: tuple[str, ...] = ()
-    """the voters must belong to one of these groups (empty: anyone who may answer)"""
-    decline: DeclineRule = "any"
-    route: str = ""
-    """a group: only its members see and answer the card on the page"""
-    approve: tuple[str, ...] = ()
-    """option labels that approve, for questions without a plan-review intent"""
-    escalate_after: float = 0.0
-    """seconds after a card was asked when ``escalate_to`` may answer it too"""
-    escalate_to: str = ""
-    """a group that, once the card waited ``escalate_after``, may see, answer and vote on it too"""
-    agent: tuple[str, ...] = ()
-    header: tuple[str, ...] = ()
-    intent: tuple[str, ...] = ()
-    priority: tuple[str, ...] = ()
-    text: str = ""
-    """a regular expression searched (case-insensitively) in each question's text"""
-
-    def covers(self, request: AskUserQuestionRequest, priority: str, agents: Iterable[str | None]) -> bool:
-        """Whether a card (its request, priority and every asker's agent id) matches: every matcher given
-        must match, and the question matchers must match one question of the batch."""
-        if self.priority and priority not in self.priority:
-            return False
-        if self.agent and not any(_glob(agent or "", self.agent) for agent in agents):
-            return False
-        return any(
-            (not self.header or _glob(item.header or "", self.header))
-            and (not self.intent or _intent_kind(item.intent) in self.intent)
-            and (not self.text or re.search(self.text, item.question, re.IGNORECASE) is not None)
-            for item in request.questions
-        )
-
-    def escalated(self, pending: PendingRequest, now: float | None = None) -> bool:
-        """Whether the card waited long enough for the escalation group to answer it too."""
-        if not self.escalate_to:
-            return False
-        now_ms = (time.time() if now is None else now) * 1000
-        return now_ms >= pending.created_ms + self.escalate_after * 1000
-
-    def escalates_in(self, pending: PendingRequest) -> float | None:
-        """Seconds until the card escalates (``None``: it never does, or already did)."""
-        if not self.escalate_to or self.escalated(pending):
-            return None
-        return max(0.0, (pending.created_ms + self.escalate_after * 1000) / 1000 - time.time())
-
-    def may_cover(self, decision: Decision) -> bool:
-        """Whether a remembered decision could answer a question this policy covers (priority and, for a
-        namespace-wide decision, the asking agent are not known in advance: they may match)."""
-        if self.intent:
-            return False  # no decision answers an intent question
-        if self.agent and decision.agent is not None and not _glob(decision.agent, self.agent):
-            return False
-        if self.header and not _glob(decision.header or "", self.header):
-            return False
-        return not self.text or re.search(self.text, decision.question, re.IGNORECASE) is not None
 
 
 @dataclass(frozen=True)
@@ -174,12 +104,64 @@ class Policies:
         message: str = "",
         remember: Remember | None = None,
     ) -> Tally | None:
-        """``vote`` under these policies."""
-        return await vote(self, pending, answer, by=by, message=message, remember=remember)
+        """One person's answer (or dismissal, ``answer=None``) on a card: settle it, or count it towards its quorum.
+
+        ``None`` when no policy covers the card (it was settled as usual). Otherwise the tally after
+        this vote; the card is settled (answered by every approver, or declined) when it is decided.
+        ``NOT_APPROVER`` when ``by`` may not vote; ``BAD_ANSWER`` for an invalid answer or a ``remember``.
+        """
+        policy = self.for_card(pending)
+        if policy is None:
+            if answer is None:
+                await pending.cancel(message or "the human dismissed the question", by=by)
+            else:
+                await pending.answer(answer, by=by, remember=remember)
+            return None
+        settler = pending.settler
+        escalated = policy.escalated(pending)
+        if not self.may_vote(policy, by, escalated) or not self.may_see(pending, by):
+            groups = self.routed_to(policy, escalated) if policy.route else policy.groups
+            if escalated and policy.escalate_to and policy.escalate_to not in groups:
+                groups = (*groups, policy.escalate_to)
+            raise UserQuestionError(
+                f"{by} is not an approver under policy {policy.name!r} (members of {', '.join(groups)})",
+                NOT_APPROVER,
+            )
+        if remember is not None:
+            raise UserQuestionError(
+                f"policy {policy.name!r} needs {policy.approvals} approvals: its answers are never remembered",
+                BAD_ANSWER,
+            )
+        accepted = None if answer is None else check_answer(pending.request, answer, settler.settings.limits)
+        record = _VoteRecord(
+            approving=approving(policy, pending.request, accepted),
+            answer=accepted,
+            message=message,
+        )
+        votes = await settler.record_vote(
+            pending.request_id,
+            person=by,
+            vote=msgspec.json.encode(record).decode(),
+            policy=policy.name,
+            approving=record.approving,
+        )
+        result = tally(policy, self.voters(policy, escalated), _votes(votes), escalated)
+        await settle(pending, result)
+        return result
 
     async def current(self, pending: PendingRequest) -> Tally | None:
-        """``current`` under these policies."""
-        return await current(self, pending)
+        """The votes so far on a card (a standby that took over finds them); settles it if they already decide.
+
+        ``None`` when no policy covers the card.
+        """
+        policy = self.for_card(pending)
+        if policy is None:
+            return None
+        flat = await pending.settler.votes(pending.request_id)
+        escalated = policy.escalated(pending)
+        result = tally(policy, self.voters(policy, escalated), _votes(flat), escalated)
+        await settle(pending, result)
+        return result
 
 
 @dataclass(frozen=True)
@@ -292,91 +274,6 @@ def approving(policy: Policy, request: AskUserQuestionRequest, answer: AskUserQu
         if item is None or item.custom is not None or not item.selected or not set(item.selected) <= approve:
             return False
     return True
-
-
-async def vote(
-    policies: Policies,
-    pending: PendingRequest,
-    answer: AskUserQuestionAnswer | None,
-    *,
-    by: str,
-    message: str = "",
-    remember: Remember | None = None,
-) -> Tally | None:
-    """One person's answer (or dismissal, ``answer=None``) on a card: settle it, or count it towards its quorum.
-
-    ``None`` when no policy covers the card (it was settled as usual). Otherwise the tally after
-    this vote; the card is settled (answered by every approver, or declined) when it is decided.
-    ``NOT_APPROVER`` when ``by`` may not vote; ``BAD_ANSWER`` for an invalid answer or a ``remember``.
-    """
-    policy = policies.for_card(pending)
-    if policy is None:
-        if answer is None:
-            await pending.cancel(message or "the human dismissed the question", by=by)
-        else:
-            await pending.answer(answer, by=by, remember=remember)
-        return None
-    provider = pending._provider
-    escalated = policy.escalated(pending)
-    if not policies.may_vote(policy, by, escalated) or not policies.may_see(pending, by):
-        groups = policies.routed_to(policy, escalated) if policy.route else policy.groups
-        if escalated and policy.escalate_to and policy.escalate_to not in groups:
-            groups = (*groups, policy.escalate_to)
-        raise UserQuestionError(
-            f"{by} is not an approver under policy {policy.name!r} (members of {', '.join(groups)})",
-            NOT_APPROVER,
-        )
-    if remember is not None:
-        raise UserQuestionError(
-            f"policy {policy.name!r} needs {policy.approvals} approvals: its answers are never remembered", BAD_ANSWER
-        )
-    accepted = None if answer is None else check_answer(pending.request, answer, provider.settings.limits)
-    record = _VoteRecord(
-        approving=approving(policy, pending.request, accepted),
-        answer=accepted,
-        message=message,
-    )
-    keys, settings = provider.keys, provider.settings
-    votes = await scripts.approve(
-        provider.commands,
-        lease=keys.provider,
-        request=keys.request(pending.request_id),
-        approvals=keys.approvals(pending.request_id),
-        audit=keys.audit,
-        fence=provider.fence,
-        rid=pending.request_id,
-        person=by,
-        vote=msgspec.json.encode(record).decode(),
-        ttl=int(settings.result_ttl * 1000),
-        audit_max=settings.audit_maxlen,
-        policy=policy.name,
-        verdict="approve" if record.approving else "decline",
-        provider=provider.name,
-        epoch=provider.epoch,
-    )
-    if isinstance(votes, scripts.Refusal):
-        if votes.code == LEASE_LOST:
-            provider.fenced()
-        raise votes.error()
-    result = tally(policy, policies.voters(policy, escalated), _votes(votes), escalated)
-    await settle(pending, result)
-    return result
-
-
-async def current(policies: Policies, pending: PendingRequest) -> Tally | None:
-    """The votes so far on a card (a standby that took over finds them); settles it if they already decide.
-
-    ``None`` when no policy covers the card.
-    """
-    policy = policies.for_card(pending)
-    if policy is None:
-        return None
-    provider = pending._provider
-    flat = await provider.commands.call("HGETALL", provider.keys.approvals(pending.request_id))
-    escalated = policy.escalated(pending)
-    result = tally(policy, policies.voters(policy, escalated), _votes(flat), escalated)
-    await settle(pending, result)
-    return result
 
 
 async def settle(pending: PendingRequest, result: Tally) -> None:
@@ -521,15 +418,3 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise PolicyError(f"{where} is a string or a list of strings")
     return tuple(value)
-
-
-def _glob(value: str, patterns: tuple[str, ...]) -> bool:
-    return any(fnmatch.fnmatchcase(value, pattern) for pattern in patterns)
-
-
-def _intent_kind(intent: Any) -> str:
-    if intent is None:
-        return ""
-    if isinstance(intent, PlanReviewIntent):
-        return "plan-review"
-    return str(getattr(intent, "kind", "unknown"))

@@ -47,6 +47,24 @@ async def test_a_clean_release_hands_over_at_once_not_after_the_ttl(make_broker)
     assert took_over[0] - released < 5  # far inside the 30 s lease
 
 
+_PROVIDER_WORK = {"Provider.keep_lease", "Provider.read", "Provider.reclaim", "Provider.seal_audit", "Settler.run"}
+
+
+def _provider_work() -> set[str]:
+    return {task.get_name() for task in asyncio.all_tasks() if not task.done()} & _PROVIDER_WORK
+
+
+async def test_a_provider_owns_its_background_work_and_its_settling_and_leaves_none_behind(make_broker):
+    """Its loops and the task that sends its settlements run while the provider block does, and end with it."""
+    asking, answering = await make_broker(), await make_broker()
+    async with answering.provider("ui") as provider:
+        assert _provider_work() == _PROVIDER_WORK
+        asked = asyncio.ensure_future(asking.ask(one_question(), timeout=30))
+        await (await next_pending(provider)).answer(pick("yes"))
+        assert await asked == pick("yes")
+    assert _provider_work() == set()
+
+
 async def test_a_standby_re_delivers_everything_the_old_holder_left_unsettled(make_broker, redis):
     asking, first, second = await make_broker(), await make_broker(), await make_broker()
     async with first.provider("first") as old:
