@@ -34,11 +34,11 @@ from pathlib import Path
 from broker.errors import PORT_IN_USE
 from broker.roles import ROLES
 from broker.signing import SigningKey
-from workers.answering.web.config import hash_password
 from workers.asking.gateway.tokens import new_token
 from workers.exits import EXIT_STATUS
 from workers.operating.quickstart.guard import guarding
 from workers.operating.quickstart.private_redis import PrivateRedis, write_private
+from workers.passwords import hash_password
 from workers.redis_server import free_port
 
 __all__ = ["QuickstartError", "Team", "serve", "team"]
