@@ -41,11 +41,8 @@ import msgspec
 from redis.asyncio import Redis
 
 from benchmarks.keys import ENV, KEYS
+from benchmarks.yes_no import yes, yes_no
 from broker import (
-    AskUserQuestionAnswer,
-    AskUserQuestionAnswerItem,
-    AskUserQuestionItem,
-    AskUserQuestionOption,
     AskUserQuestionRequest,
     Broker,
     PendingRequest,
@@ -54,14 +51,13 @@ from workers.asking.gateway.tokens import TOKEN_PREFIX
 from workers.redis_server import RedisServer
 
 _NAMESPACE = "bench"
-_OPTIONS = (AskUserQuestionOption(label="yes"), AskUserQuestionOption(label="no"))
-_YES = AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id="q", selected=("yes",)),))
+_YES = yes(question_id="q")
 _PROBE = "probe"
 _POLL = 20.0
 
 
 def _request(text: str) -> AskUserQuestionRequest:
-    return AskUserQuestionRequest(questions=(AskUserQuestionItem(id="q", question=text, options=_OPTIONS),))
+    return yes_no(text, question_id="q")
 
 
 def _body(text: str) -> dict[str, Any]:

@@ -25,28 +25,16 @@ from msgspec.structs import replace
 from redis.asyncio import Redis
 
 from benchmarks.keys import KEYS
+from benchmarks.yes_no import yes, yes_no
 from broker import (
-    AskUserQuestionAnswer,
-    AskUserQuestionAnswerItem,
-    AskUserQuestionItem,
-    AskUserQuestionOption,
-    AskUserQuestionRequest,
     Broker,
     Remember,
 )
 from broker.connection import redis_from_url
 from broker.types import PRIORITIES, decode_outcome, encode
 
-REQUEST = AskUserQuestionRequest(
-    questions=(
-        AskUserQuestionItem(
-            id="q1",
-            question="Apply the migration to the staging database?",
-            options=(AskUserQuestionOption(label="yes"), AskUserQuestionOption(label="no")),
-        ),
-    )
-)
-ANSWER = AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id="q1", selected=("yes",)),))
+REQUEST = yes_no("Apply the migration to the staging database?")
+ANSWER = yes()
 # The same payloads as JSON, for the floor and arq (which carry opaque bytes/objects).
 REQUEST_JSON = encode(REQUEST).decode()
 ANSWER_JSON = encode(ANSWER).decode()

@@ -53,11 +53,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from benchmarks.keys import KEYS
+from benchmarks.yes_no import yes, yes_no
 from broker import (
-    AskUserQuestionAnswer,
-    AskUserQuestionAnswerItem,
-    AskUserQuestionItem,
-    AskUserQuestionOption,
     AskUserQuestionRequest,
     Broker,
     Provider,
@@ -77,16 +74,14 @@ SWEEP_EVERY = 5.0
 WINDOW = 3 * SWEEP_EVERY
 """seconds over which the cost of waiting questions is counted (``--window``)"""
 """asking processes per measurement"""
-OPTIONS = (AskUserQuestionOption(label="yes"), AskUserQuestionOption(label="no"))
 PRIORITIES = ("normal",) * 8 + ("urgent", "low")
 
 
 def question(text: str, priority: str = "normal") -> AskUserQuestionRequest:
-    item = AskUserQuestionItem(id="q1", question=text, options=OPTIONS)
-    return AskUserQuestionRequest(questions=(item,), priority=priority)
+    return yes_no(text, priority=priority)
 
 
-YES = AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id="q1", selected=("yes",)),))
+YES = yes()
 
 
 def log(message: str) -> None:

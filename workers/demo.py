@@ -123,10 +123,10 @@ async def run(url: str | None, *, auto: bool = True, port: int | None = None) ->
 
 async def _with_a_person(redis: EmbeddedRedis, port: int) -> int:
     """The page and the worker as `qbroker quickstart` starts them; the agent waits for a person."""
-    from workers.operating.quickstart.stack import QuickstartError, team
+    from workers.operating.quickstart.stack import QuickstartError, TeamPlan, team
 
     try:
-        started = team(
+        plan = TeamPlan(
             redis_url=redis.url,
             redis_description=redis.description,
             namespace="demo",
@@ -136,7 +136,7 @@ async def _with_a_person(redis: EmbeddedRedis, port: int) -> int:
             directory=None,
             worker=True,
         )
-        async with started as running:
+        async with team(plan) as running:
             print(
                 f"\nOpen {running.page_url} and sign in as {running.user}, password {running.password}\n"
                 "The agent `demo-agent` asks a plan review, then a batch of two questions: answer them there.\n"

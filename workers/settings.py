@@ -1,7 +1,9 @@
 """One frozen settings object, built once at the process edge from flags and environment.
 
 Precedence: a command-line flag, then the environment variable, then the default.
-The library never reads ``os.environ``; only this module does, for the CLI.
+The library never reads ``os.environ``; only this module does, for the CLI. The flags that build
+it (``add_arguments``) and the ``Subparsers`` every command registers with live here too: they
+are what all commands share.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from urllib.parse import urlsplit, urlunsplit
 if TYPE_CHECKING:  # the broker (redis-py) loads only when a command opens one: `--help` stays instant
     from broker import Broker
 
-__all__ = ["ENV_VARS", "Settings", "Subparsers", "add_arguments", "redact_url"]
+__all__ = [
+    "AFTER_THE_COMMAND",
+    "BEFORE_THE_COMMAND",
+    "ENV_VARS",
+    "Settings",
+    "Subparsers",
+    "add_arguments",
+    "redact_url",
+]
 
 ENV_VARS: Mapping[str, str] = {
     "redis_url": "QBROKER_REDIS_URL",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from workers.answering.options import add_policy_arguments
+from workers.answering.options import add_policy_arguments, add_provider_arguments
 from workers.settings import Subparsers
 
 __all__ = ["register", "run"]
@@ -31,12 +31,7 @@ def register(subparsers: Subparsers) -> None:
         policy_help="quorum policies: a question one covers is left pending for people, never answered by a rule",
         users_help="the web's users file, for the policies' [groups]",
     )
-    parser.add_argument("--name", metavar="NAME", help="this provider's name (default auto@HOST:PID)")
-    parser.add_argument(
-        "--no-standby",
-        action="store_true",
-        help="fail with DUPLICATE_PROVIDER (exit 16) instead of standing by when another provider holds the lease",
-    )
+    add_provider_arguments(parser, default_name="auto@HOST:PID")
     parser.add_argument(
         "--exit-on-lease-loss",
         action="store_true",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from workers.answering.options import add_policy_arguments
+from workers.answering.options import add_policy_arguments, add_provider_arguments
 from workers.settings import Subparsers
 
 __all__ = ["register", "run"]
@@ -25,12 +25,7 @@ def register(subparsers: Subparsers) -> None:
         "to take over, h hands the shown request to it unanswered. Ctrl-C (or Ctrl-D) quits and hands the "
         "lease on.",
     )
-    parser.add_argument("--name", metavar="NAME", help="this provider's name (default USER@HOST:PID)")
-    parser.add_argument(
-        "--no-standby",
-        action="store_true",
-        help="fail with DUPLICATE_PROVIDER (exit 16) instead of standing by when another provider holds the lease",
-    )
+    add_provider_arguments(parser, default_name="USER@HOST:PID")
     parser.add_argument(
         "--remember-ttl",
         type=float,

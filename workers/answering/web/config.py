@@ -24,7 +24,6 @@ import functools
 import hashlib
 import hmac
 import json
-import secrets
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from broker import Policies
 from broker.quorum import load_groups
 from workers.answering.slack.config import SlackConfig
 from workers.answering.web.throttle import Network, ThrottleLimits
+from workers.passwords import hash_password, verify_password  # moved to workers/ (quickstart writes them too)
 
 __all__ = [
     "ConfigError",
@@ -47,31 +47,9 @@ __all__ = [
     "verify_password",
 ]
 
-_SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
-
 
 class ConfigError(ValueError):
     """The users file or a flag is malformed."""
-
-
-def hash_password(password: str, *, salt: bytes | None = None) -> str:
-    salt = salt or secrets.token_bytes(16)
-    key = hashlib.scrypt(password.encode(), salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P)
-    return f"scrypt${_SCRYPT_N}${_SCRYPT_R}${_SCRYPT_P}${salt.hex()}${key.hex()}"
-
-
-def verify_password(password: str, stored: str) -> bool:
-    try:
-        scheme, n, r, p, salt, key = stored.split("$")
-        if scheme != "scrypt":
-            return False
-        expected = bytes.fromhex(key)
-        derived = hashlib.scrypt(
-            password.encode(), salt=bytes.fromhex(salt), n=int(n), r=int(r), p=int(p), dklen=len(expected)
-        )
-    except ValueError:
-        return False
-    return hmac.compare_digest(derived, expected)
 
 
 @functools.cache

@@ -24,6 +24,13 @@ def register(subparsers: Subparsers) -> None:
         "or stdin ('-'). Prints the answer JSON on stdout. On failure prints {name, code, message} "
         "on stderr and exits with the status of that code (see docs/cli.md). Ctrl-C withdraws.",
     )
+    _add_question_arguments(parser)
+    _add_asking_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def _add_question_arguments(parser: argparse.ArgumentParser) -> None:
+    """What to ask: one question built from flags, or a whole request read as JSON."""
     source = parser.add_argument_group("the question (flags), or --request")
     either = source.add_mutually_exclusive_group()  # both at once: a usage error (exit 2)
     either.add_argument("--request", "-r", metavar="FILE", help="JSON request file, '-' for stdin")
@@ -45,6 +52,10 @@ def register(subparsers: Subparsers) -> None:
         metavar="APPROVE_LABEL",
         help="present as a plan review; the detail is the plan, APPROVE_LABEL the approving option",
     )
+
+
+def _add_asking_arguments(parser: argparse.ArgumentParser) -> None:
+    """How to ask it: through which route, as which agent, for how long, under which key."""
     parser.add_argument(
         "--gateway",
         dest="gateway_url",
@@ -96,7 +107,6 @@ def register(subparsers: Subparsers) -> None:
         action="store_true",
         help="always ask a human: no remembered decision answers it, and its answer is not remembered",
     )
-    parser.set_defaults(func=run)
 
 
 async def run(args: argparse.Namespace) -> int:

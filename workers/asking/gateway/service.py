@@ -290,9 +290,3 @@ class Gateway:
                         self._forget(ask)
                     else:
                         ask.abort.set()
-
-
-# -- HTTP -------------------------------------------------------------------------------
-#
-# A plain ASGI callable rather than a Starlette app: five fixed routes need no router, and
-# Starlette's layers (its middleware stack, Request, Headers, the body stream, JSONResponse) were

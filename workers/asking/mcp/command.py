@@ -16,16 +16,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from workers.settings import Subparsers
+from workers.settings import ENV_VARS, Settings, Subparsers
 
 if TYPE_CHECKING:  # the MCP SDK loads only when the server runs
     from workers.asking.mcp.settings import McpSettings
 
 __all__ = ["register", "settings_from", "main"]
-
-_ENV_URL = "QBROKER_REDIS_URL"
-_ENV_NAMESPACE = "QBROKER_NAMESPACE"
-_DEFAULT_URL = "redis://localhost:6379/0"
 
 
 def register(subparsers: Subparsers) -> None:
@@ -69,36 +65,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="over HTTP, require a bearer token from this file (made by `qbroker gateway token new AGENT`) and ask as "
         "its agent (env QBROKER_MCP_TOKENS_FILE); without it, HTTP listens on loopback only",
     )
-    parser.add_argument("--redis-url", metavar="URL", default=argparse.SUPPRESS, help=f"Redis URL (env {_ENV_URL})")
     parser.add_argument(
-        "--namespace", "-n", metavar="NS", default=argparse.SUPPRESS, help=f"namespace (env {_ENV_NAMESPACE})"
+        "--redis-url", metavar="URL", default=argparse.SUPPRESS, help=f"Redis URL (env {ENV_VARS['redis_url']})"
+    )
+    parser.add_argument(
+        "--namespace", "-n", metavar="NS", default=argparse.SUPPRESS, help=f"namespace (env {ENV_VARS['namespace']})"
     )
 
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> McpSettings:
-    """Flags, then the shared CLI settings (when run by ``qbroker``), then the environment."""
+    """The flags, over the shared settings (a flag, then the environment, then the default)."""
     from workers.asking.mcp.settings import McpSettings
 
-    env = os.environ if environ is None else environ
-    shared = getattr(args, "settings", None)
-    url = getattr(args, "redis_url", None) or (shared.redis_url if shared else env.get(_ENV_URL) or _DEFAULT_URL)
-    namespace = getattr(args, "namespace", None) or (
-        shared.namespace if shared else env.get(_ENV_NAMESPACE) or "default"
-    )
+    # Run by `qbroker`, the shared settings (built from these same flags); alone, built here the same way:
+    # a flag, then the environment, then the default.
+    shared: Settings = getattr(args, "settings", None) or Settings.build(args, environ)
     if args.timeout is not None and args.timeout <= 0:
         raise ValueError(f"--timeout must be positive, not {args.timeout}")
     if args.progress_interval <= 0:
         raise ValueError(f"--progress-interval must be positive, not {args.progress_interval}")
-    if shared is None:
-        from workers.settings import Settings
-
-        shared_keys = Settings.build(argparse.Namespace(), env).trusted_keys
-    else:
-        shared_keys = shared.trusted_keys
     return McpSettings(
-        redis_url=url,
-        namespace=namespace,
-        trusted_keys=shared_keys,
+        redis_url=shared.redis_url,
+        namespace=shared.namespace,
+        trusted_keys=shared.trusted_keys,
         transport=args.transport,
         agent_id=args.agent_id,
         timeout=args.timeout,

@@ -202,6 +202,3 @@ async def _elicited(
     except Exception as error:  # the client refused or failed the elicitation: nobody could answer
         log.warning("elicitation failed: %r", error)
         return UserQuestionError(f"no provider runs, and the MCP client could not ask its user: {error}", NO_PROVIDER)
-
-
-# -- the MCP server -------------------------------------------------------------------------

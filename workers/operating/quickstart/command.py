@@ -63,12 +63,12 @@ def _login_name() -> str:
 
 
 async def run(args: argparse.Namespace) -> int:
-    from workers.operating.quickstart.stack import serve
+    from workers.operating.quickstart.stack import TeamPlan, serve
 
     settings = args.settings
     # A Redis counts as given only when named: the settings' default (localhost:6379) is not a choice.
     given = getattr(args, "redis_url", None) or os.environ.get("QBROKER_REDIS_URL") or None
-    return await serve(
+    plan = TeamPlan(
         redis_url=given and settings.redis_url,
         namespace=settings.namespace,
         host=args.host,
@@ -80,3 +80,4 @@ async def run(args: argparse.Namespace) -> int:
         redis_port=args.redis_port,
         agent=args.agent,
     )
+    return await serve(plan)

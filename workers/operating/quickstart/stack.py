@@ -34,14 +34,14 @@ from pathlib import Path
 from broker.errors import PORT_IN_USE
 from broker.roles import ROLES
 from broker.signing import SigningKey
-from workers.answering.web.config import hash_password
 from workers.asking.gateway.tokens import new_token
 from workers.exits import EXIT_STATUS
-from workers.operating.quickstart.guard import guarding
+from workers.operating.quickstart.guard import Guard, guarding
 from workers.operating.quickstart.private_redis import PrivateRedis, write_private
+from workers.passwords import hash_password
 from workers.redis_server import free_port
 
-__all__ = ["QuickstartError", "Team", "serve", "team"]
+__all__ = ["QuickstartError", "Team", "TeamPlan", "serve", "team"]
 
 _STARTUP_S = 30.0
 _STOP_S = 10.0
@@ -191,28 +191,31 @@ async def _spawn(args: list[str], env: dict[str, str], log_path: Path) -> asynci
         os.close(log_file)
 
 
-@contextlib.asynccontextmanager
-async def team(
-    *,
-    redis_url: str | None,
-    namespace: str,
-    host: str,
-    port: int,
-    user: str,
-    directory: Path | None,
-    worker: bool,
-    gateway_port: int | None = None,
-    redis_port: int | None = None,
-    agent: str = "agent",
-    redis_description: str = "",
-) -> AsyncIterator[Team]:
-    """Start everything; on exit stop it all (children first, then a private Redis, then the directory).
+@dataclass(frozen=True, kw_only=True)
+class TeamPlan:
+    """What to start: ``redis_url`` None for a private redis-server with one user per role (on
+    ``redis_port``, or a free one); ``gateway_port`` None for no gateway; ``directory`` None for a
+    temporary one, removed on exit."""
 
-    ``redis_url`` None: a private redis-server with one user per role. ``gateway_port`` None: no gateway.
-    """
-    page_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    redis_url: str | None
+    namespace: str
+    host: str
+    port: int
+    user: str
+    directory: Path | None
+    worker: bool
+    gateway_port: int | None = None
+    redis_port: int | None = None
+    agent: str = "agent"
+    redis_description: str = ""
+    """how the banner names a given Redis ('' for its URL's host)"""
+
+
+def _preflight(plan: TeamPlan) -> tuple[str | None, int | None]:
+    """The redis-server binary to start (None for a given Redis) and its port; every port checked free."""
     binary = None
-    if redis_url is None:
+    redis_port = plan.redis_port
+    if plan.redis_url is None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise QuickstartError(
@@ -220,86 +223,134 @@ async def team(
                 "or name a Redis with --redis-url / QBROKER_REDIS_URL"
             )
         redis_port = redis_port or free_port()
-    ports = {"the page": (host or "0.0.0.0", port)}
-    if gateway_port is not None:
-        ports["the gateway"] = ("127.0.0.1", gateway_port)
+    ports = {"the page": (plan.host or "0.0.0.0", plan.port)}
+    if plan.gateway_port is not None:
+        ports["the gateway"] = ("127.0.0.1", plan.gateway_port)
     if redis_port is not None and binary is not None:
         ports["the private Redis"] = ("127.0.0.1", redis_port)
     _check_ports(ports)
+    return binary, redis_port
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Redis:
+    role_urls: dict[str, str] = field(repr=False)
+    """each role's Redis URL"""
+    role_files: tuple[Path, ...]
+    description: str
+
+
+async def _private_redis(
+    cleanup: contextlib.AsyncExitStack,
+    guard: Guard,
+    binary: str,
+    port: int,
+    directory: Path,
+    namespace: str,
+    keys: Mapping[str, Path],
+) -> _Redis:
+    """A redis-server of our own, one user per role, stopped when ``cleanup`` unwinds."""
+    redis = PrivateRedis(binary, directory / "redis", namespace, port)
+    cleanup.push_async_callback(redis.stop)
+    await guard.watch((await redis.start()).pid)
+    if not await redis.wait_ready():
+        raise QuickstartError(f"redis-server did not start on {redis.address}:\n{_tail(redis.log)}")
+    return _Redis(
+        role_urls={role: redis.url(role) for role in ROLES},
+        role_files=_role_files(directory, redis, namespace, keys),
+        description=f"a private redis-server ({binary}) on {redis.address}, its default user off",
+    )
+
+
+def _pin_gateway_key(role_files: tuple[Path, ...], public_file: Path) -> None:
+    """An operator's `qbroker status` (maintenance.env) and the answerer show the gateway's agents as verified."""
+    for role_file in role_files:
+        if role_file.stem in ("answerer", "maintenance"):
+            with role_file.open("a", encoding="utf-8") as env_file:
+                env_file.write(f"QBROKER_GATEWAY_KEYS_FILE={public_file}\n")
+
+
+def _commands(
+    plan: TeamPlan,
+    redis: _Redis,
+    keys: Mapping[str, Path],
+    users_file: Path,
+    gateway: _Gateway | None,
+    private: bool,
+) -> list[tuple[str, list[str], dict[str, str]]]:
+    """Each child's name, ``qbroker`` arguments and environment: the page, the worker, the gateway."""
+    web_env = {
+        "QBROKER_REDIS_URL": redis.role_urls["answerer"],
+        "QBROKER_SIGNING_KEY_FILE": str(keys["secret"]),
+        "QBROKER_TRUSTED_KEYS_FILE": str(keys["public"]),
+        "QBROKER_WEB_USERS": str(users_file),
+    }
+    if gateway is not None:
+        web_env["QBROKER_GATEWAY_KEYS_FILE"] = str(gateway.public_file)  # the page shows its agents as verified
+    web_args = ["web", "--host", plan.host, "--port", str(plan.port), "--name", f"web@{socket.gethostname()}"]
+    commands = [("web", web_args, web_env)]
+    if plan.worker:
+        worker_env = {"QBROKER_REDIS_URL": redis.role_urls["maintenance"]}
+        if private:  # its user may write arq's queue under the namespace's name only
+            worker_env["QBROKER_ARQ_QUEUE"] = f"qbroker:{plan.namespace}"
+        commands.append(("worker", ["worker"], worker_env))
+    if gateway is not None:
+        commands.append(("gateway", gateway.args, gateway.env))
+    return commands
+
+
+@contextlib.asynccontextmanager
+async def team(plan: TeamPlan) -> AsyncIterator[Team]:
+    """Start everything; on exit stop it all (children first, then a private Redis, then the directory)."""
+    page_host = "127.0.0.1" if plan.host in ("0.0.0.0", "") else plan.host
+    binary, redis_port = _preflight(plan)
     async with contextlib.AsyncExitStack() as cleanup:
         guard = await cleanup.enter_async_context(guarding())
-        directory, kept = _make_directory(directory)
+        directory, kept = _make_directory(plan.directory)
         if not kept:
             await guard.remove(directory)
             cleanup.callback(shutil.rmtree, directory, ignore_errors=True)
-        key_file, public_file = _key_pair(directory, namespace)
-        role_urls = dict.fromkeys(ROLES, redis_url or "")
-        role_files: tuple[Path, ...] = ()
+        key_file, public_file = _key_pair(directory, plan.namespace)
+        keys = {"secret": key_file, "public": public_file}
+        redis = _Redis(role_urls=dict.fromkeys(ROLES, plan.redis_url or ""), role_files=(), description="")
         if binary is not None:
             assert redis_port is not None
-            redis = PrivateRedis(binary, directory / "redis", namespace, redis_port)
-            cleanup.push_async_callback(redis.stop)
-            await guard.watch((await redis.start()).pid)
-            if not await redis.wait_ready():
-                raise QuickstartError(f"redis-server did not start on {redis.address}:\n{_tail(redis.log)}")
-            role_urls = {role: redis.url(role) for role in ROLES}
-            role_files = _role_files(directory, redis, namespace, {"secret": key_file, "public": public_file})
-            redis_description = f"a private redis-server ({binary}) on {redis.address}, its default user off"
+            redis = await _private_redis(cleanup, guard, binary, redis_port, directory, plan.namespace, keys)
         processes: list[asyncio.subprocess.Process] = []
         logs: list[Path] = []
         cleanup.push_async_callback(_stop, processes)  # (the stack unwinds last in, first out) before their Redis
         password = secrets.token_urlsafe(12)
         users_file = directory / "users.toml"
-        write_private(users_file, f"[users]\n{json.dumps(user)} = {json.dumps(hash_password(password))}\n")
+        write_private(users_file, f"[users]\n{json.dumps(plan.user)} = {json.dumps(hash_password(password))}\n")
         base = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_")}
-        base.update(QBROKER_NAMESPACE=namespace, QBROKER_LOG_LEVEL="INFO")
-        commands: list[tuple[str, list[str], dict[str, str]]] = []
-        web_env = {
-            "QBROKER_REDIS_URL": role_urls["answerer"],
-            "QBROKER_SIGNING_KEY_FILE": str(key_file),
-            "QBROKER_TRUSTED_KEYS_FILE": str(public_file),
-            "QBROKER_WEB_USERS": str(users_file),
-        }
+        base.update(QBROKER_NAMESPACE=plan.namespace, QBROKER_LOG_LEVEL="INFO")
         gateway: _Gateway | None = None
-        if gateway_port is not None:
-            gateway = _gateway(directory, agent, gateway_port, role_urls["asker"], public_file)
-            web_env["QBROKER_GATEWAY_KEYS_FILE"] = str(gateway.public_file)  # the page shows its agents as verified
-            for role_file in role_files:  # and so does an operator's `qbroker status` (maintenance.env)
-                if role_file.stem in ("answerer", "maintenance"):
-                    with role_file.open("a", encoding="utf-8") as env_file:
-                        env_file.write(f"QBROKER_GATEWAY_KEYS_FILE={gateway.public_file}\n")
-        web_args = ["web", "--host", host, "--port", str(port), "--name", f"web@{socket.gethostname()}"]
-        commands.append(("web", web_args, web_env))
-        if worker:
-            worker_env = {"QBROKER_REDIS_URL": role_urls["maintenance"]}
-            if binary is not None:  # its user may write arq's queue under the namespace's name only
-                worker_env["QBROKER_ARQ_QUEUE"] = f"qbroker:{namespace}"
-            commands.append(("worker", ["worker"], worker_env))
-        if gateway is not None:
-            commands.append(("gateway", gateway.args, gateway.env))
-        for name, args, env in commands:
+        if plan.gateway_port is not None:
+            gateway = _gateway(directory, plan.agent, plan.gateway_port, redis.role_urls["asker"], public_file)
+            _pin_gateway_key(redis.role_files, gateway.public_file)
+        for name, args, env in _commands(plan, redis, keys, users_file, gateway, private=binary is not None):
             log_path = directory / f"{name}.log"
             process = await _spawn(args, base | env, log_path)
             processes.append(process)
             logs.append(log_path)
             await guard.watch(process.pid)
-        page = f"http://{page_host}:{port}"
+        page = f"http://{page_host}:{plan.port}"
         gateway_url = gateway.url if gateway else None
         await _wait_healthy([page, *([gateway_url] if gateway_url else [])], processes, logs)
         yield Team(
-            redis_description=redis_description or (redis_url or "").split("@")[-1],
-            namespace=namespace,
+            redis_description=redis.description or plan.redis_description or (plan.redis_url or "").split("@")[-1],
+            namespace=plan.namespace,
             page_url=page,
-            user=user,
             password=password,
+            user=plan.user,
             directory=directory,
             kept=kept,
             public_key=public_file.read_text().strip(),
             trusted_keys_file=public_file,
             gateway_url=gateway_url,
-            agent=agent,
+            agent=plan.agent,
             gateway_token=gateway.token if gateway else "",
-            role_files=role_files,
+            role_files=redis.role_files,
             logs=tuple(logs),
             processes=tuple(processes),
         )
@@ -408,19 +459,7 @@ async def _session(started: contextlib.AbstractAsyncContextManager[Team]) -> int
         return EXIT_STATUS[error.code] if error.code else 1
 
 
-async def serve(
-    *,
-    redis_url: str | None,
-    namespace: str,
-    host: str,
-    port: int,
-    user: str,
-    directory: Path | None,
-    worker: bool,
-    gateway_port: int | None,
-    redis_port: int | None,
-    agent: str,
-) -> int:
+async def serve(plan: TeamPlan) -> int:
     """Run until SIGINT, SIGTERM or SIGHUP (0), or until a process stops by itself (1).
 
     A signal during the start stops what has started as well: the start is cancelled, and each
@@ -430,18 +469,7 @@ async def serve(
     stop = asyncio.Event()
     for signum in _STOP_SIGNALS:
         loop.add_signal_handler(signum, stop.set)
-    started = team(
-        redis_url=redis_url,
-        namespace=namespace,
-        host=host,
-        port=port,
-        user=user,
-        directory=directory,
-        worker=worker,
-        gateway_port=gateway_port,
-        redis_port=redis_port,
-        agent=agent,
-    )
+    started = team(plan)
     session = asyncio.ensure_future(_session(started))
     stopping = asyncio.ensure_future(stop.wait())
     try:
