@@ -102,10 +102,11 @@ while a <= #ARGV do
       ' cannot be remembered: only an answer is, and its asker asked for a human every time (remember=False)'}
   else
     redis.call('HSET', KEYS[k], 'state', state, 'settle_call', call, 'epoch', ARGV[3], 'by', by)
-    local keep, hash_keep = tonumber(ARGV[6]), tonumber(ARGV[6])
+    -- the TTLs go as the argument's text unless computed: Redis prints a Lua number with snprintf('%.17g')
+    local keep, hash_keep = ARGV[6], ARGV[6]
     if r[5] then
       -- keyed: the outcome waits the grace out; the hash outlives it, for away_end.lua's audit
-      keep = math.max(keep, tonumber(r[5]))
+      keep = math.max(tonumber(keep), tonumber(r[5]))
       hash_keep = keep + 60000
     end
     redis.call('PEXPIRE', KEYS[k], hash_keep)
