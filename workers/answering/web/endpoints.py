@@ -62,16 +62,22 @@ STATIC = Path(__file__).parent / "static"
 MAX_BODY = 1024 * 1024
 
 
-async def json_body(request: Request, *, required: bool = True) -> Any:
-    if "application/json" not in request.headers.get("content-type", ""):
-        if not required:
-            return {}
-        raise WebError(415, "BAD_CONTENT_TYPE", "send application/json")
+async def _body(request: Request) -> bytes:
+    """The request's body, refused (413) once past ``MAX_BODY`` rather than read whole first."""
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_BODY:
             raise WebError(413, "TOO_LARGE", f"request body over {MAX_BODY} bytes")
+    return bytes(body)
+
+
+async def json_body(request: Request, *, required: bool = True) -> Any:
+    if "application/json" not in request.headers.get("content-type", ""):
+        if not required:
+            return {}
+        raise WebError(415, "BAD_CONTENT_TYPE", "send application/json")
+    body = await _body(request)
     if not body and not required:
         return {}
     try:
@@ -356,11 +362,6 @@ async def slack_interactive(request: Request) -> Response:
     face: SlackFace | None = request.app.state.slack
     if face is None:
         raise WebError(404, "NO_SLACK", "this server has no Slack face (--slack-config)")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise WebError(413, "TOO_LARGE", f"request body over {MAX_BODY} bytes")
-    status, reply = await face.interact(bytes(body), request.headers)
+    status, reply = await face.interact(await _body(request), request.headers)
     return Response(b"" if reply is None else json.dumps(reply).encode(), status_code=status,
                     media_type="application/json")  # fmt: skip
