@@ -20,12 +20,13 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from broker import AskUserQuestionAnswer, Tally, UserQuestionError
 from broker.attachments import is_digest
 from workers.answering.web.auth import Auth, Identity, check_same_origin
+from workers.answering.web.cards import filter_tags
 from workers.answering.web.config import WebConfig
 from workers.answering.web.errors import WebError
 from workers.answering.web.history import read_history
 from workers.answering.web.metrics import SIGN_INS
 from workers.answering.web.remembered import list_remembered, parse_remember, revoke_remembered
-from workers.answering.web.service import WebProvider, filter_tags
+from workers.answering.web.service import WebProvider
 from workers.inert import inert
 
 if TYPE_CHECKING:
