@@ -8,6 +8,7 @@ from .decisions import Decision, Remember, question_fingerprint
 from .errors import ERROR_CODES, HarnessError, UserQuestionError
 from .provider import HANDOVER_GRACE, Asker, Handover, PendingRequest, Provider
 from .quorum import Policies, Policy, PolicyError, Tally, load_policies
+from .reads import QueuedAsk, Reads, Settlement
 from .signing import SigningKey, TrustedKeys
 from .status import NamespaceStatus, namespace_status
 from .types import (
@@ -53,7 +54,10 @@ __all__ = [
     "Policy",
     "PolicyError",
     "Provider",
+    "QueuedAsk",
+    "Reads",
     "Remember",
+    "Settlement",
     "SigningKey",
     "Tally",
     "TrustedKeys",

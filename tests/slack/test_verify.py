@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 import pytest
 
 from workers.answering.slack.verify import WINDOW_S, SlackRefused, SlackVerifier
+from workers.answering.web.keys import WebKeys
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -30,7 +31,7 @@ def signed(body: bytes = BODY, *, secret: str = SECRET, at: float | None = None)
 @pytest.fixture
 async def verifier(make_broker) -> SlackVerifier:
     broker = await make_broker()
-    return SlackVerifier(SECRET, broker.commands.call, broker.keys)
+    return SlackVerifier(SECRET, broker.commands.call, WebKeys(broker.namespace))
 
 
 async def refused(verifier: SlackVerifier, body: bytes, headers: dict[str, str]) -> str:
@@ -48,10 +49,10 @@ async def test_a_request_signed_like_slack_is_taken_once(verifier) -> None:
 async def test_the_replay_is_refused_by_another_server_of_the_namespace_too(make_broker) -> None:
     first, second = await make_broker(), await make_broker()
     headers = signed()
-    await SlackVerifier(SECRET, first.commands.call, first.keys).check(BODY, headers)
-    assert (await refused(SlackVerifier(SECRET, second.commands.call, second.keys), BODY, headers)).startswith(
-        "replayed"
-    )
+    await SlackVerifier(SECRET, first.commands.call, WebKeys(first.namespace)).check(BODY, headers)
+    assert (
+        await refused(SlackVerifier(SECRET, second.commands.call, WebKeys(second.namespace)), BODY, headers)
+    ).startswith("replayed")
 
 
 @pytest.mark.parametrize(
@@ -66,8 +67,8 @@ async def test_a_replay_inside_the_window_is_refused_however_long_after_the_clic
     broker = await make_broker()
     start = 1_800_000_000.0
     clock = [start]
-    taking = SlackVerifier(SECRET, broker.commands.call, broker.keys, now=lambda: clock[0])
-    replayed_to = SlackVerifier(SECRET, broker.commands.call, broker.keys, now=lambda: clock[0] - lag_s)
+    taking = SlackVerifier(SECRET, broker.commands.call, WebKeys(broker.namespace), now=lambda: clock[0])
+    replayed_to = SlackVerifier(SECRET, broker.commands.call, WebKeys(broker.namespace), now=lambda: clock[0] - lag_s)
     sent = start + WINDOW_S
     headers = signed(at=sent)
     await taking.check(BODY, headers)

@@ -100,7 +100,7 @@ async def test_a_filtered_page_builds_views_only_for_the_cards_it_returns(
     """An API page filtered by agent, priority or intent judges unbuilt cards on what the filter reads and
     builds the view of the wanted ones only: the same answer as filtering built views, and the cards it
     passes over stay unbuilt (at 100 000 pending a rare agent's page built a view per card it passed)."""
-    from workers.answering.web.service import _Unbuilt
+    from workers.answering.web.cards import Unbuilt
 
     asking, web = await make_broker(), await make_broker()
     service = WebProvider(web, name="web-1", keys=WebKeys(namespace))
@@ -115,16 +115,16 @@ async def test_a_filtered_page_builds_views_only_for_the_cards_it_returns(
             while len(service.requests()) < 8:
                 await asyncio.sleep(0.02)
             ids = [view["id"] for view in service.requests()]
-            assert all(isinstance(service._views[rid], _Unbuilt) for rid in ids)  # the fault can fire
+            assert all(isinstance(service.cards.views[rid], Unbuilt) for rid in ids)  # the fault can fire
             by_rare, _ = service.page(0, 10, lambda view: view["agent"] == "rare")
             reviews, _ = service.page(0, 10, lambda view: any(q.get("planReview") for q in view["questions"]))
             everything, _ = service.page(0, 10, lambda view: True)
             assert [v["agent"] for v in by_rare] == ["rare"]
             assert len(reviews) == 1 and reviews[0]["questions"][0]["planReview"]
             assert by_rare[0] in everything and reviews[0] in everything
-            assert all(isinstance(service._views[rid], _Unbuilt) for rid in ids)  # nothing kept built either
+            assert all(isinstance(service.cards.views[rid], Unbuilt) for rid in ids)  # nothing kept built either
             assert (
-                service._filtered(service._pending[by_rare[0]["id"]]).items()
+                service.cards.filtered(service.cards.pending[by_rare[0]["id"]]).items()
                 <= {
                     **by_rare[0],
                     "questions": [{"planReview": q["planReview"]} for q in by_rare[0]["questions"]],

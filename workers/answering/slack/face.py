@@ -40,9 +40,11 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, PendingRequest, Tally, UserQuestionError
+from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, PendingRequest, Reads, Tally, UserQuestionError
 from workers.answering.slack.blocks import card_blocks, decline_modal, escape, other_modal, plan_chunks, settled_blocks
+from workers.answering.slack.clicks import answer_of, ticked
 from workers.answering.slack.config import SlackConfig
+from workers.answering.slack.messages import MESSAGE_TTL_MS, SlackMessages
 from workers.answering.slack.verify import SlackRefused, SlackVerifier
 from workers.answering.web.render import plan_review
 from workers.answering.web.service import QUEUE_SIZE, AlreadySettled, Event, WebProvider
@@ -51,8 +53,6 @@ __all__ = ["MESSAGE_TTL_MS", "SlackFace"]
 
 log = logging.getLogger(__name__)
 
-MESSAGE_TTL_MS = 7 * 24 * 3600 * 1000
-"""how long a card's Slack message is remembered, so a late settlement still updates it"""
 _SLACK_DOWN = (SlackApiError, aiohttp.ClientError, TimeoutError)
 _WITHDRAWN = {
     "timed_out": ":hourglass: *Timed out*: the asker stopped waiting",
@@ -77,12 +77,18 @@ class SlackFace:
         self.public_url = public_url
         self.client = AsyncWebClient(token=config.bot_token, base_url=config.api_url, timeout=10)
         self.client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
-        primary = next(iter(self.services.values())).broker
+        primary = next(iter(self.services.values()))
         # Without a signing secret (Socket Mode only) the request URL takes nothing: an empty secret
         # would let anyone sign.
         self.verifier = (
-            SlackVerifier(config.signing_secret, primary.commands.call, primary.keys) if config.signing_secret else None
+            SlackVerifier(config.signing_secret, primary.broker.commands.call, primary.keys)
+            if config.signing_secret
+            else None
         )
+        self._messages = {
+            namespace: SlackMessages(service.broker.commands.call, service.keys)
+            for namespace, service in self.services.items()
+        }
         self._cards: dict[str, dict[str, Any]] = {}
         """request id -> {channel, ts, blocks}: the messages of the cards shown"""
         self._via_slack: dict[str, str] = {}
@@ -148,17 +154,16 @@ class SlackFace:
         mention = self._mention(service, view.get("routes") or ([view["route"]] if view.get("route") else []))
         if mention:
             blocks.insert(0, {"type": "section", "text": {"type": "mrkdwn", "text": mention}})
-        call, key = service.broker.commands.call, self._key(service, request_id)
-        known = await call("HMGET", key, "channel", "ts")
-        if known[0] and known[1]:  # posted before a failover (or a restart): the same message, brought up to date
-            channel, ts = str(known[0]), str(known[1])
+        messages = self._messages[namespace]
+        known = await messages.find(request_id)
+        if known is not None:  # posted before a failover (or a restart): the same message, brought up to date
+            channel, ts = known
             await self.client.chat_update(channel=channel, ts=ts, blocks=blocks, text=_fallback(pending))
         else:
             channel = self.config.channel_for(namespace, pending.priority, pending.agent_id)
             posted = await self.client.chat_postMessage(channel=channel, blocks=blocks, text=_fallback(pending))
             channel, ts = str(posted["channel"]), str(posted["ts"])
-            await call("HSET", key, "channel", channel, "ts", ts)
-            await call("PEXPIRE", key, MESSAGE_TTL_MS)
+            await messages.keep(request_id, channel, ts)
             for chunk in plan_chunks(pending):  # a long plan, whole, in the card's thread
                 await self.client.chat_postMessage(channel=channel, thread_ts=ts, text=chunk, mrkdwn=True)
         self._cards[request_id] = {"channel": channel, "ts": ts, "blocks": blocks}
@@ -181,10 +186,10 @@ class SlackFace:
             return
         card = self._cards.pop(request_id, None)
         if card is None:
-            known = await service.broker.commands.call("HMGET", self._key(service, request_id), "channel", "ts")
-            if not (known[0] and known[1]):
+            known = await self._messages[service.broker.namespace].find(request_id)
+            if known is None:
                 return
-            card = {"channel": str(known[0]), "ts": str(known[1]), "blocks": []}
+            card = {"channel": known[0], "ts": known[1], "blocks": []}
         outcome = await self._outcome(service, event)
         blocks = settled_blocks(card["blocks"], outcome)
         await self.client.chat_update(channel=card["channel"], ts=card["ts"], blocks=blocks, text=outcome)
@@ -206,21 +211,14 @@ class SlackFace:
     async def _why_withdrawn(service: WebProvider, request_id: str) -> str:
         """Timed out, aborted or expired: the askers' log says (the request hash is gone with it)."""
         try:
-            entries = await service.broker.commands.call(
-                "XREVRANGE", service.broker.keys.asklog, "+", "-", "COUNT", 200
-            )
+            entries = await Reads(service.broker).newest_asker_log(200)
         except Exception as error:  # only the wording of the card depends on it: never fail the update
             log.debug("cannot read why %s was withdrawn: %s", request_id, error)
             return ""
-        for _, flat in entries:
-            fields = flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True))
+        for _, fields in entries:
             if fields.get("rid") == request_id:
                 return str(fields.get("event", ""))
         return ""
-
-    @staticmethod
-    def _key(service: WebProvider, request_id: str) -> str:
-        return service.broker.keys.prefix + "slack:msg:" + request_id
 
     # -- answering ------------------------------------------------------------------
 
@@ -343,7 +341,7 @@ class SlackFace:
         if action_id in ("qb_other", "qb_decline"):
             if card is None:  # settled meanwhile: say by whom instead of opening a form
                 return await self._answering(service, pending, None, user, slack_user, channel)
-            metadata = json.dumps({"n": ref["n"], "r": pending, "c": channel, "s": _picked(payload, card)})
+            metadata = json.dumps({"n": ref["n"], "r": pending, "c": channel, "s": ticked(payload, card)})
             review = plan_review(card.request.questions[0], len(card.request.questions))
             modal = (
                 decline_modal(card, metadata, (review or {}).get("refuse"))
@@ -362,13 +360,13 @@ class SlackFace:
                 service, pending, None, user, slack_user, channel, cancel=f"{user} dismissed the question in Slack"
             )
         if action_id == "qb_submit" and card is not None:
-            picked = _picked(payload, card)
+            picked = ticked(payload, card)
             unpicked = [item.question for i, item in enumerate(card.request.questions) if not picked[str(i)]]
             if unpicked:  # nothing picked would answer a skip, which nobody chose here
                 text = f"Nothing is picked for “{escape(unpicked[0])}”: pick an answer (Other… for your own words)."
                 self._tell(channel, slack_user, text + " A question is skipped only on the web page.")
                 return 200, None
-        answer = _answer_of(action_id, ref, payload, card)
+        answer = answer_of(action_id, ref, payload, card)
         return await self._answering(service, pending, answer, user, slack_user, channel)
 
     async def _submission(self, payload: dict[str, Any], slack_user: str) -> Response:
@@ -468,58 +466,6 @@ def _late_text(late: AlreadySettled) -> str:
     state = winner.get("state") or "settled"
     by = f" by {winner['by']}" if winner.get("by") else ""
     return f"Already {state}{by}: your click was not taken."
-
-
-def _picked(payload: dict[str, Any], pending: PendingRequest) -> dict[str, list[str]]:
-    """The options ticked on the card (``state.values``), as labels by question index."""
-    values = (payload.get("state") or {}).get("values") or {}
-    picked: dict[str, list[str]] = {}
-    for index, item in enumerate(pending.request.questions):
-        element = (values.get(f"qbq_{index}") or {}).get("qb_sel") or {}
-        options = element.get("selected_options") or (
-            [element["selected_option"]] if element.get("selected_option") else []
-        )
-        labels = item.labels
-        chosen = [
-            labels[int(o["value"])]
-            for o in options
-            if str(o.get("value", "")).isdigit() and int(o["value"]) < len(labels)
-        ]
-        picked[str(index)] = chosen
-    return picked
-
-
-def _answer_of(
-    action_id: str, ref: dict[str, Any], payload: dict[str, Any], pending: PendingRequest | None
-) -> AskUserQuestionAnswer | None:
-    """What a button says, as an answer (``None`` when the card is no longer here)."""
-    if pending is None:
-        return None
-    questions = pending.request.questions
-    if action_id == "qb_approve":
-        review = plan_review(questions[0], len(questions))
-        if review is None:
-            return None
-        return AskUserQuestionAnswer(
-            answers=(AskUserQuestionAnswerItem(id=questions[0].id, selected=(review["approve"],)),)
-        )
-    if action_id.startswith("qb_pick_"):
-        labels = questions[0].labels
-        index = int(ref.get("o", -1))
-        if not 0 <= index < len(labels):
-            return None
-        return AskUserQuestionAnswer(
-            answers=(AskUserQuestionAnswerItem(id=questions[0].id, selected=(labels[index],)),)
-        )
-    if action_id == "qb_submit":
-        picked = _picked(payload, pending)
-        return AskUserQuestionAnswer(
-            answers=tuple(
-                AskUserQuestionAnswerItem(id=item.id, selected=tuple(picked[str(i)]))
-                for i, item in enumerate(questions)
-            )
-        )
-    return None
 
 
 def _fallback(pending: PendingRequest) -> str:

@@ -11,14 +11,13 @@ window (or to another web server of the namespace) does nothing.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from slack_sdk.signature import Clock, SignatureVerifier
 
-from broker._keys import Keys
+from workers.answering.web.keys import WebKeys
 
 __all__ = ["CLOCK_SKEW_S", "WINDOW_S", "SlackRefused", "SlackVerifier"]
 
@@ -51,7 +50,7 @@ class SlackVerifier:
         self,
         signing_secret: str,
         call: Callable[..., Awaitable[Any]],
-        keys: Keys,
+        keys: WebKeys,
         *,
         now: Callable[[], float] = time.time,
         window_s: int = WINDOW_S,
@@ -79,7 +78,7 @@ class SlackVerifier:
             raise SlackRefused(f"stale: the timestamp is more than {self._window_s}s from now")
         if not self._verifier.is_valid(body, timestamp, signature):
             raise SlackRefused("bad signature")
-        seen = self._keys.prefix + "slack:seen:" + hashlib.sha256(signature.encode()).hexdigest()
+        seen = self._keys.slack_seen(signature)
         # Taken as early as a window before its timestamp, a click stays fresh until a window after it, by the
         # clock of whichever server it is replayed to: a record of exactly twice the window let a replay through
         # to a server whose clock lags, or one whose SET landed a moment after its own check.

@@ -16,6 +16,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -120,6 +121,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--hash-password", action="store_true", help="read a password from stdin, print its hash for the users file"
     )
+    _add_sessions_arguments(parser)
+
+
+def _add_sessions_arguments(parser: argparse.ArgumentParser) -> None:
+    """``qbroker web sessions list|revoke``: the signed-in sessions of the namespace."""
     commands = parser.add_subparsers(dest="web_command", metavar="sessions", required=False)
     sessions = commands.add_parser("sessions", help="list or revoke signed-in sessions")
     actions = sessions.add_subparsers(dest="sessions_command", metavar="ACTION", required=True)
@@ -144,20 +150,13 @@ def _log_json(args: argparse.Namespace) -> bool:
 
 async def run(args: argparse.Namespace) -> int:
     from broker import Broker, UserQuestionError, load_policies
-    from broker.signing import SigningKey
     from workers.answering.web.config import ConfigError, CredentialSource, WebConfig, hash_password, load_credentials
     from workers.answering.web.render import safe_url
     from workers.answering.web.throttle import parse_networks
     from workers.answering.web.users import UsersFile
-    from workers.exits import EXIT_STATUS
 
     if args.hash_password:
-        password = getpass.getpass("password: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
-        if not password.strip():
-            print("qbroker web: the password is empty: nothing to hash (type one, or pipe one line)", file=sys.stderr)
-            return 2
-        print(hash_password(password))
-        return 0
+        return _print_hash(hash_password)
     settings = _settings(args)
     if os.environ.get("QBROKER_WEB_SECRET"):
         log.warning("QBROKER_WEB_SECRET is no longer used: sessions live in Redis (qbroker web sessions list)")
@@ -193,18 +192,9 @@ async def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if not settings.signing_key:
-        print(
-            "qbroker web: NO_SIGNING_KEY: the page answers, and answers are signed: give it the namespace's key"
-            " (--signing-key-file FILE or QBROKER_SIGNING_KEY_FILE; make one with `qbroker keys new`)",
-            file=sys.stderr,
-        )
-        return EXIT_STATUS["NO_SIGNING_KEY"]
-    try:
-        SigningKey.from_text(settings.signing_key)
-    except UserQuestionError as error:
-        print(f"qbroker web: {error}", file=sys.stderr)
-        return 2
+    refused = _signing_key_refused(settings)
+    if refused is not None:
+        return refused
     config = WebConfig(
         redis_url=settings.redis_url,
         namespace=settings.namespace,
@@ -226,6 +216,37 @@ async def run(args: argparse.Namespace) -> int:
         handover_grace=args.handover_grace,
     )
     return await _serve(config, log_json=_log_json(args))
+
+
+def _print_hash(hash_password: Callable[[str], str]) -> int:
+    """``--hash-password``: a password read from the terminal (or one line of stdin), hashed for the users file."""
+    password = getpass.getpass("password: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
+    if not password.strip():
+        print("qbroker web: the password is empty: nothing to hash (type one, or pipe one line)", file=sys.stderr)
+        return 2
+    print(hash_password(password))
+    return 0
+
+
+def _signing_key_refused(settings: Settings) -> int | None:
+    """The exit status when the page has no usable signing key (it answers, and answers are signed), else None."""
+    from broker import UserQuestionError
+    from broker.signing import SigningKey
+    from workers.exits import EXIT_STATUS
+
+    if not settings.signing_key:
+        print(
+            "qbroker web: NO_SIGNING_KEY: the page answers, and answers are signed: give it the namespace's key"
+            " (--signing-key-file FILE or QBROKER_SIGNING_KEY_FILE; make one with `qbroker keys new`)",
+            file=sys.stderr,
+        )
+        return EXIT_STATUS["NO_SIGNING_KEY"]
+    try:
+        SigningKey.from_text(settings.signing_key)
+    except UserQuestionError as error:
+        print(f"qbroker web: {error}", file=sys.stderr)
+        return 2
+    return None
 
 
 async def _serve(config: WebConfig, *, log_json: bool) -> int:

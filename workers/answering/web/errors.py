@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["WebError", "unauthenticated"]
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+__all__ = ["REDIS_DOWN", "WebError", "unauthenticated"]
+
+REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+"""what a read or write of Redis raises while Redis does not answer (the web server waits it out)"""
 
 
 class WebError(Exception):

@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from broker import Broker, audit
+from broker import Broker, Reads
 from workers.inert import inert
 
 __all__ = ["TERMINAL", "find_settlement", "outcome_json", "read_history"]
@@ -34,12 +34,10 @@ async def _newest(broker: Broker, count: int) -> list[tuple[str, dict[str, str]]
 
     Entry ids of one Redis server order across streams; each event's fields gain ``_source``.
     """
-    audited, asklog = await asyncio.gather(
-        audit.newest(broker.commands, broker.keys, count),
-        broker.commands.call("XREVRANGE", broker.keys.asklog, "+", "-", "COUNT", count),
-    )
+    reads = Reads(broker)
+    audited, asklog = await asyncio.gather(reads.newest_audit(count), reads.newest_asker_log(count))
     merged = [(entry_id, {**fields, "_source": "audit"}) for entry_id, fields in audited]
-    merged += [(entry_id, {**_pairs(flat), "_source": "asker"}) for entry_id, flat in asklog]
+    merged += [(entry_id, {**fields, "_source": "asker"}) for entry_id, fields in asklog]
     merged.sort(key=_when, reverse=True)
     return merged[:count]
 
@@ -49,12 +47,6 @@ def _when(entry: tuple[str, dict[str, str]]) -> tuple[int, int, int]:
     the askers' events (an ask, a withdrawal) come before the audit's (what answered them)."""
     ms, seq = (int(part) for part in entry[0].split("-", 1))
     return ms, 0 if entry[1]["_source"] == "asker" else 1, seq
-
-
-def _pairs(flat: Any) -> dict[str, str]:
-    if isinstance(flat, dict):
-        return flat
-    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 def _json(text: str | None) -> Any:
@@ -147,7 +139,6 @@ async def read_history(
     broker: Broker, *, limit: int = 50, known: Callable[[str], dict[str, Any] | None] = lambda rid: None
 ) -> list[dict[str, Any]]:
     """The last ``limit`` settlements of the namespace, newest first."""
-    call = broker.commands.call
     raw = await _newest(broker, limit * _SCAN_FACTOR)
     settled = [(entry_id, fields) for entry_id, fields in raw if fields.get("event") in TERMINAL]
     settled = settled[:limit]
@@ -155,7 +146,7 @@ async def read_history(
     shown = [known(fields.get("rid", "")) or _json(fields.get("asked")) for _, fields in settled]
     stored = await asyncio.gather(
         *(
-            call("HGET", broker.keys.request(fields.get("rid", "")), "request")
+            Reads(broker).stored_request(fields.get("rid", ""))
             for (_, fields), view in zip(settled, shown, strict=True)
             if view is None
         )

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from broker import Remember, UserQuestionError
+from broker import Reads, Remember, UserQuestionError
 from broker.errors import BAD_REQUEST
 from workers.answering.web.service import WebProvider
 from workers.inert import inert
@@ -47,8 +47,7 @@ async def list_remembered(services: list[WebProvider]) -> dict[str, Any]:
                     listed[name] = inert(listed[name])
             listed["selected"] = [inert(label) for label in listed.get("selected") or ()]
             decisions.append({**listed, "namespace": broker.namespace})
-        seconds, micros = await broker.commands.call("TIME")
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        now_ms = await Reads(broker).server_time_ms()
     decisions.sort(key=lambda d: d["atMs"], reverse=True)
     return {"nowMs": now_ms, "decisions": decisions}
 

@@ -9,8 +9,8 @@ import sys
 import msgspec
 from redis.exceptions import RedisError
 
-from broker import UserQuestionError
-from broker.audit import AuditReport, verify
+from broker import Reads, UserQuestionError
+from broker.audit import AuditReport
 from broker.errors import BROKER_UNAVAILABLE, NO_TRUSTED_KEY
 from workers.exits import EXIT_AUDIT_TAMPERED as EXIT_TAMPERED
 from workers.exits import EXIT_AUDIT_UNCHAINED as EXIT_UNCHAINED
@@ -70,7 +70,7 @@ async def run(args: argparse.Namespace) -> int:
                     "checkpoints are checked against the answering side's public keys: pass --trusted-keys-file",
                     NO_TRUSTED_KEY,
                 )
-            report = await verify(broker.commands, broker.keys, broker.trusted_keys)
+            report = await Reads(broker).verify_audit()
     except UserQuestionError as error:
         return _fail(error)
     except (OSError, RedisError) as error:

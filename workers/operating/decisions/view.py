@@ -11,7 +11,7 @@ import time
 import msgspec
 from redis.exceptions import RedisError
 
-from broker import Decision, UserQuestionError
+from broker import Decision, Reads, UserQuestionError
 from broker.errors import BAD_REQUEST, BROKER_UNAVAILABLE
 from workers.exits import EXIT_STATUS
 from workers.operating.text_table import duration, table
@@ -67,7 +67,7 @@ async def run(args: argparse.Namespace) -> int:
                 print(f"revoked {args.id}")
                 return 0
             decisions = await broker.decisions()
-            seconds, micros = await broker.commands.call("TIME")
+            now_ms = await Reads(broker).server_time_ms()
     except UserQuestionError as error:
         return _fail(error)
     except (OSError, RedisError) as error:
@@ -75,5 +75,5 @@ async def run(args: argparse.Namespace) -> int:
     if args.json:
         print(msgspec.json.encode(decisions).decode())
     else:
-        print(format_decisions(decisions, int(seconds) * 1000 + int(micros) // 1000))
+        print(format_decisions(decisions, now_ms))
     return 0
