@@ -119,16 +119,17 @@ def without_signatures() -> None:
     """
     import broker._ask
     import broker.provider
+    from broker.signing import Seal, SigningKey
 
-    def bare(_key: Any, _namespace: str, _epoch: int, _at: int, seals: list[Any]) -> list[str]:
+    def bare(key: SigningKey, namespace: str, epoch: int, at: int, seals: list[Seal]) -> list[str]:
         return [seal.body for seal in seals]
 
-    def accept(ask: Any, outcome: str, request_id: str | None = None) -> bool:
+    def accept(ask: broker._ask._Ask, outcome: str, request_id: str | None = None) -> bool:
         ask._checked = (outcome, decode_outcome(outcome))
         return True
 
-    broker.provider.seal_outcomes = bare  # type: ignore[assignment]
-    broker._ask._Ask.accepts = accept  # type: ignore[method-assign]
+    broker.provider.seal_outcomes = bare  # type: ignore[attr-defined]  # the name provider.py imports from signing
+    broker._ask._Ask.accepts = accept  # type: ignore[method-assign,assignment]  # mypy reads a plain function set on a class as taking self twice
 
 
 async def broker_provider(args: argparse.Namespace) -> None:

@@ -329,13 +329,12 @@ async def failover(url: str, n: int, profile: str | None = None, housekeeping: b
     from workers.answering.web.service import WebProvider
 
     namespace = f"scale-failover-{n}"
+    no_housekeeping: dict[str, Any] = {} if housekeeping else {"housekeeping_every": None}
     askers = Askers(url, namespace, asks=n, agents=max(1, n // 100), same=False)
     try:
         await askers.start()
         async with (
-            Broker(
-                url, namespace, lease_ttl=60.0, **({} if housekeeping else {"housekeeping_every": None}), **KEYS
-            ) as web,
+            Broker(url, namespace, lease_ttl=60.0, **no_housekeeping, **KEYS) as web,
             Broker(url, namespace, lease_ttl=60.0, **KEYS) as old,
         ):
             service = WebProvider(web, name="bench-web", keys=WebKeys(namespace))
@@ -348,18 +347,19 @@ async def failover(url: str, n: int, profile: str | None = None, housekeeping: b
                     running = asyncio.create_task(service.run())
                     while service.status != "standby":  # noqa: ASYNC110 (polled: the status has no event of its own)
                         await asyncio.sleep(0.01)
-                    profiler = cProfile.Profile(time.process_time) if profile else None
+                    profiler = cProfile.Profile(time.process_time) if profile is not None else None
                     cpu = time.process_time()
                     if profiler is not None:
                         profiler.enable()
                 figures = await _taken_over(queue, n)
                 figures["cpu_s"] = time.process_time() - cpu
-                if profiler is not None:
+                if profiler is not None and profile is not None:
                     profiler.disable()
                     profiler.dump_stats(profile)
             await _stopped(running)
             gc.collect()
-            rss, _ = _rss_kb(), tracemalloc.start()
+            rss = _rss_kb()
+            tracemalloc.start()
             second = WebProvider(web, name="bench-web-2", keys=WebKeys(namespace))
             async with second.subscribe(asyncio.Queue()) as queue:
                 running = asyncio.create_task(second.run())

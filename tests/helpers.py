@@ -13,6 +13,7 @@ import pytest
 from broker import (
     AskUserQuestionAnswer,
     AskUserQuestionAnswerItem,
+    AskUserQuestionIntent,
     AskUserQuestionItem,
     AskUserQuestionOption,
     AskUserQuestionRequest,
@@ -39,10 +40,23 @@ def options(*labels: str) -> tuple[AskUserQuestionOption, ...]:
     return tuple(AskUserQuestionOption(label=label) for label in labels)
 
 
-def question(qid: str = "q1", *labels: str, multi: bool = False, **fields: object) -> AskUserQuestionItem:
+def question(
+    qid: str = "q1",
+    *labels: str,
+    multi: bool = False,
+    detail: str | None = None,
+    header: str | None = None,
+    intent: AskUserQuestionIntent | None = None,
+) -> AskUserQuestionItem:
     return AskUserQuestionItem(
-        id=qid, question=f"question {qid}?", options=options(*labels) if labels else None, multi_select=multi, **fields
-    )  # type: ignore[arg-type]
+        id=qid,
+        question=f"question {qid}?",
+        detail=detail,
+        header=header,
+        options=options(*labels) if labels else None,
+        multi_select=multi,
+        intent=intent,
+    )
 
 
 def one_question(*labels: str, agent: str | None = None) -> AskUserQuestionRequest:

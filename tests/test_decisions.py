@@ -177,7 +177,7 @@ def test_the_fingerprint_covers_what_the_human_decides_on_and_not_ids(change: di
 def test_remember_checks_its_scope_and_ttl() -> None:
     for bad in ({"scope": "fleet"}, {"ttl": 0}, {"ttl": 10**9}):
         with pytest.raises(UserQuestionError) as caught:
-            Remember(**bad)  # type: ignore[arg-type]
+            Remember(**bad)
         assert caught.value.code == BAD_REQUEST
 
 
@@ -300,7 +300,7 @@ async def test_a_decision_expires_and_its_index_is_pruned(make_broker: Callable[
         answering = asyncio.ensure_future(answer_next(Remember(ttl=60)))
         await broker.ask(deploy(question="Other?"), timeout=10)
         await answering
-        assert len(await redis.hkeys(keys.decisions)) == 1
+        assert len(await redis.hkeys(keys.decisions)) == 1  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
         assert await redis.zcard(keys.decision_expiry) == 1
         assert 0 < await redis.pttl(keys.decisions) <= 60_000
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agents import Agent, Model, ModelResponse, RunConfig, Runner, RunState, Usage, function_tool
+from openai.types.responses import ResponseOutputItem
 
 from broker import Broker
 from broker_adapters import openai_agents as adapter
@@ -27,7 +28,9 @@ class Model_(Model):
 
     async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> ModelResponse:
         outputs = [i["output"] for i in input if isinstance(i, dict) and i.get("type") == "function_call_output"]
-        turn = [text(f"done: {outputs[-1]}")] if outputs else [call("delete_file", {"path": "build/"}, "c1")]
+        turn: list[ResponseOutputItem] = (
+            [text(f"done: {outputs[-1]}")] if outputs else [call("delete_file", {"path": "build/"}, "c1")]
+        )
         return ModelResponse(output=turn, usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:

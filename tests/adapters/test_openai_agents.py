@@ -10,9 +10,10 @@ import pytest
 
 pytest.importorskip("agents", reason="the openai-agents extra is not installed (pip install -e '.[openai-agents]')")
 
-from agents import Agent, ApplyPatchTool, RunConfig, ShellTool, function_tool
+from agents import Agent, ApplyPatchTool, RunConfig, ShellTool, Tool, function_tool
 from openai.types.responses import ResponseFunctionShellToolCall
-from openai.types.responses.response_apply_patch_tool_call import ResponseApplyPatchToolCall
+from openai.types.responses.response_apply_patch_tool_call import OperationUpdateFile, ResponseApplyPatchToolCall
+from openai.types.responses.response_function_shell_tool_call import Action
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionRequest, PlanReviewIntent
 from broker.housekeeping import reap_abandoned
@@ -113,11 +114,11 @@ async def test_shell_and_apply_patch_approvals_show_the_command_and_the_patch(hu
 
     shell_call = ResponseFunctionShellToolCall(
         type="shell_call", id="sh1", call_id="s1", status="completed",
-        action={"commands": ["rm -rf build", "make"], "timeout_ms": 1000, "max_output_length": 100},
+        action=Action(commands=["rm -rf build", "make"], timeout_ms=1000, max_output_length=100),
     )  # fmt: skip
     patch_call = ResponseApplyPatchToolCall(
         type="apply_patch_call", id="ap1", call_id="p1", status="completed",
-        operation={"type": "update_file", "path": "app.py", "diff": "@@\n-x = 1\n+x = 2\n"},
+        operation=OperationUpdateFile(type="update_file", path="app.py", diff="@@\n-x = 1\n+x = 2\n"),
     )  # fmt: skip
 
     def respond(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
@@ -127,7 +128,10 @@ async def test_shell_and_apply_patch_approvals_show_the_command_and_the_patch(hu
 
     person = await human(respond)
     model = ScriptedModel([shell_call, patch_call], [text("done")])
-    tools = [ShellTool(executor=executor, needs_approval=True), ApplyPatchTool(editor=Editor(), needs_approval=True)]
+    tools: list[Tool] = [
+        ShellTool(executor=executor, needs_approval=True),
+        ApplyPatchTool(editor=Editor(), needs_approval=True),
+    ]
     result = await adapter.run(Agent(name="dev", model=model, tools=tools), "build", asker=agent, run_config=OFFLINE)
     assert result.final_output == "done" and len(ran) == 1  # the shell ran, the patch did not
     shell, patch = person.seen[0].questions
@@ -237,7 +241,8 @@ async def test_always_approve_is_written_back_to_the_run(human, agent):
     assert result.final_output == "done"
     assert ran == ["build/", "logs/"]
     assert len(person.seen) == 1  # the second call was not asked about
-    assert "later calls" in str((person.seen[0].questions[0].options or ())[1].description)
+    options = person.seen[0].questions[0].options
+    assert options is not None and "later calls" in str(options[1].description)
 
 
 def _edit_then_approve(edited: dict[str, Any]) -> Any:

@@ -21,6 +21,7 @@ from playwright.async_api import Browser, BrowserContext, Locator, Page, Route, 
 from redis.asyncio import Redis
 
 from broker import (
+    Agent,
     AskUserQuestionAnswer,
     AskUserQuestionItem,
     AskUserQuestionOption,
@@ -120,7 +121,7 @@ async def people(browser: Browser, web: WebProcess) -> AsyncIterator[People]:
 
 
 def ask(
-    broker: Broker,
+    broker: Broker | Agent,
     *questions: AskUserQuestionItem,
     agent: str | None = None,
     timeout: float | None = 50,

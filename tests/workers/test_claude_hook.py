@@ -57,7 +57,7 @@ MCP = {
     "tool_input": {"title": "Bug", "body": "It `breaks`"},
 }
 # PreToolUse: AskUserQuestion and ExitPlanMode, answered through updatedInput.
-QUESTIONS = {
+QUESTIONS: dict[str, Any] = {
     **COMMON,
     "hook_event_name": "PreToolUse",
     "tool_name": "AskUserQuestion",
@@ -896,8 +896,8 @@ async def test_row_3_an_approval_replayed_with_the_askers_user_does_not_allow_a_
         hook = await _start_hook(asker_url, NS, first, "--timeout", "3")
         pending = await asyncio.wait_for(anext(aiter(provider)), 15)
         rid = pending.request_id
-        await attacker.hset(f"{P}req:{rid}", "away", "1")  # no notice: the sealed outcome stays for the taking
-        kept = await attacker.hgetall(f"{P}req:{rid}")
+        await attacker.hset(f"{P}req:{rid}", "away", "1")  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]; no notice: the sealed outcome stays for the taking
+        kept = await attacker.hgetall(f"{P}req:{rid}")  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
         await pending.answer(pick("permission", "Allow"), by="alice")
         genuine = await attacker.get(f"{P}ans:{rid}")
         assert genuine is not None  # the attack's first step lands
@@ -913,8 +913,8 @@ async def test_row_3_an_approval_replayed_with_the_askers_user_does_not_allow_a_
         for key in (f"call-{digest}", "tool-toolu_01FIRST", "tool-toolu_01SECOND"):
             await attacker.set(keys.durable(pending.request.agent, key), rid)
         await attacker.delete(f"{P}req:{rid}")
-        await attacker.hset(f"{P}req:{rid}", mapping={**kept, "state": "answered"})
-        await attacker.hdel(f"{P}req:{rid}", "away")
+        await attacker.hset(f"{P}req:{rid}", mapping={**kept, "state": "answered"})  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
+        await attacker.hdel(f"{P}req:{rid}", "away")  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
         await attacker.set(f"{P}ans:{rid}", genuine)
         status, out, err = await _run_hook_at(asker_url.url, NS, later, "--timeout", "3")
     assert status == 0, err
