@@ -25,28 +25,13 @@ from msgspec.structs import replace
 from redis.asyncio import Redis
 
 from benchmarks.keys import KEYS
-from broker import (
-    AskUserQuestionAnswer,
-    AskUserQuestionAnswerItem,
-    AskUserQuestionItem,
-    AskUserQuestionOption,
-    AskUserQuestionRequest,
-    Broker,
-    Remember,
-)
+from benchmarks.questions import YES, yes_or_no
+from broker import Broker, Remember
 from broker.connection import redis_from_url
 from broker.types import PRIORITIES, decode_outcome, encode
 
-REQUEST = AskUserQuestionRequest(
-    questions=(
-        AskUserQuestionItem(
-            id="q1",
-            question="Apply the migration to the staging database?",
-            options=(AskUserQuestionOption(label="yes"), AskUserQuestionOption(label="no")),
-        ),
-    )
-)
-ANSWER = AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id="q1", selected=("yes",)),))
+REQUEST = yes_or_no("Apply the migration to the staging database?")
+ANSWER = YES
 # The same payloads as JSON, for the floor and arq (which carry opaque bytes/objects).
 REQUEST_JSON = encode(REQUEST).decode()
 ANSWER_JSON = encode(ANSWER).decode()

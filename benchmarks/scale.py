@@ -52,16 +52,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from benchmarks.keys import KEYS
-from broker import (
-    AskUserQuestionAnswer,
-    AskUserQuestionAnswerItem,
-    AskUserQuestionItem,
-    AskUserQuestionOption,
-    AskUserQuestionRequest,
-    Broker,
-    Provider,
-    namespace_status,
-)
+from benchmarks.questions import YES, yes_or_no
+from broker import Broker, Provider, namespace_status
 from workers.operating.status.view import format_status
 from workers.redis_server import RedisServer
 
@@ -76,16 +68,7 @@ SWEEP_EVERY = 5.0
 WINDOW = 3 * SWEEP_EVERY
 """seconds over which the cost of waiting questions is counted (``--window``)"""
 """asking processes per measurement"""
-OPTIONS = (AskUserQuestionOption(label="yes"), AskUserQuestionOption(label="no"))
 PRIORITIES = ("normal",) * 8 + ("urgent", "low")
-
-
-def question(text: str, priority: str = "normal") -> AskUserQuestionRequest:
-    item = AskUserQuestionItem(id="q1", question=text, options=OPTIONS)
-    return AskUserQuestionRequest(questions=(item,), priority=priority)
-
-
-YES = AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id="q1", selected=("yes",)),))
 
 
 def log(message: str) -> None:
@@ -117,9 +100,9 @@ async def asker(args: argparse.Namespace) -> None:
         for start in range(0, args.asks, WAVE):
             for n in range(start, min(args.asks, start + WAVE)):
                 request = (
-                    question("Deploy 2.4.0 to production?")
+                    yes_or_no("Deploy 2.4.0 to production?")
                     if args.same
-                    else question(f"{args.prefix}: step {n}, go on?", PRIORITIES[n % len(PRIORITIES)])
+                    else yes_or_no(f"{args.prefix}: step {n}, go on?", priority=PRIORITIES[n % len(PRIORITIES)])
                 )
                 asks.append(asyncio.create_task(agents[n % len(agents)].ask(request, timeout=3600)))
             await _enqueued(broker, len(asks))

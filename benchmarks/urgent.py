@@ -36,9 +36,10 @@ from typing import Any
 import httpx
 from playwright.async_api import Page, async_playwright
 
-from benchmarks.api_page import _CHUNK, _HEADERS, _OPTIONS, _until_total
+from benchmarks.api_page import _CHUNK, _HEADERS, _until_total
 from benchmarks.keys import KEYS
-from benchmarks.page import _ARGS, _PASSWORD, _USER, CHROMIUM, _start_web
+from benchmarks.page import _ARGS, CHROMIUM, _start_web, sign_in
+from benchmarks.questions import OPTIONS
 from broker import AskUserQuestionItem, AskUserQuestionRequest, Broker
 from workers.redis_server import RedisServer
 
@@ -49,7 +50,7 @@ _FACES = ("stream", "api", "browser")
 
 
 def _request(text: str, priority: str) -> AskUserQuestionRequest:
-    item = AskUserQuestionItem(id="q", question=text, options=_OPTIONS)
+    item = AskUserQuestionItem(id="q", question=text, options=OPTIONS)
     return AskUserQuestionRequest(questions=(item,), priority=priority)
 
 
@@ -106,9 +107,7 @@ async def _browser_page(url: str) -> AsyncIterator[Page]:
         try:
             page = await browser.new_page(viewport={"width": 1280, "height": 800})
             await page.goto(url)
-            await page.fill("#user", _USER)
-            await page.fill("#password", _PASSWORD)
-            await page.click("#sign-in-button")
+            await sign_in(page)
             await page.locator("article.card").first.wait_for(timeout=120_000)
             yield page
         finally:
