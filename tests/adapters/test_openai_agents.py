@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -16,10 +15,9 @@ from openai.types.responses.response_apply_patch_tool_call import OperationUpdat
 from openai.types.responses.response_function_shell_tool_call import Action
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionRequest, PlanReviewIntent
-from broker.housekeeping import reap_abandoned
 from broker_adapters import openai_agents as adapter
+from tests.adapters.killed_asker import answered_after_a_kill, approved
 from tests.adapters.scripted_model import ScriptedModel, call, text
-from tests.workers.procs import start_module
 
 OFFLINE = RunConfig(tracing_disabled=True)
 
@@ -144,35 +142,13 @@ async def test_shell_and_apply_patch_approvals_show_the_command_and_the_patch(hu
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 async def test_an_approval_survives_a_killed_asking_process(make_broker, redis_server, namespace, tmp_path):
+    """A process killed while its card waits; a new one restores the saved RunState, asks under the same
+    key, re-attaches to that card (no second one) and runs the approved call."""
     saved = tmp_path / "run-state.json"
-
-    async def asker_process() -> asyncio.subprocess.Process:
-        return await start_module(
-            "tests.adapters.openai_restart", str(saved), url=redis_server.url, namespace=namespace
-        )
-
-    broker = await make_broker()
-    async with broker.provider("test-human") as provider:
-        seen = aiter(provider)
-        killed = await asker_process()
-        pending = await asyncio.wait_for(anext(seen), 30)
-        assert saved.exists()
-        killed.kill()  # SIGKILL: no chance to withdraw
-        await killed.wait()
-        again = await asker_process()  # restores the RunState and asks under the same key
-        assert again.stdout is not None
-        assert json.loads(await asyncio.wait_for(again.stdout.readline(), 30)) == {"asking": ["c1"]}
-        await asyncio.sleep(1.0)
-        await reap_abandoned(broker)
-        assert [asker.request_id for asker in pending.askers] == [pending.request_id]  # re-attached, not a second card
-        await pending.answer(
-            AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id="c1", selected=("Approve",)),)), by="alice"
-        )
-        out, err = await asyncio.wait_for(again.communicate(), 30)
-        with pytest.raises(TimeoutError):  # and no second card came
-            await asyncio.wait_for(anext(seen), 0.5)
-    assert again.returncode == 0, err.decode()
-    assert json.loads(out.decode().splitlines()[-1]) == {"output": "done: deleted build/"}
+    restart = "tests.adapters.openai_restart"
+    restarted = {"asking": ["c1"]}
+    last = await answered_after_a_kill(make_broker, redis_server.url, namespace, restart, saved, restarted, approved)
+    assert last == {"output": "done: deleted build/"}
 
 
 @pytest.mark.timeout(30)
