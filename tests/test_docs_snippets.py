@@ -25,7 +25,7 @@ import yaml
 
 from broker.types import decode_outcome
 from tests.helpers import SIGNING_KEY
-from tests.workers.procs import Worker, env_for
+from tests.workers.procs import Worker, env_for, finished
 from workers.answering.auto.rules import parse_rules
 from workers.cli import build_parser
 
@@ -143,13 +143,8 @@ async def _run(argv: list[str], url: str, *, stdin: bytes | None = None, limit: 
         *argv, cwd=ROOT, env=environment, stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    try:
-        out, err = await asyncio.wait_for(process.communicate(stdin), limit)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
-    return process.returncode, out.decode(), err.decode()
+    status, out, err = await finished(process, stdin, limit)
+    return status, out.decode(), err.decode()
 
 
 @pytest.mark.slow

@@ -35,11 +35,9 @@ async def start_module(module: str, *args: str, url: str, namespace: str) -> asy
     )  # fmt: skip
 
 
-async def run_qbroker(
-    *args: str, url: str, namespace: str, stdin: bytes | None = None, limit: float = 20.0
-) -> tuple[int, bytes, bytes]:
-    """Run to completion; returns (status, stdout, stderr)."""
-    process = await asyncio.create_subprocess_exec(
+async def start_qbroker(*args: str, env: dict[str, str], stdin: bytes | None = None) -> asyncio.subprocess.Process:
+    """``qbroker args`` in ``env``, its output piped, and its input too when there is ``stdin`` to send."""
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "workers",
@@ -47,8 +45,14 @@ async def run_qbroker(
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env=env_for(url, namespace),
+        env=env,
     )
+
+
+async def finished(
+    process: asyncio.subprocess.Process, stdin: bytes | None = None, limit: float = 20.0
+) -> tuple[int, bytes, bytes]:
+    """Send ``stdin`` and wait for the end: (status, stdout, stderr). Killed if it runs past ``limit`` seconds."""
     try:
         out, err = await asyncio.wait_for(process.communicate(stdin), limit)
     except TimeoutError:
@@ -57,6 +61,14 @@ async def run_qbroker(
         raise
     assert process.returncode is not None
     return process.returncode, out, err
+
+
+async def run_qbroker(
+    *args: str, url: str, namespace: str, stdin: bytes | None = None, limit: float = 20.0
+) -> tuple[int, bytes, bytes]:
+    """Run to completion; returns (status, stdout, stderr)."""
+    process = await start_qbroker(*args, env=env_for(url, namespace), stdin=stdin)
+    return await finished(process, stdin, limit)
 
 
 class Worker:

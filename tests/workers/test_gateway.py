@@ -13,8 +13,8 @@ import os
 import re
 import signal
 import stat
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,9 @@ import msgspec
 import pytest
 
 from broker import Broker, PendingRequest, UserQuestionError
-from tests.helpers import pick
+from tests.helpers import pick, serving
 from tests.redis_server import RedisServer
-from tests.workers.procs import Worker, run_qbroker
+from tests.workers.procs import Worker, finished, run_qbroker, start_qbroker
 from workers.asking.gateway.tokens import Tokens, new_token
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(45)]
@@ -45,25 +45,16 @@ async def start_gateway(
     return worker, found.group(1)
 
 
-@contextlib.asynccontextmanager
-async def answering(broker: Broker, label: str | None = "yes") -> AsyncIterator[asyncio.Queue[PendingRequest]]:
+def answering(broker: Broker, label: str | None = "yes") -> AbstractAsyncContextManager[asyncio.Queue[PendingRequest]]:
     """A provider in this process: every request is queued, and answered with ``label`` (None: left pending)."""
-    seen: asyncio.Queue[PendingRequest] = asyncio.Queue()
-    async with broker.provider("test-provider") as held:
+    if label is None:
+        return serving(broker, "test-provider", None)
+    reply = pick(label)
 
-        async def serve() -> None:
-            async for pending in held:
-                seen.put_nowait(pending)
-                if label is not None:
-                    await pending.answer(pick(label), by="tester")
+    async def answer(pending: PendingRequest) -> None:
+        await pending.answer(reply, by="tester")
 
-        task = asyncio.create_task(serve())
-        try:
-            yield seen
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    return serving(broker, "test-provider", answer)
 
 
 def client(base: str, token: str | None) -> httpx.AsyncClient:
@@ -444,22 +435,7 @@ async def start_agent(*args: str, gateway: str, token: str, stdin: bytes | None 
     """A qbroker process that knows the gateway and its token, and nothing of Redis (no URL, no key)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("QBROKER_")}
     env.update(QBROKER_GATEWAY_URL=gateway, QBROKER_GATEWAY_TOKEN=token, QBROKER_REDIS_URL="redis://127.0.0.1:1/0")
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "workers",
-        *args,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-
-
-async def finish(process: asyncio.subprocess.Process, stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
-    out, err = await asyncio.wait_for(process.communicate(stdin), 20)
-    assert process.returncode is not None
-    return process.returncode, out, err
+    return await start_qbroker(*args, env=env, stdin=stdin)
 
 
 async def test_qbroker_ask_through_the_gateway_needs_no_redis_credentials(
@@ -470,15 +446,15 @@ async def test_qbroker_ask_through_the_gateway_needs_no_redis_credentials(
     broker = await make_broker()
     async with answering(broker) as seen:
         asking = await start_agent("ask", "-q", "Deploy now?", "-o", "yes", "-o", "no", gateway=base, token=token)
-        status, out, err = await finish(asking)
+        status, out, err = await finished(asking)
     assert status == 0, err
     assert json.loads(out) == {"answers": [{"id": "q1", "selected": ["yes"]}]}
     assert seen.get_nowait().request.agent == "ci-bot"
     refused = await start_agent("ask", "-q", "Deploy now?", gateway=base, token="qbgt1_wrong")
-    status, out, err = await finish(refused)
+    status, out, err = await finished(refused)
     assert (status, out) == (19, b"") and json.loads(err)["code"] == "UNAUTHENTICATED"
     other = await start_agent("ask", "-q", "Deploy now?", "--agent", "alice-agent", gateway=base, token=token)
-    status, _, err = await finish(other)
+    status, _, err = await finished(other)
     assert status == 4 and json.loads(err)["code"] == "BAD_REQUEST"
 
 
@@ -492,7 +468,7 @@ async def test_ctrl_c_of_qbroker_ask_withdraws_through_the_gateway(
         pending = await asyncio.wait_for(seen.get(), 15)
         asking.send_signal(signal.SIGINT)
         await asyncio.wait_for(pending.withdrawn.wait(), 10)
-        status, _, err = await finish(asking)
+        status, _, err = await finished(asking)
     assert status == 10 and json.loads(err)["code"] == "ASK_ABORTED"
 
 

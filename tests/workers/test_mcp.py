@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from broker import (
     UserQuestionError,
 )
 from broker.types import convert_request
-from tests.helpers import KEYS, SIGNING_KEY, pick
+from tests.helpers import KEYS, SIGNING_KEY, pick, serving
 from tests.redis_server import RedisServer
 from workers.asking.mcp.server import OUTPUT_SCHEMA, parse_arguments
 
@@ -73,25 +74,9 @@ async def mcp_client(
         yield session
 
 
-@contextlib.asynccontextmanager
-async def provider(broker: Broker, policy: Policy | None) -> AsyncIterator[asyncio.Queue[PendingRequest]]:
+def provider(broker: Broker, policy: Policy | None) -> AbstractAsyncContextManager[asyncio.Queue[PendingRequest]]:
     """An automatic provider: every delivered request is queued, then handed to ``policy``."""
-    seen: asyncio.Queue[PendingRequest] = asyncio.Queue()
-    async with broker.provider("test-auto") as held:
-
-        async def serve() -> None:
-            async for pending in held:
-                seen.put_nowait(pending)
-                if policy is not None:
-                    await policy(pending)
-
-        task = asyncio.create_task(serve())
-        try:
-            yield seen
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    return serving(broker, "test-auto", policy)
 
 
 async def pick_first(pending: PendingRequest) -> None:
