@@ -22,9 +22,7 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +33,7 @@ import httpx
 from playwright.async_api import async_playwright
 
 from benchmarks.keys import KEYS
-from benchmarks.page import _ARGS, _TOKEN, CHROMIUM, _start_web, sign_in
+from benchmarks.page import _ARGS, _TOKEN, CHROMIUM, _start_web, sign_in, stop_web
 from benchmarks.questions import OPTIONS
 from broker import AskUserQuestionItem, AskUserQuestionRequest, Broker
 from workers.redis_server import RedisServer
@@ -157,10 +155,7 @@ async def measure(
                 await registered.enter_async_context(broker.agent(f"agent-{number}"))
             return await _measure(client, url, broker, questions, repeats, page_repeats, agents, runs)
     finally:
-        web.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            web.wait(10)
-        web.kill()
+        stop_web(web)
         redis.kill()
 
 

@@ -66,6 +66,15 @@ def _item(n: int) -> AskUserQuestionItem:
     )
 
 
+def stop_web(web: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, and SIGKILL if it has not ended 10 s later."""
+    web.send_signal(signal.SIGTERM)
+    try:
+        web.wait(10)
+    except subprocess.TimeoutExpired:
+        web.kill()
+
+
 def _start_web(redis_url: str, namespace: str, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
     users = tmp / "users.toml"
     users.write_text(f'[users]\n{_USER} = "{hash_password(_PASSWORD)}"\n[tokens]\nbench = "{_TOKEN}"\n')
@@ -162,11 +171,7 @@ async def measure(questions: int, repeats: int) -> dict[str, float]:
             "height_px": height,
         }
     finally:
-        web.send_signal(signal.SIGTERM)
-        try:
-            web.wait(10)
-        except subprocess.TimeoutExpired:
-            web.kill()
+        stop_web(web)
         redis.kill()
 
 

@@ -23,9 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import json
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +36,7 @@ from playwright.async_api import Page, async_playwright
 
 from benchmarks.api_page import _CHUNK, _HEADERS, _until_total
 from benchmarks.keys import KEYS
-from benchmarks.page import _ARGS, CHROMIUM, _start_web, sign_in
+from benchmarks.page import _ARGS, CHROMIUM, _start_web, sign_in, stop_web
 from benchmarks.questions import OPTIONS
 from broker import AskUserQuestionItem, AskUserQuestionRequest, Broker
 from workers.redis_server import RedisServer
@@ -167,10 +165,7 @@ async def measure(pending: int, repeats: int, *, browser: bool, within: float) -
             await asyncio.gather(reading, *asks, return_exceptions=True)
         return times
     finally:
-        web.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            web.wait(10)
-        web.kill()
+        stop_web(web)
         redis.kill()
 
 

@@ -7,9 +7,12 @@ import os
 import re
 import signal
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from tests.helpers import SIGNING_KEY
+
+T = TypeVar("T")
 
 
 def env_for(url: str, namespace: str, **extra: str) -> dict[str, str]:
@@ -71,14 +74,43 @@ async def run_qbroker(
     return await finished(process, stdin, limit)
 
 
-class Worker:
-    """A long-running ``qbroker`` process whose stderr lines are collected as they come."""
+class FollowedProcess:
+    """A process whose lines on one stream are collected as they come."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, stream: asyncio.StreamReader | None) -> None:
+        assert stream is not None
         self.process = process
         self.lines: list[str] = []
         self._changed = asyncio.Event()
-        self._reader = asyncio.get_running_loop().create_task(self._read())
+        self._reader = asyncio.get_running_loop().create_task(self._read(stream))
+
+    async def _read(self, stream: asyncio.StreamReader) -> None:
+        async for raw in stream:
+            self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+            self._changed.set()
+        self._changed.set()
+
+    async def until(self, found: Callable[[], T | None], what: str) -> T:
+        """Wait until ``found()`` returns something other than None; an AssertionError when the stream
+        ends first (the process exited), ``what`` naming what was awaited."""
+        while True:
+            if (result := found()) is not None:
+                return result
+            if self._reader.done():
+                raise AssertionError(f"exited without {what}; its lines:\n" + "\n".join(self.lines))
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def stopped_reading(self) -> None:
+        """Wait until the stream ends."""
+        await self._reader
+
+
+class Worker(FollowedProcess):
+    """A long-running ``qbroker`` process whose stderr lines are collected as they come."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        super().__init__(process, process.stderr)
 
     @classmethod
     async def start(cls, *args: str, url: str, namespace: str, **env: str) -> Worker:
@@ -94,29 +126,15 @@ class Worker:
         )
         return cls(process)
 
-    async def _read(self) -> None:
-        assert self.process.stderr is not None
-        async for raw in self.process.stderr:
-            self.lines.append(raw.decode(errors="replace").rstrip("\n"))
-            self._changed.set()
-        self._changed.set()
-
     async def expect(self, pattern: str, *, within: float = 15.0, after: int = 0) -> re.Match[str]:
         """Wait for a stderr line (from index ``after``) matching ``pattern``."""
         regex = re.compile(pattern)
 
-        async def scan() -> re.Match[str]:
-            while True:
-                for line in self.lines[after:]:
-                    if found := regex.search(line):
-                        return found
-                if self._reader.done():
-                    raise AssertionError(f"exited without {pattern!r}; stderr:\n" + "\n".join(self.lines))
-                self._changed.clear()
-                await self._changed.wait()
+        def search() -> re.Match[str] | None:
+            return next((found for line in self.lines[after:] if (found := regex.search(line))), None)
 
         try:
-            return await asyncio.wait_for(scan(), within)
+            return await asyncio.wait_for(self.until(search, repr(pattern)), within)
         except TimeoutError:
             raise AssertionError(f"no {pattern!r} in time; stderr:\n" + "\n".join(self.lines)) from None
 
@@ -135,5 +153,5 @@ class Worker:
             except TimeoutError:
                 self.process.kill()
                 await self.process.wait()
-        await self._reader
+        await self.stopped_reading()
         return self.process.returncode

@@ -320,19 +320,8 @@ async def test_client_going_away_withdraws_the_question(
 async def test_streamable_http_transport(
     redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "workers.asking.mcp.command", "--transport", "http", "--port", str(port)),
-        *("--redis-url", redis_server.url, "--namespace", namespace),
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "QBROKER_LOG_LEVEL": "INFO"},
-    )
+    process, port = await _start_http(redis_server, namespace)
     try:
-        assert process.stderr is not None
-        while b"Uvicorn running on" not in (line := await asyncio.wait_for(process.stderr.readline(), 20)):
-            assert line, "the server exited before listening"
         broker = await make_broker()
         async with (
             provider(broker, pick_first),
