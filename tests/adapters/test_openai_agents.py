@@ -22,6 +22,18 @@ from tests.adapters.scripted_model import ScriptedModel, call, text
 OFFLINE = RunConfig(tracing_disabled=True)
 
 
+def cleaner(model: ScriptedModel, ran: list[str]) -> Agent[Any]:
+    """An agent with one tool, delete_file, asked about before each call; ``ran`` gets each path it deleted."""
+
+    @function_tool(needs_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    return Agent(name="cleaner", model=model, tools=[delete_file])
+
+
 def _outputs(model: ScriptedModel) -> dict[str, Any]:
     return {i["call_id"]: i["output"] for i in model.inputs[-1] if i.get("type") == "function_call_output"}
 
@@ -61,12 +73,6 @@ async def test_an_error_is_returned_to_the_model_as_its_code(agent):
 async def test_tool_approvals_route_through_the_broker(human, agent):
     ran: list[str] = []
 
-    @function_tool(needs_approval=True)
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        ran.append(path)
-        return f"deleted {path}"
-
     def respond(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
         by_id = {"c1": AskUserQuestionAnswerItem(id="c1", selected=("Approve",)),
                  "c2": AskUserQuestionAnswerItem(id="c2", selected=(), custom="keep the logs")}  # fmt: skip
@@ -76,7 +82,7 @@ async def test_tool_approvals_route_through_the_broker(human, agent):
     model = ScriptedModel(
         [call("delete_file", {"path": "build/"}, "c1"), call("delete_file", {"path": "logs/"}, "c2")], [text("done")]
     )
-    subject = Agent(name="cleaner", model=model, tools=[delete_file])
+    subject = cleaner(model, ran)
     result = await adapter.run(subject, "clean", asker=agent, run_config=OFFLINE)
     assert result.final_output == "done" and ran == ["build/"]
     (request,) = person.seen
@@ -157,12 +163,6 @@ async def test_an_edited_approval_runs_the_tool_with_the_edited_arguments(human,
     rejection's message; its call with exactly the edited arguments is approved without a second card."""
     ran: list[str] = []
 
-    @function_tool(needs_approval=True)
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        ran.append(path)
-        return f"deleted {path}"
-
     def respond(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
         item = request.questions[0]
         assert item.editable is not None and item.editable.arguments == {"path": "build/"}
@@ -179,7 +179,7 @@ async def test_an_edited_approval_runs_the_tool_with_the_edited_arguments(human,
         [call("delete_file", {"path": "build/cache"}, "c2")],  # the model follows the message
         [text("done")],
     )
-    subject = Agent(name="cleaner", model=model, tools=[delete_file])
+    subject = cleaner(model, ran)
     result = await adapter.run(subject, "clean", asker=agent, run_config=OFFLINE)
     assert result.final_output == "done"
     assert ran == ["build/cache"]  # only the edited call ran
@@ -194,12 +194,6 @@ async def test_always_approve_is_written_back_to_the_run(human, agent):
     this run go without another card."""
     ran: list[str] = []
 
-    @function_tool(needs_approval=True)
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        ran.append(path)
-        return f"deleted {path}"
-
     def respond(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
         item = request.questions[0]
         labels = [option.label for option in item.options or ()]
@@ -212,7 +206,7 @@ async def test_always_approve_is_written_back_to_the_run(human, agent):
         [call("delete_file", {"path": "logs/"}, "c2")],  # another call of the same tool, another turn
         [text("done")],
     )
-    subject = Agent(name="cleaner", model=model, tools=[delete_file])
+    subject = cleaner(model, ran)
     result = await adapter.run(subject, "clean", asker=agent, run_config=OFFLINE)
     assert result.final_output == "done"
     assert ran == ["build/", "logs/"]
@@ -269,12 +263,6 @@ async def test_an_approved_edit_lets_one_call_run_not_every_later_identical_one(
     """One approval, one call (invariant 14): the model's second call with the edited arguments is asked about."""
     ran: list[str] = []
 
-    @function_tool(needs_approval=True)
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        ran.append(path)
-        return f"deleted {path}"
-
     person = await human(_edit_then_approve({"path": "build/cache"}))
     model = ScriptedModel(
         [call("delete_file", {"path": "build/"}, "c1")],
@@ -282,7 +270,7 @@ async def test_an_approved_edit_lets_one_call_run_not_every_later_identical_one(
         [call("delete_file", {"path": "build/cache"}, "c3")],  # and once more: a new card
         [text("done")],
     )
-    result = await adapter.run(Agent(name="cleaner", model=model, tools=[delete_file]), "clean", asker=agent,
+    result = await adapter.run(cleaner(model, ran), "clean", asker=agent,
                                run_config=OFFLINE)  # fmt: skip
     assert result.final_output == "done" and ran == ["build/cache", "build/cache"]
     assert [q.questions[0].id for q in person.seen] == ["c1", "c3"]
@@ -294,21 +282,13 @@ async def test_the_edits_own_call_in_a_batch_takes_it_and_the_other_call_is_aske
     card does not claim to differ from an edit that got its call."""
     ran: list[str] = []
 
-    @function_tool(needs_approval=True)
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        ran.append(path)
-        return f"deleted {path}"
-
     person = await human(_edit_then_approve({"path": "build/cache"}))
     model = ScriptedModel(
         [call("delete_file", {"path": "build/"}, "c1")],
         [call("delete_file", {"path": "logs/"}, "c2"), call("delete_file", {"path": "build/cache"}, "c3")],
         [text("done")],
     )
-    result = await adapter.run(
-        Agent(name="cleaner", model=model, tools=[delete_file]), "clean", asker=agent, run_config=OFFLINE
-    )
+    result = await adapter.run(cleaner(model, ran), "clean", asker=agent, run_config=OFFLINE)
     assert result.final_output == "done" and sorted(ran) == ["build/cache", "logs/"]
     assert [q.questions[0].id for q in person.seen] == ["c1", "c2"]
     assert "Asked again" not in (person.seen[1].questions[0].detail or "")
