@@ -25,7 +25,7 @@ import yaml
 
 from broker.types import decode_outcome
 from tests.helpers import SIGNING_KEY
-from tests.workers.procs import Worker, env_for, finished
+from tests.workers.procs import auto_answering, env_for, finished
 from workers.answering.auto.rules import parse_rules
 from workers.cli import build_parser
 
@@ -128,12 +128,8 @@ attested agents only, tests/workers/test_rules.py) cancel; never ship rules like
 @pytest.fixture
 async def auto(redis_server, tmp_path):
     """`qbroker auto` answering every snippet's ask (the first option; plan reviews approved) in namespace team-a."""
-    rules = tmp_path / "answer-all.toml"
-    rules.write_text(ANSWER_ALL)
-    worker = await Worker.start("auto", "--rules", str(rules), url=redis_server.url, namespace=NAMESPACE)
-    await worker.expect("holding the lease")
-    yield worker
-    await worker.stop()
+    async with auto_answering(ANSWER_ALL, tmp_path / "answer-all.toml", redis_server.url, NAMESPACE) as worker:
+        yield worker
 
 
 async def _run(argv: list[str], url: str, *, stdin: bytes | None = None, limit: float = 40, **env: str):

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
+from broker import PendingRequest, Provider
 from tests.helpers import SIGNING_KEY
 
 T = TypeVar("T")
@@ -155,3 +158,27 @@ class Worker(FollowedProcess):
                 await self.process.wait()
         await self.stopped_reading()
         return self.process.returncode
+
+
+@contextlib.asynccontextmanager
+async def auto_answering(rules: str, rules_file: Path, url: str, namespace: str) -> AsyncIterator[Worker]:
+    """``qbroker auto`` answering by ``rules`` (TOML, written to ``rules_file``), once it holds the lease;
+    stopped on exit."""
+    await asyncio.to_thread(rules_file.write_text, rules)
+    worker = await Worker.start("auto", "--rules", str(rules_file), url=url, namespace=namespace)
+    try:
+        await worker.expect("holding the lease")
+        yield worker
+    finally:
+        await worker.stop()
+
+
+async def delivered_to(provider: Provider, process: asyncio.Task[Any], what: str) -> PendingRequest:
+    """The next request delivered to ``provider``; an AssertionError if ``process`` (``what``) ends first,
+    or 15 s pass."""
+    delivery = asyncio.ensure_future(anext(aiter(provider)))
+    await asyncio.wait({process, delivery}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
+    if not delivery.done():
+        delivery.cancel()
+        raise AssertionError(f"not delivered; {what} ended with {process.result() if process.done() else None}")
+    return delivery.result()

@@ -20,7 +20,7 @@ import pytest
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, PlanReviewIntent, Remember
 from broker.housekeeping import reap_abandoned
-from tests.workers.procs import env_for, run_qbroker
+from tests.workers.procs import delivered_to, env_for, run_qbroker
 from workers.redis_server import free_port
 
 COMMON = {
@@ -116,12 +116,7 @@ async def _hook_answered_by(make_broker, redis_server, namespace, payload, respo
                 "claude-hook", *args, url=redis_server.url, namespace=namespace, stdin=json.dumps(payload).encode()
             )
         )
-        delivery = asyncio.ensure_future(anext(aiter(provider)))
-        await asyncio.wait({hooking, delivery}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
-        if not delivery.done():
-            delivery.cancel()
-            raise AssertionError(f"not delivered; the hook ended with {hooking.result() if hooking.done() else None}")
-        pending = delivery.result()
+        pending = await delivered_to(provider, hooking, "the hook")
         await respond(pending)
         status, out, err = await asyncio.wait_for(hooking, 15)
     assert status == 0, err
