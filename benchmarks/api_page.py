@@ -22,9 +22,7 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,18 +33,18 @@ import httpx
 from playwright.async_api import async_playwright
 
 from benchmarks.keys import KEYS
-from benchmarks.page import _ARGS, _PASSWORD, _TOKEN, _USER, CHROMIUM, _start_web
-from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, Broker
+from benchmarks.page import _ARGS, _TOKEN, CHROMIUM, _start_web, sign_in, stop_web
+from benchmarks.questions import OPTIONS
+from broker import AskUserQuestionItem, AskUserQuestionRequest, Broker
 from workers.redis_server import RedisServer
 
 _HEADERS = {"Authorization": f"Bearer {_TOKEN}"}
-_OPTIONS = (AskUserQuestionOption(label="yes"), AskUserQuestionOption(label="no"))
 _PRIORITIES = ("normal",) * 8 + ("urgent", "low")
 _CHUNK = 5_000
 
 
 def _request(n: int, agents: int) -> AskUserQuestionRequest:
-    item = AskUserQuestionItem(id="q", question=f"Question {n}?", options=_OPTIONS)
+    item = AskUserQuestionItem(id="q", question=f"Question {n}?", options=OPTIONS)
     priority = _PRIORITIES[n % len(_PRIORITIES)]
     return AskUserQuestionRequest(questions=(item,), priority=priority, agent=f"agent-{n % agents}")
 
@@ -124,9 +122,7 @@ async def _first_card_ms(url: str, repeats: int) -> tuple[float, float, str]:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=_ARGS)
         page = await browser.new_page(viewport={"width": 1280, "height": 800})
         await page.goto(url)
-        await page.fill("#user", _USER)
-        await page.fill("#password", _PASSWORD)
-        await page.click("#sign-in-button")
+        await sign_in(page)
         await page.locator("article.card").first.wait_for(timeout=120_000)
         await page.add_init_script(_FIRST_PAINT)
         painted, times = [], []
@@ -159,10 +155,7 @@ async def measure(
                 await registered.enter_async_context(broker.agent(f"agent-{number}"))
             return await _measure(client, url, broker, questions, repeats, page_repeats, agents, runs)
     finally:
-        web.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            web.wait(10)
-        web.kill()
+        stop_web(web)
         redis.kill()
 
 

@@ -41,27 +41,18 @@ import msgspec
 from redis.asyncio import Redis
 
 from benchmarks.keys import ENV, KEYS
-from benchmarks.yes_no import yes, yes_no
-from broker import (
-    AskUserQuestionRequest,
-    Broker,
-    PendingRequest,
-)
+from benchmarks.questions import YES, yes_or_no
+from broker import Broker, PendingRequest
 from workers.asking.gateway.tokens import TOKEN_PREFIX
 from workers.redis_server import RedisServer
 
 _NAMESPACE = "bench"
-_YES = yes(question_id="q")
 _PROBE = "probe"
 _POLL = 20.0
 
 
-def _request(text: str) -> AskUserQuestionRequest:
-    return yes_no(text, question_id="q")
-
-
 def _body(text: str) -> dict[str, Any]:
-    return {"questions": [{"id": "q", "question": text, "options": [{"label": "yes"}, {"label": "no"}]}]}
+    return {"questions": [{"id": "q1", "question": text, "options": [{"label": "yes"}, {"label": "no"}]}]}
 
 
 def _raise_fd_limit() -> None:
@@ -124,14 +115,14 @@ async def _provider(broker: Broker, release: asyncio.Event) -> Any:
 
     async def later(pending: PendingRequest) -> None:
         await release.wait()
-        await pending.answer(_YES, by="bench")
+        await pending.answer(YES, by="bench")
 
     async with broker.provider("bench") as held, asyncio.TaskGroup() as tasks:
 
         async def serve() -> None:
             async for pending in held:
                 if pending.request.questions[0].question.startswith(_PROBE):
-                    await pending.answer(_YES, by="bench")
+                    await pending.answer(YES, by="bench")
                 else:
                     tasks.create_task(later(pending))
 
@@ -228,7 +219,7 @@ async def measure(clients: int, per_client: int, probes: int, answer_after: floa
                     assert reply.status == 200 and answered["state"] == "answered", answered
                     via.append((time.perf_counter() - t0) * 1000)
                     t0 = time.perf_counter()
-                    await direct.ask(_request(f"{_PROBE} direct {n}?"), coalesce=False)
+                    await direct.ask(yes_or_no(f"{_PROBE} direct {n}?"), coalesce=False)
                     plain.append((time.perf_counter() - t0) * 1000)
                 figures["connections_max"] = max(figures["connections_waiting"], await _gateway_connections(admin, own))
                 figures["via_p50"], figures["via_p99"] = _percentiles(via)

@@ -30,8 +30,9 @@ from pathlib import Path
 import aiohttp
 import msgspec
 
-from benchmarks.gateway import _NAMESPACE, _PROBE, _body, _cpu_s, _provider, _request, _tokens
+from benchmarks.gateway import _NAMESPACE, _PROBE, _body, _cpu_s, _provider, _tokens
 from benchmarks.keys import ENV, KEYS
+from benchmarks.questions import yes_or_no
 from broker import Broker
 from workers.redis_server import RedisServer
 
@@ -97,7 +98,7 @@ async def compare(trees: dict[str, Path], probes: int, rounds: int) -> None:
                         assert answered["state"] == "answered", answered
                         times[name].append((time.perf_counter() - t0) * 1000)
                     t0 = time.perf_counter()
-                    await direct.ask(_request(f"{_PROBE} direct {n}?"), coalesce=False)
+                    await direct.ask(yes_or_no(f"{_PROBE} direct {n}?"), coalesce=False)
                     times["direct"].append((time.perf_counter() - t0) * 1000)
                 warm = max(0, min(100, probes // 10))  # the first probes warm the connections
                 p50 = {name: statistics.median(values[warm:]) for name, values in times.items()}

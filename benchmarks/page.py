@@ -47,6 +47,13 @@ _PLAN = "# Plan\n\n" + "\n".join(f"{n}. step {n}: change part {n} and check it" 
 _NEXT_FRAME = "new Promise((done) => requestAnimationFrame(() => setTimeout(done)))"
 
 
+async def sign_in(page: Page) -> None:
+    """Sign in on the page's form as the benchmarks' user (the cards follow: wait for what is measured)."""
+    await page.fill("#user", _USER)
+    await page.fill("#password", _PASSWORD)
+    await page.click("#sign-in-button")
+
+
 def _item(n: int) -> AskUserQuestionItem:
     options = (AskUserQuestionOption(label="Approve"), AskUserQuestionOption(label="Request changes"))
     if n % 10 == 0:
@@ -57,6 +64,15 @@ def _item(n: int) -> AskUserQuestionItem:
     return AskUserQuestionItem(
         id="q", question=f"Question {n}?", options=tuple(AskUserQuestionOption(label=x) for x in labels)
     )
+
+
+def stop_web(web: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, and SIGKILL if it has not ended 10 s later."""
+    web.send_signal(signal.SIGTERM)
+    try:
+        web.wait(10)
+    except subprocess.TimeoutExpired:
+        web.kill()
 
 
 def _start_web(redis_url: str, namespace: str, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -123,9 +139,7 @@ async def measure(questions: int, repeats: int) -> dict[str, float]:
             # Playwright's wait_for_function evaluates a string, which the page's CSP forbids.
             page = await browser.new_page(viewport={"width": 1280, "height": 800}, bypass_csp=True)
             await page.goto(url)
-            await page.fill("#user", _USER)
-            await page.fill("#password", _PASSWORD)
-            await page.click("#sign-in-button")
+            await sign_in(page)
             # A page holds the first --page-window cards (100) and counts the rest.
             all_shown = f"document.querySelectorAll('article.card').length >= {min(questions, _WINDOW)}"
             await page.wait_for_function(all_shown, timeout=60_000)
@@ -157,11 +171,7 @@ async def measure(questions: int, repeats: int) -> dict[str, float]:
             "height_px": height,
         }
     finally:
-        web.send_signal(signal.SIGTERM)
-        try:
-            web.wait(10)
-        except subprocess.TimeoutExpired:
-            web.kill()
+        stop_web(web)
         redis.kill()
 
 

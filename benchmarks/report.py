@@ -34,7 +34,7 @@ LABELS = {
 def _level(results: dict[str, Any], system: str, concurrency: int) -> dict[str, Any] | None:
     for level in results["throughput"].get(system, ()):
         if level["concurrency"] == concurrency:
-            return level  # type: ignore[no-any-return]
+            return level
     return None
 
 
@@ -126,15 +126,25 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     checks: list[dict[str, Any]] = []
     broker256, floor256, arq256 = (_level(results, s, 256) for s in ("broker", "floor", "arq"))
     ratio = broker256["rate"] / floor256["rate"] if broker256 and floor256 else 0.0
-    measured = f"{broker256['rate']:.0f} vs {floor256['rate']:.0f} asks/s = {ratio:.2f}x" if ratio else None
+    measured = (
+        f"{broker256['rate']:.0f} vs {floor256['rate']:.0f} asks/s = {ratio:.2f}x"
+        if ratio and broker256 and floor256
+        else None
+    )
     checks.append(_check("throughput at c=256 >= 0.35x the fair raw floor", measured, ratio >= 0.35))
     checks.append(_check("stretch: throughput at c=256 >= 0.5x the fair raw floor", measured, ratio >= 0.5))
     ratio = broker256["rate"] / arq256["rate"] if broker256 and arq256 else 0.0
-    measured = f"{broker256['rate']:.0f} vs {arq256['rate']:.0f} asks/s = {ratio:.2f}x" if ratio else None
+    measured = (
+        f"{broker256['rate']:.0f} vs {arq256['rate']:.0f} asks/s = {ratio:.2f}x"
+        if ratio and broker256 and arq256
+        else None
+    )
     checks.append(_check("throughput at c=256 >= 5x arq", measured, ratio >= 5))
     broker1, floor1 = _level(results, "broker", 1), _level(results, "floor", 1)
     ratio = broker1["p50_ms"] / floor1["p50_ms"] if broker1 and floor1 else 0.0
-    measured = f"{broker1['p50_ms']:.2f} vs {floor1['p50_ms']:.2f} ms = {ratio:.2f}x" if ratio else None
+    measured = (
+        f"{broker1['p50_ms']:.2f} vs {floor1['p50_ms']:.2f} ms = {ratio:.2f}x" if ratio and broker1 and floor1 else None
+    )
     checks.append(_check("p50 latency at c=1 <= 2.0x the fair raw floor", measured, ratio <= 2.0))
     total = cpu_total(broker256) if broker256 else None
     measured = None
@@ -180,7 +190,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     )
     cli = results.get("cli")
     measured = f"median {cli['median']:.2f} s over {len(cli['runs'])} runs" if cli else None
-    fast = bool(cli) and cli["median"] <= 0.3
+    fast = bool(cli and cli["median"] <= 0.3)
     checks.append(_check("`qbroker ask` against a running `qbroker auto` <= 0.3 s wall", measured, fast))
     waiting = results.get("waiting")
     failover = results.get("failover")

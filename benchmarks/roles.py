@@ -25,7 +25,7 @@ from msgspec.structs import replace
 from redis.asyncio import Redis
 
 from benchmarks.keys import KEYS
-from benchmarks.yes_no import yes, yes_no
+from benchmarks.questions import YES, yes_or_no
 from broker import (
     Broker,
     Remember,
@@ -33,8 +33,8 @@ from broker import (
 from broker.connection import redis_from_url
 from broker.types import PRIORITIES, decode_outcome, encode
 
-REQUEST = yes_no("Apply the migration to the staging database?")
-ANSWER = yes()
+REQUEST = yes_or_no("Apply the migration to the staging database?")
+ANSWER = YES
 # The same payloads as JSON, for the floor and arq (which carry opaque bytes/objects).
 REQUEST_JSON = encode(REQUEST).decode()
 ANSWER_JSON = encode(ANSWER).decode()
@@ -107,16 +107,17 @@ def without_signatures() -> None:
     """
     import broker._ask
     import broker.settling
+    from broker.signing import Seal, SigningKey
 
-    def bare(_key: Any, _namespace: str, _epoch: int, _at: int, seals: list[Any]) -> list[str]:
+    def bare(key: SigningKey, namespace: str, epoch: int, at: int, seals: list[Seal]) -> list[str]:
         return [seal.body for seal in seals]
 
-    def accept(ask: Any, outcome: str, request_id: str | None = None) -> bool:
+    def accept(ask: broker._ask._Ask, outcome: str, request_id: str | None = None) -> bool:
         ask._checked = (outcome, decode_outcome(outcome))
         return True
 
-    broker.settling.seal_outcomes = bare  # type: ignore[assignment]
-    broker._ask._Ask.accepts = accept  # type: ignore[method-assign]
+    broker.settling.seal_outcomes = bare  # type: ignore[attr-defined]  # the name settling.py imports from signing
+    broker._ask._Ask.accepts = accept  # type: ignore[method-assign,assignment]  # mypy reads a plain function set on a class as taking self twice
 
 
 async def broker_provider(args: argparse.Namespace) -> None:

@@ -373,7 +373,8 @@ class Bench:
     async def _residue(self, keys: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
         """(per-request keys left, slim tombstones): a settled request's hash keeps only its
         state and settle call id for TOMBSTONE_MS (60 s) so that a retried settle is recognised."""
-        residue, tombstones = {}, {}
+        residue: dict[str, int] = {}
+        tombstones: dict[str, int] = {}
         for key, size in _per_request(keys).items():
             tombstone = ":req:" in key and not await self.redis.hexists(key, "request")
             (tombstones if tombstone else residue)[key] = size

@@ -53,9 +53,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from benchmarks.keys import KEYS
-from benchmarks.yes_no import yes, yes_no
+from benchmarks.questions import YES, yes_or_no
 from broker import (
-    AskUserQuestionRequest,
     Broker,
     Provider,
     namespace_status,
@@ -75,13 +74,6 @@ WINDOW = 3 * SWEEP_EVERY
 """seconds over which the cost of waiting questions is counted (``--window``)"""
 """asking processes per measurement"""
 PRIORITIES = ("normal",) * 8 + ("urgent", "low")
-
-
-def question(text: str, priority: str = "normal") -> AskUserQuestionRequest:
-    return yes_no(text, priority=priority)
-
-
-YES = yes()
 
 
 def log(message: str) -> None:
@@ -113,9 +105,9 @@ async def asker(args: argparse.Namespace) -> None:
         for start in range(0, args.asks, WAVE):
             for n in range(start, min(args.asks, start + WAVE)):
                 request = (
-                    question("Deploy 2.4.0 to production?")
+                    yes_or_no("Deploy 2.4.0 to production?")
                     if args.same
-                    else question(f"{args.prefix}: step {n}, go on?", PRIORITIES[n % len(PRIORITIES)])
+                    else yes_or_no(f"{args.prefix}: step {n}, go on?", priority=PRIORITIES[n % len(PRIORITIES)])
                 )
                 asks.append(asyncio.create_task(agents[n % len(agents)].ask(request, timeout=3600)))
             await _enqueued(broker, len(asks))
@@ -329,12 +321,11 @@ async def failover(url: str, n: int, profile: str | None = None, housekeeping: b
 
     namespace = f"scale-failover-{n}-{next(_RUNS)}"  # each run its own: a run's askers leave their asks behind
     askers = Askers(url, namespace, asks=n, agents=max(1, n // 100), same=False)
+    no_housekeeping: dict[str, Any] = {} if housekeeping else {"housekeeping_every": None}
     try:
         await askers.start()
         async with (
-            Broker(
-                url, namespace, lease_ttl=60.0, **({} if housekeeping else {"housekeeping_every": None}), **KEYS
-            ) as web,
+            Broker(url, namespace, lease_ttl=60.0, **no_housekeeping, **KEYS) as web,
             Broker(url, namespace, lease_ttl=60.0, **KEYS) as old,
         ):
             service = WebProvider(web, name="bench-web", keys=WebKeys(namespace))
@@ -347,18 +338,19 @@ async def failover(url: str, n: int, profile: str | None = None, housekeeping: b
                     running = asyncio.create_task(service.run())
                     while service.status != "standby":  # noqa: ASYNC110 (polled: the status has no event of its own)
                         await asyncio.sleep(0.01)
-                    profiler = cProfile.Profile(time.process_time) if profile else None
+                    profiler = cProfile.Profile(time.process_time) if profile is not None else None
                     cpu = time.process_time()
                     if profiler is not None:
                         profiler.enable()
                 figures = await _taken_over(queue, n)
                 figures["cpu_s"] = time.process_time() - cpu
-                if profiler is not None:
+                if profiler is not None and profile is not None:
                     profiler.disable()
                     profiler.dump_stats(profile)
             await _stopped(running)
             gc.collect()
-            rss, _ = _rss_kb(), tracemalloc.start()
+            rss = _rss_kb()
+            tracemalloc.start()
             second = WebProvider(web, name="bench-web-2", keys=WebKeys(namespace))
             async with second.subscribe(asyncio.Queue()) as queue:
                 running = asyncio.create_task(second.run())

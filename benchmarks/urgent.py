@@ -23,9 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import json
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,9 +34,10 @@ from typing import Any
 import httpx
 from playwright.async_api import Page, async_playwright
 
-from benchmarks.api_page import _CHUNK, _HEADERS, _OPTIONS, _until_total
+from benchmarks.api_page import _CHUNK, _HEADERS, _until_total
 from benchmarks.keys import KEYS
-from benchmarks.page import _ARGS, _PASSWORD, _USER, CHROMIUM, _start_web
+from benchmarks.page import _ARGS, CHROMIUM, _start_web, sign_in, stop_web
+from benchmarks.questions import OPTIONS
 from broker import AskUserQuestionItem, AskUserQuestionRequest, Broker
 from workers.redis_server import RedisServer
 
@@ -49,7 +48,7 @@ _FACES = ("stream", "api", "browser")
 
 
 def _request(text: str, priority: str) -> AskUserQuestionRequest:
-    item = AskUserQuestionItem(id="q", question=text, options=_OPTIONS)
+    item = AskUserQuestionItem(id="q", question=text, options=OPTIONS)
     return AskUserQuestionRequest(questions=(item,), priority=priority)
 
 
@@ -106,9 +105,7 @@ async def _browser_page(url: str) -> AsyncIterator[Page]:
         try:
             page = await browser.new_page(viewport={"width": 1280, "height": 800})
             await page.goto(url)
-            await page.fill("#user", _USER)
-            await page.fill("#password", _PASSWORD)
-            await page.click("#sign-in-button")
+            await sign_in(page)
             await page.locator("article.card").first.wait_for(timeout=120_000)
             yield page
         finally:
@@ -168,10 +165,7 @@ async def measure(pending: int, repeats: int, *, browser: bool, within: float) -
             await asyncio.gather(reading, *asks, return_exceptions=True)
         return times
     finally:
-        web.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            web.wait(10)
-        web.kill()
+        stop_web(web)
         redis.kill()
 
 

@@ -184,7 +184,7 @@ class ClusterProxies:
 
     def client(self, **options: object) -> RedisCluster:
         first = next(iter(self.by_port.values()))
-        return RedisCluster(host="127.0.0.1", port=first.port, address_remap=self.remap, **options)  # type: ignore[arg-type]
+        return RedisCluster(host="127.0.0.1", port=first.port, address_remap=self.remap, **options)
 
     def stop(self) -> None:
         for proxy in self.by_port.values():

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from broker import Broker, Provider
-from tests.helpers import KEYS, SIGNING_KEY
+from broker import Provider
+from tests.helpers import SIGNING_KEY, opened_brokers
 from tests.redis_server import RedisServer
 
 # Every qbroker process a test starts signs (providers) and verifies (askers) with the tests' key.
@@ -59,23 +59,8 @@ async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
 @pytest.fixture
 async def make_broker(redis_server: RedisServer, namespace: str) -> AsyncIterator[Callable[..., Any]]:
     """Open brokers on the shared server (same namespace unless told); closed at teardown."""
-    opened: list[Broker] = []
-
-    async def make(**options: Any) -> Broker:
-        options.setdefault("namespace", namespace)
-        # Tests drive housekeeping by hand; the provider's own (no worker alive) is tested in test_self_clean.py.
-        options.setdefault("housekeeping_every", None)
-        for name, value in KEYS.items():
-            options.setdefault(name, value)
-        url = options.pop("url", redis_server.url)
-        broker = Broker(url, **options)
-        await broker.__aenter__()
-        opened.append(broker)
-        return broker
-
-    yield make
-    for broker in reversed(opened):
-        await broker.aclose()
+    async with opened_brokers(redis_server.url, namespace) as make:
+        yield make
 
 
 @pytest.fixture

@@ -234,7 +234,12 @@ class FaultProxy:
 
     def silence(self) -> None:
         """Forward nothing either way, keep every socket open; held data flows after heal()."""
-        self._call(lambda: self._flowing and self._flowing.clear())
+
+        def silence() -> None:
+            assert self._flowing is not None
+            self._flowing.clear()
+
+        self._call(silence)
 
     def delay(self, seconds: float) -> None:
         """Forward every byte ``seconds`` after it arrived (from now on)."""

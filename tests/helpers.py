@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -13,9 +14,11 @@ import pytest
 from broker import (
     AskUserQuestionAnswer,
     AskUserQuestionAnswerItem,
+    AskUserQuestionIntent,
     AskUserQuestionItem,
     AskUserQuestionOption,
     AskUserQuestionRequest,
+    Broker,
     PendingRequest,
     PlanReviewIntent,
     Provider,
@@ -35,14 +38,77 @@ KEYS: dict[str, Any] = {"signing_key": SIGNING_KEY}
 """Broker keyword arguments: sign as a provider, and trust that key as an asker"""
 
 
+@contextlib.asynccontextmanager
+async def opened_brokers(url: str, namespace: str) -> AsyncIterator[Callable[..., Awaitable[Broker]]]:
+    """A maker of open brokers on ``url`` (in ``namespace``, with KEYS, unless told otherwise), closed on exit.
+
+    They run no housekeeping of their own: the tests drive it by hand, and a provider's (it runs one when
+    no maintenance worker is alive) would race them, e.g. reaping a poison entry before it is dead-lettered.
+    That one is tested in tests/workers/test_self_clean.py."""
+    opened: list[Broker] = []
+
+    async def make(**options: Any) -> Broker:
+        options.setdefault("namespace", namespace)
+        options.setdefault("housekeeping_every", None)
+        for name, value in KEYS.items():
+            options.setdefault(name, value)
+        broker = Broker(options.pop("url", url), **options)
+        await broker.__aenter__()
+        opened.append(broker)
+        return broker
+
+    try:
+        yield make
+    finally:
+        for broker in reversed(opened):
+            await broker.aclose()
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    broker: Broker, name: str, handle: Callable[[PendingRequest], Awaitable[None]] | None
+) -> AsyncIterator[asyncio.Queue[PendingRequest]]:
+    """A provider ``name`` in this process: every request delivered is queued, then handed to ``handle``
+    (None: left pending)."""
+    seen: asyncio.Queue[PendingRequest] = asyncio.Queue()
+    async with broker.provider(name) as held:
+
+        async def serve() -> None:
+            async for pending in held:
+                seen.put_nowait(pending)
+                if handle is not None:
+                    await handle(pending)
+
+        task = asyncio.create_task(serve())
+        try:
+            yield seen
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 def options(*labels: str) -> tuple[AskUserQuestionOption, ...]:
     return tuple(AskUserQuestionOption(label=label) for label in labels)
 
 
-def question(qid: str = "q1", *labels: str, multi: bool = False, **fields: object) -> AskUserQuestionItem:
+def question(
+    qid: str = "q1",
+    *labels: str,
+    multi: bool = False,
+    detail: str | None = None,
+    header: str | None = None,
+    intent: AskUserQuestionIntent | None = None,
+) -> AskUserQuestionItem:
     return AskUserQuestionItem(
-        id=qid, question=f"question {qid}?", options=options(*labels) if labels else None, multi_select=multi, **fields
-    )  # type: ignore[arg-type]
+        id=qid,
+        question=f"question {qid}?",
+        detail=detail,
+        header=header,
+        options=options(*labels) if labels else None,
+        multi_select=multi,
+        intent=intent,
+    )
 
 
 def one_question(*labels: str, agent: str | None = None) -> AskUserQuestionRequest:

@@ -15,6 +15,7 @@ import sys
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, Broker, PendingRequest, Remember, UserQuestionError
 from tests.helpers import KEYS
+from tests.provider_process import provide
 
 
 def say(*words: object) -> None:
@@ -42,15 +43,7 @@ async def main(
     url: str, namespace: str, name: str, delay: float, lease_ttl: float, replicas: int, remember: float
 ) -> None:
     broker = Broker(url, namespace, lease_ttl=lease_ttl, min_replicas=replicas, replica_timeout=2.0, **KEYS)
-    async with broker, broker.provider(name, on_standby=lambda holder: say("STANDBY", holder)) as provider:
-        say("HOLDING", provider.epoch)
-        async with asyncio.TaskGroup() as tasks:
-            try:
-                async for pending in provider:
-                    say("GOT", pending.request_id, len(pending.askers))
-                    tasks.create_task(answer_later(pending, delay, remember))
-            except UserQuestionError as error:
-                say("FENCED", error.code)
+    await provide(broker, name, lambda pending: answer_later(pending, delay, remember), say)
 
 
 if __name__ == "__main__":

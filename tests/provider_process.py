@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, Broker, PendingRequest, UserQuestionError
 from tests.helpers import KEYS
@@ -27,17 +29,28 @@ async def answer_later(pending: PendingRequest, label: str, delay: float) -> Non
         say("REFUSED", pending.request_id, error.code)
 
 
-async def main(url: str, namespace: str, name: str, label: str, delay: float, lease_ttl: float) -> None:
-    broker = Broker(url, namespace, lease_ttl=lease_ttl, **KEYS)
+async def provide(
+    broker: Broker,
+    name: str,
+    answer: Callable[[PendingRequest], Coroutine[Any, Any, None]],
+    say: Callable[..., None] = say,
+) -> None:
+    """Hold the lease as ``name`` until fenced, each card answered by ``answer`` in a task of its own;
+    ``say`` tells STANDBY, HOLDING, GOT and FENCED (tests/keyed_provider.py says them on stderr)."""
     async with broker, broker.provider(name, on_standby=lambda holder: say("STANDBY", holder)) as provider:
         say("HOLDING", provider.epoch)
         async with asyncio.TaskGroup() as tasks:
             try:
                 async for pending in provider:
                     say("GOT", pending.request_id, len(pending.askers))
-                    tasks.create_task(answer_later(pending, label, delay))
+                    tasks.create_task(answer(pending))
             except UserQuestionError as error:
                 say("FENCED", error.code)
+
+
+async def main(url: str, namespace: str, name: str, label: str, delay: float, lease_ttl: float) -> None:
+    broker = Broker(url, namespace, lease_ttl=lease_ttl, **KEYS)
+    await provide(broker, name, lambda pending: answer_later(pending, label, delay))
 
 
 if __name__ == "__main__":

@@ -142,7 +142,7 @@ async def test_team_a_cannot_read_answer_or_disturb_team_b(acl_server):
                 intruder.hgetall(request_key),
                 intruder.get(keys_b.provider),
                 intruder.xrange(keys_b.audit),
-                intruder.blpop([keys_b.inbox(asking_b.client_id)], timeout=0.1),
+                intruder.blpop([keys_b.inbox(asking_b.client_id)], timeout=0.1),  # type: ignore[arg-type]  # redis-py: int only; Redis takes 0.1
             ]
             writes = [
                 intruder.delete(keys_b.provider),  # steal the lease

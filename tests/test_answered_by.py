@@ -54,7 +54,7 @@ async def test_an_answerer_that_passes_the_answer_on_keeps_its_name_and_one_of_i
     asker, answering = await make_broker(), await make_broker()
 
     async def passes_on(request: AskUserQuestionRequest, next_: Callable[[], Any]) -> AskUserQuestionAnswer:
-        return await next_()  # type: ignore[no-any-return]
+        return await next_()
 
     dispose = asker.on_request(passes_on)
     async with answering.provider("ui") as provider:
@@ -92,7 +92,7 @@ async def test_a_sealed_answer_whose_by_the_agent_rewrote_is_not_an_answer(
     async def replay(outcome: str) -> None:
         digest = hashlib.sha1(encode(one_question())).hexdigest()
         await redis.set(asker.keys.durable(None, "deploy-1"), old)
-        await redis.hset(
+        await redis.hset(  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
             f"{k}req:{old}", mapping={"state": "answered", "digest": digest, "request": "x", "client": "c"}
         )
         await redis.set(f"{k}ans:{old}", outcome)

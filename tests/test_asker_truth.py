@@ -312,7 +312,7 @@ async def test_keyed_asks_with_housekeeping_failover_cancellation_and_a_lost_rep
             for _ in keys:
                 card = await next_pending(provider)
                 assert not card.asker_away
-                await card.answer(pick(card.request.questions[0].options[0].label))
+                await card.answer(pick(card.request.questions[0].labels[0]))
             for key, task in tasks.items():
                 answers[key] = await asyncio.wait_for(task, 10)
         for scope in reversed(scopes):

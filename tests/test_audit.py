@@ -17,6 +17,7 @@ from typing import Any
 import fakeredis
 import pytest
 from redis.asyncio import Redis
+from redis.typing import EncodableT, FieldT
 
 from broker import Remember
 from broker.audit import AuditReport, chain_of, checkpoint, checkpoint_message, verify
@@ -44,7 +45,7 @@ async def real_run(make_broker: Any, redis: Redis) -> Any:
         overdue = asyncio.create_task(asking.ask(one_question("a", "b")))
         shown = await _next(provider)
         now_s, now_us = await redis.time()
-        await redis.hset(keys.request(shown.request_id), "deadline", now_s * 1000 + now_us // 1000 - 1)
+        await redis.hset(keys.request(shown.request_id), "deadline", now_s * 1000 + now_us // 1000 - 1)  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
         assert await expire_overdue(answering) == [shown.request_id]
         with pytest.raises(Exception, match="ASK_TIMED_OUT"):
             await asyncio.wait_for(overdue, 5)
@@ -73,7 +74,10 @@ async def rewrite(redis: Redis, stream: str, new: list[tuple[str, dict[str, str]
     """Replace the stream by ``new`` (explicit ids): what a holder of an answering user can do."""
     await redis.delete(stream)
     for entry_id, fields in new:
-        await redis.xadd(stream, fields, id=entry_id)
+        entry: dict[FieldT, EncodableT] = {
+            name: value for name, value in fields.items()
+        }  # dict is invariant: dict[str, str] is not this
+        await redis.xadd(stream, entry, id=entry_id)
 
 
 def rechained(new: list[tuple[str, dict[str, str]]], prev: str = "") -> list[tuple[str, dict[str, str]]]:

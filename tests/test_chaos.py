@@ -33,8 +33,8 @@ async def test_pending_questions_survive_a_redis_restart_with_aof(redis_factory,
                 await asyncio.sleep(1.5)  # appendfsync everysec: what is a second old is on disk
                 server.kill()
             else:
-                await asyncio.to_thread(server.process.terminate)  # type: ignore[union-attr]
-                await asyncio.to_thread(server.process.wait)  # type: ignore[union-attr]
+                await asyncio.to_thread(server.process.terminate)
+                await asyncio.to_thread(server.process.wait)
             server.start()
             # the provider reconnects, claims its backlog again and answers every question once
             for pending in list(provider.pending):

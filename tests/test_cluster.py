@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import ConnectionError
 
 from broker import Broker
 from broker.connection import redis_from_url
 from tests import test_ask, test_durable, test_provider, test_waiting_cost, test_waterfall
 from tests.cluster import RedisClusterFixture
-from tests.helpers import KEYS, next_pending, one_question, pick
+from tests.helpers import KEYS, next_pending, one_question, opened_brokers, pick
+from tests.test_connection import a_killed_read_raises
 from tests.test_durable import provider
 
 __all__ = ["provider"]  # the fixture the imported tests use (answering is conftest's)
@@ -61,21 +61,8 @@ async def redis(redis_cluster: RedisClusterFixture) -> AsyncIterator[RedisCluste
 @pytest.fixture
 async def make_broker(redis_cluster: RedisClusterFixture, namespace: str) -> AsyncIterator[Callable[..., Any]]:
     """Brokers on the cluster (the redis+cluster:// URL builds RedisCluster clients); closed at teardown."""
-    opened: list[Broker] = []
-
-    async def make(**options: Any) -> Broker:
-        options.setdefault("namespace", namespace)
-        # As in conftest: the tests run housekeeping by hand, so a provider must not run it too (it would,
-        # with no maintenance worker alive) and race them, e.g. reaping a poison entry before it is dead-lettered.
-        options.setdefault("housekeeping_every", None)
-        broker = Broker(redis_cluster.url, **options, **KEYS)
-        await broker.__aenter__()
-        opened.append(broker)
-        return broker
-
-    yield make
-    for broker in reversed(opened):
-        await broker.aclose()
+    async with opened_brokers(redis_cluster.url, namespace) as make:
+        yield make
 
 
 def namespaces_on_distinct_masters(cluster: RedisClusterFixture, count: int) -> list[str]:
@@ -151,14 +138,7 @@ async def test_a_blocking_cluster_client_never_resends_a_read(redis, redis_clust
     blocking = redis_from_url(redis_cluster.url, blocking=True)
     killer = Redis(host=node.host, port=node.port, decode_responses=True)
     try:
-        read = asyncio.create_task(blocking.execute_command("BLMPOP", 5, 1, key, "LEFT"))
-        async with asyncio.timeout(5):
-            while not any("blmpop" in c["cmd"] for c in await killer.client_list(_type="normal")):
-                await asyncio.sleep(0.02)
-        assert await killer.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 1
-        with pytest.raises(ConnectionError):
-            async with asyncio.timeout(3):
-                await read
+        await a_killed_read_raises(blocking, killer, key)
     finally:
         await blocking.aclose()
         await killer.aclose()

@@ -120,18 +120,26 @@ async def test_a_caller_cancelled_while_its_command_is_sent_is_cancelled(redis_f
         await client.aclose()
 
 
+async def a_killed_read_raises(blocking: Redis | RedisCluster, killer: Redis, key: str) -> None:
+    """A BLMPOP on ``key`` through ``blocking``, its connection killed by ``killer`` once Redis shows it blocked:
+    it raises ConnectionError. Re-sent (a client's retry on a connection error), it would block again."""
+    read = asyncio.create_task(blocking.execute_command("BLMPOP", 5, 1, key, "LEFT"))
+    async with asyncio.timeout(5):
+        while not any("blmpop" in client["cmd"] for client in await killer.client_list(_type="normal")):
+            await asyncio.sleep(0.02)
+    assert await killer.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 1
+    with pytest.raises(ConnectionError):
+        async with asyncio.timeout(3):
+            await read
+
+
 async def test_a_blocking_client_never_resends_a_read(redis_factory) -> None:
     """A blocking read broken with its connection raises: its caller must recover from durable state."""
     server = redis_factory()
     blocking = redis_from_url(server.url, blocking=True)
-    killer = redis_from_url(server.url)
+    killer = Redis.from_url(server.url, decode_responses=True)
     try:
-        read = asyncio.create_task(blocking.execute_command("BLMPOP", 5, 1, "nothing", "LEFT"))
-        await asyncio.sleep(0.2)
-        assert await killer.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 1
-        with pytest.raises(ConnectionError):
-            async with asyncio.timeout(3):
-                await read
+        await a_killed_read_raises(blocking, killer, "nothing")
     finally:
         await blocking.aclose()
         await killer.aclose()

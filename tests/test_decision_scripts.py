@@ -35,7 +35,7 @@ async def ask(
 ) -> list[Any]:
     """ask.lua as the broker calls it, with the decision lookup (no agent record: agentless unless told)."""
     k = ns.keys
-    request = dict(REQUEST, questions=[dict(REQUEST["questions"][0], id=qid)])  # type: ignore[dict-item]
+    request = dict(REQUEST, questions=[dict(REQUEST["questions"][0], id=qid)])
     found = [k.decision(FP, agent) if agent else k.decision(FP), k.decision(FP)]
     keys = [k.requests, k.request(rid), k.request(rid), k.audit, k.request(rid), k.request(rid), k.outcome(rid)]
     args = [rid, json.dumps(request), "", "", "c1", RESULT_MS, AUDIT_MAX, "", "0", "", "", "", "", "", remember]
@@ -76,11 +76,11 @@ async def test_a_fenced_provider_cannot_set_a_decision(ns: Namespace) -> None:
 
 async def test_the_holder_sets_a_decision_with_its_index_and_audit(ns: Namespace) -> None:
     await remembered(ns)
-    record = await ns.redis.hgetall(ns.keys.decision(FP))
+    record = await ns.redis.hgetall(ns.keys.decision(FP))  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
     assert (record["id"], record["selected"], record["by"], record["provider"]) == ("d1", '["yes"]', "alice", "ui")
     assert int(record["expires"]) - int(record["at"]) == 60_000
     assert 0 < await ns.redis.pttl(ns.keys.decision(FP)) <= 60_000
-    assert await ns.redis.hgetall(ns.keys.decisions) == {"d1": ns.keys.decision(FP)}
+    assert await ns.redis.hgetall(ns.keys.decisions) == {"d1": ns.keys.decision(FP)}  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
     assert await ns.redis.zscore(ns.keys.decision_expiry, "d1") == float(record["expires"])
     [event] = await ns.audit("remembered")
     assert (event["decision"], event["rid"], event["by"]) == ("d1", "r0", "alice")
@@ -91,14 +91,14 @@ async def test_remembering_again_replaces_the_old_decision_and_prunes_expired_on
     epoch = int(fence.split(":")[0])
     await ask(ns, "r1", lookup=False)  # asked as if before the decision existed
     assert (await settle_remembering(ns, fence, epoch, "r1", call="c1", decision="d2"))[0] == ["ok"]
-    assert await ns.redis.hgetall(ns.keys.decisions) == {"d2": ns.keys.decision(FP)}  # d1 replaced
+    assert await ns.redis.hgetall(ns.keys.decisions) == {"d2": ns.keys.decision(FP)}  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]; d1 replaced
     assert await ns.redis.zrange(ns.keys.decision_expiry, 0, -1) == ["d2"]
     # d2 lapses (its key expired, its score passed); the next decision set prunes it from the index
     await ns.redis.delete(ns.keys.decision(FP))
     await ns.redis.zadd(ns.keys.decision_expiry, {"d2": 1})
     await ask(ns, "r2", agent="builder", lookup=False)
     assert (await settle_remembering(ns, fence, epoch, "r2", call="c2", decision="d3", agent="builder"))[0] == ["ok"]
-    assert await ns.redis.hgetall(ns.keys.decisions) == {"d3": ns.keys.decision(FP, "builder")}
+    assert await ns.redis.hgetall(ns.keys.decisions) == {"d3": ns.keys.decision(FP, "builder")}  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
     assert await ns.redis.zrange(ns.keys.decision_expiry, 0, -1) == ["d3"]
     assert 0 < await ns.redis.pttl(ns.keys.decisions) <= 60_000
 
@@ -110,7 +110,7 @@ async def test_a_decided_ask_is_settled_in_the_script_with_the_new_ids(ns: Names
     assert reply[:2] == ["decided", '{"answer":{"answers":[{"id":"deploy-2","selected":["yes"]}]}}']
     assert reply[3] == ["d1", '["yes"]', '{"sig":"-"}']  # per question: what the asker verifies
     assert await ns.stream_ids() == before  # nothing enqueued
-    state = await ns.redis.hgetall(ns.keys.request("r1"))
+    state = await ns.redis.hgetall(ns.keys.request("r1"))  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
     assert (state["state"], state["by"]) == ("answered", "decision:d1")
     assert await ns.redis.get(ns.keys.outcome("r1")) == reply[1]
     [event] = [e for e in await ns.audit("answered") if e["rid"] == "r1"]
@@ -137,7 +137,7 @@ async def test_an_opted_out_ask_reaches_the_provider_and_its_answer_is_not_remem
     await ns.redis.delete(ns.keys.decision(FP))
     refused = (await settle_remembering(ns, fence, epoch, "r1", decision="d9"))[0]
     assert refused[:2] == ["err", "BAD_ANSWER"]
-    assert await ns.redis.hget(ns.keys.request("r1"), "state") == "pending"
+    assert await ns.redis.hget(ns.keys.request("r1"), "state") == "pending"  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
     assert not await ns.redis.exists(ns.keys.decision(FP))
 
 
@@ -164,7 +164,7 @@ async def test_revoke_forgets_the_decision_once_and_audits_who(ns: Namespace) ->
     assert list(await ns.script("decision_revoke", keys, ["d1", "bob", AUDIT_MAX])) == ["ok"]
     assert list(await ns.script("decision_revoke", keys, ["d1", "bob", AUDIT_MAX])) == ["gone"]
     assert not await ns.redis.exists(k.decision(FP))
-    assert await ns.redis.hlen(k.decisions) == 0 and await ns.redis.zcard(k.decision_expiry) == 0
+    assert await ns.redis.hlen(k.decisions) == 0 and await ns.redis.zcard(k.decision_expiry) == 0  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
     [event] = await ns.audit("forgotten")
     assert (event["decision"], event["by"]) == ("d1", "bob")
     assert (await ask(ns, "r1"))[0] == "ok"

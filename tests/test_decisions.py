@@ -32,6 +32,7 @@ from broker._keys import Keys
 from broker.errors import BAD_ANSWER, BAD_REQUEST, NO_PROVIDER
 from tests.helpers import answer, pick, trail
 from tests.redis_server import RedisServer
+from tests.workers.procs import FollowedProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(60)
@@ -47,14 +48,11 @@ def deploy(qid: str = "q1", agent: str | None = None, *, question: str = "Deploy
     return AskUserQuestionRequest(questions=(item,), agent=agent)
 
 
-class ProviderProcess:
+class ProviderProcess(FollowedProcess):
     """tests/decision_provider.py in its own process; its stdout lines collected as they come."""
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-        self.lines: list[str] = []
-        self._changed = asyncio.Event()
-        self._reader = asyncio.get_running_loop().create_task(self._read())
+        super().__init__(process, process.stdout)
 
     @classmethod
     async def start(cls, url: str, namespace: str, *, scope: str, ttl: float = 3600, label: str = "yes") -> Any:
@@ -76,13 +74,6 @@ class ProviderProcess:
         await provider.expect("HOLDING")
         return provider
 
-    async def _read(self) -> None:
-        assert self.process.stdout is not None
-        async for raw in self.process.stdout:
-            self.lines.append(raw.decode().strip())
-            self._changed.set()
-        self._changed.set()
-
     async def got_count(self, at_least: int) -> int:
         """How many requests it was given, once it said so for ``at_least`` (its stdout lags the answers)."""
         if at_least:
@@ -91,17 +82,11 @@ class ProviderProcess:
         return len(self.got())
 
     async def expect(self, prefix: str, within: float = 15.0, nth: int = 1) -> str:
-        async def scan() -> str:
-            while True:
-                found = [line for line in self.lines if line.startswith(prefix)]
-                if len(found) >= nth:
-                    return found[nth - 1]
-                if self.process.returncode is not None:
-                    raise AssertionError(f"the provider ended before {prefix!r}: {self.lines}")
-                self._changed.clear()
-                await self._changed.wait()
+        def nth_found() -> str | None:
+            found = [line for line in self.lines if line.startswith(prefix)]
+            return found[nth - 1] if len(found) >= nth else None
 
-        return await asyncio.wait_for(scan(), within)
+        return await asyncio.wait_for(self.until(nth_found, f"{prefix!r} #{nth}"), within)
 
     def got(self) -> list[str]:
         return [line.split()[1] for line in self.lines if line.startswith("GOT")]
@@ -110,7 +95,7 @@ class ProviderProcess:
         if self.process.returncode is None:
             self.process.terminate()
             await asyncio.wait_for(self.process.wait(), 10)
-        self._reader.cancel()
+        await asyncio.wait_for(self.stopped_reading(), 10)
 
 
 @pytest.fixture
@@ -177,7 +162,7 @@ def test_the_fingerprint_covers_what_the_human_decides_on_and_not_ids(change: di
 def test_remember_checks_its_scope_and_ttl() -> None:
     for bad in ({"scope": "fleet"}, {"ttl": 0}, {"ttl": 10**9}):
         with pytest.raises(UserQuestionError) as caught:
-            Remember(**bad)  # type: ignore[arg-type]
+            Remember(**bad)
         assert caught.value.code == BAD_REQUEST
 
 
@@ -300,7 +285,7 @@ async def test_a_decision_expires_and_its_index_is_pruned(make_broker: Callable[
         answering = asyncio.ensure_future(answer_next(Remember(ttl=60)))
         await broker.ask(deploy(question="Other?"), timeout=10)
         await answering
-        assert len(await redis.hkeys(keys.decisions)) == 1
+        assert len(await redis.hkeys(keys.decisions)) == 1  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
         assert await redis.zcard(keys.decision_expiry) == 1
         assert 0 < await redis.pttl(keys.decisions) <= 60_000
 

@@ -25,7 +25,7 @@ import yaml
 
 from broker.types import decode_outcome
 from tests.helpers import SIGNING_KEY
-from tests.workers.procs import Worker, env_for
+from tests.workers.procs import auto_answering, env_for, finished
 from workers.answering.auto.rules import parse_rules
 from workers.cli import build_parser
 
@@ -128,12 +128,8 @@ attested agents only, tests/workers/test_rules.py) cancel; never ship rules like
 @pytest.fixture
 async def auto(redis_server, tmp_path):
     """`qbroker auto` answering every snippet's ask (the first option; plan reviews approved) in namespace team-a."""
-    rules = tmp_path / "answer-all.toml"
-    rules.write_text(ANSWER_ALL)
-    worker = await Worker.start("auto", "--rules", str(rules), url=redis_server.url, namespace=NAMESPACE)
-    await worker.expect("holding the lease")
-    yield worker
-    await worker.stop()
+    async with auto_answering(ANSWER_ALL, tmp_path / "answer-all.toml", redis_server.url, NAMESPACE) as worker:
+        yield worker
 
 
 async def _run(argv: list[str], url: str, *, stdin: bytes | None = None, limit: float = 40, **env: str):
@@ -143,13 +139,8 @@ async def _run(argv: list[str], url: str, *, stdin: bytes | None = None, limit: 
         *argv, cwd=ROOT, env=environment, stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    try:
-        out, err = await asyncio.wait_for(process.communicate(stdin), limit)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
-    return process.returncode, out.decode(), err.decode()
+    status, out, err = await finished(process, stdin, limit)
+    return status, out.decode(), err.decode()
 
 
 @pytest.mark.slow

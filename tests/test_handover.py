@@ -43,7 +43,7 @@ async def test_a_handover_ends_the_holders_iteration_and_the_lease_goes_to_who_a
         await asyncio.gather(held, page_side, return_exceptions=True)
 
 
-async def _handed_over(terminal, page, held, holding, page_side, standing) -> None:  # type: ignore[no-untyped-def]
+async def _handed_over(terminal, page, held, holding, page_side, standing) -> None:
     await asyncio.wait_for(holding.wait(), 5)
     await asyncio.sleep(0.3)
     assert standing == ["term"]  # the page stands by behind the terminal

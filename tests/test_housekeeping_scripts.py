@@ -26,7 +26,7 @@ SCRIPTS = {name: Script(name) for name in ("reap", "expire", "standbys_prune", "
 async def run(redis: Redis, name: str, keys: list[str], args: list[Any]) -> Any:
     script = SCRIPTS[name]
     await redis.script_load(script.source)
-    return await redis.evalsha(script.sha, len(keys), *keys, *args)
+    return await redis.evalsha(script.sha, len(keys), *keys, *args)  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
 
 
 async def reap(ns: Namespace, rid: str, entry: str, client: str = "c1", *, grace_ms: int = 0) -> list[str]:

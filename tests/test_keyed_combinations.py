@@ -73,7 +73,7 @@ class Asking:
         return self.process.returncode, out.decode(), err.decode()
 
     @staticmethod
-    def selected(out: str) -> list[list[str]]:
+    def selected(out: str | bytes) -> list[list[str]]:
         return [item["selected"] for item in json.loads(out)["answers"]]
 
     async def stop(self) -> None:
@@ -147,13 +147,13 @@ async def test_keyed_asks_survive_every_fault_at_once_with_real_processes(redis_
                 async def all_shown() -> bool:
                     for asker in everyone:
                         rid = await request_of(asker)
-                        if rid is None or not await redis.hexists(keys.request(rid), "delivered"):
+                        if rid is None or not await redis.hexists(keys.request(rid), "delivered"):  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
                             return False
                     return True
 
                 await until(all_shown, 30, "every question shown to the holder")
                 rids = {asker: await request_of(asker) for asker in everyone}
-                clients = {asker: await redis.hget(keys.request(str(rids[asker])), "client") for asker in everyone}
+                clients = {asker: await redis.hget(keys.request(str(rids[asker])), "client") for asker in everyone}  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
 
                 # the askers go: killed, cancelled (detached: exit status 75) or paused, and each runs again
                 gone = (*askers, shared[0])
@@ -169,7 +169,7 @@ async def test_keyed_asks_survive_every_fault_at_once_with_real_processes(redis_
 
                 async def all_re_attached() -> bool:
                     for asker in gone:
-                        fields = await redis.hmget(keys.request(str(rids[asker])), "client", "away", "state")
+                        fields = await redis.hmget(keys.request(str(rids[asker])), ["client", "away", "state"])  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
                         if fields[0] in (None, "", clients[asker]) or fields[1] is not None or fields[2] != "pending":
                             return False
                     return True
@@ -189,7 +189,7 @@ async def test_keyed_asks_survive_every_fault_at_once_with_real_processes(redis_
                 runs = await redis.xlen(f"{keys.prefix}maintenance")
                 await asyncio.sleep(float(GRACE) + 2)
                 assert await redis.xlen(f"{keys.prefix}maintenance") > runs, "housekeeping did not run meanwhile"
-                states = {a.agent: await redis.hget(keys.request(str(rids[a])), "state") for a in everyone}
+                states = {a.agent: await redis.hget(keys.request(str(rids[a])), "state") for a in everyone}  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
                 assert set(states.values()) == {"pending"}, states  # none ended under its live asker
 
                 # the holder dies; the standby takes over, and its first settle reply is lost
@@ -225,7 +225,7 @@ async def test_keyed_asks_survive_every_fault_at_once_with_real_processes(redis_
         assert await redis.keys(f"{keys.prefix}key:*") == []  # every durable key released once received
 
         # the answers were remembered: the same question, asked anew, is answered at once without a provider
-        status, out, err = await run_qbroker(*askers[0].command(), url=master.url, namespace=namespace)
-        assert status == 0 and Asking.selected(out) == [[askers[0].token]], err
+        status, printed, stderr = await run_qbroker(*askers[0].command(), url=master.url, namespace=namespace)
+        assert status == 0 and Asking.selected(printed) == [[askers[0].token]], stderr
         decided = [f for f in await redis.xrange(keys.asklog) if f[1].get("by", "").startswith("decision:")]
         assert len(decided) == 1, decided

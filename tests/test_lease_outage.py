@@ -10,8 +10,7 @@ import pytest
 
 from broker import Broker
 from broker._keys import Keys
-from tests.helpers import KEYS, one_question, pick
-from tests.test_ask import next_pending
+from tests.helpers import KEYS, next_pending, one_question, pick
 from tests.test_failover_processes import ProviderProcess
 from tests.web.conftest import WebProcess, write_users_file
 
@@ -92,8 +91,8 @@ async def test_an_answer_given_during_the_outage_is_taken_once_the_holder_has_it
             async with asyncio.timeout(10):  # the next renewal 0.5-1 s away, the lease 4.5-5 s from lapsing
                 while not 4500 <= (left := await answering.commands.call("PTTL", answering.keys.provider)) <= 5000:
                     await asyncio.sleep(0.01)
-            await asyncio.to_thread(server.process.terminate)  # type: ignore[union-attr]
-            await asyncio.to_thread(server.process.wait)  # type: ignore[union-attr]
+            await asyncio.to_thread(server.process.terminate)
+            await asyncio.to_thread(server.process.wait)
             answered = asyncio.create_task(pending.answer(pick("no")))  # queued before the renewal
             await asyncio.sleep(left / 1000 + 0.5)
             server.start()

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from broker import UserQuestionError
+from broker import PendingRequest, UserQuestionError
 from tests.helpers import code_of, next_pending, one_question, pick
 
 
@@ -197,11 +197,11 @@ async def test_changes_names_each_withdrawn_or_changed_card_once_in_order(make_b
         provider.track_changes()
         asks = {n: asyncio.create_task(asking.ask(one_question("yes", f"no {n}"))) for n in range(3)}
         shown = [await next_pending(provider) for _ in range(3)]
-        cards = {int(card.request.questions[0].options[1].label.split()[1]): card for card in shown}
+        cards = {int(card.request.questions[0].labels[1].split()[1]): card for card in shown}
         for n in (2, 0):
             asks[n].cancel()
             await asyncio.gather(asks[n], return_exceptions=True)
-        changed: list[object] = []
+        changed: list[PendingRequest] = []
         while len(changed) < 2:
             changed += await provider.changes()
         assert changed == [cards[2], cards[0]] and all(card.is_withdrawn for card in changed)

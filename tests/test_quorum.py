@@ -292,7 +292,7 @@ def test_groups_come_from_the_users_file(tmp_path) -> None:
     path = tmp_path / "p.toml"
     path.write_text('[[policy]]\napprovals = 2\ngroups = ["sre"]\n')
     policies = load_policies(path, groups={"sre": frozenset({"alice", "bob"})})
-    assert policies.voters(policies.policies[0]) == {"alice", "bob"}
+    assert policies.voters(policies.policies[0]) == frozenset({"alice", "bob"})
 
 
 ESCALATING = """

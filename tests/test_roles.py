@@ -189,7 +189,7 @@ async def test_the_asker_may_still_read_the_lease_and_the_decisions(roles_server
     asker = client(roles_server, "asker")
     try:
         assert await asker.exists(P + "provider") == 0
-        assert await asker.hgetall(P + "decision:ns:" + "0" * 64) == {}
+        assert await asker.hgetall(P + "decision:ns:" + "0" * 64) == {}  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
         with pytest.raises(NoPermissionError):
             await asker.get(P + "web:session:abc")  # the web's keys are not even readable
     finally:

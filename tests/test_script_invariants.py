@@ -37,7 +37,7 @@ class Namespace:
     async def script(self, name: str, keys: list[str], args: list[Any]) -> Any:
         script = SCRIPTS[name]
         await self.redis.script_load(script.source)
-        return await self.redis.evalsha(script.sha, len(keys), *keys, *args)
+        return await self.redis.evalsha(script.sha, len(keys), *keys, *args)  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
 
     # -- lease
 
@@ -185,9 +185,9 @@ class Namespace:
             if kind == "string":
                 found[key] = await self.redis.get(key)
             elif kind == "hash":
-                found[key] = await self.redis.hgetall(key)
+                found[key] = await self.redis.hgetall(key)  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
             elif kind == "list":
-                found[key] = await self.redis.lrange(key, 0, -1)
+                found[key] = await self.redis.lrange(key, 0, -1)  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
             elif kind == "zset":
                 found[key] = await self.redis.zrange(key, 0, -1, withscores=True)
             elif kind == "stream":

@@ -72,11 +72,24 @@ def test_a_seal_is_bound_to_its_request(change: dict[str, str]) -> None:
 def test_a_seal_is_bound_to_its_namespace_body_and_signer() -> None:
     sealed = seal_outcomes(KEY, NS, 7, AT, seals(1))[0]
     outcome = decode_outcome(sealed)
-    assert outcome.proof is not None and outcome.signed is not None
-    common = {"request_id": "r0", "request_sha": "sha0", "agent": "builder", "client": "client-1"}
-    assert not TRUSTED.verify_outcome(namespace="team-b", body=outcome.signed, proof=outcome.proof, **common)
-    forged_body = outcome.signed.replace("0", "1")
-    assert not TRUSTED.verify_outcome(namespace=NS, body=forged_body, proof=outcome.proof, **common)
+    proof, body = outcome.proof, outcome.signed
+    assert proof is not None and body is not None
+
+    def verifies(namespace: str, body: str) -> bool:
+        return TRUSTED.verify_outcome(
+            namespace=namespace,
+            body=body,
+            proof=proof,
+            request_id="r0",
+            request_sha="sha0",
+            agent="builder",
+            client="client-1",
+        )
+
+    assert verifies(NS, body)  # the seal itself is good: what fails below fails for the one change
+    assert not verifies("team-b", body)
+    forged_body = body.replace("0", "1")
+    assert not verifies(NS, forged_body)
     stranger = seal_outcomes(SigningKey.generate(), NS, 7, AT, seals(1))[0]
     assert not verify(stranger, rid="r0", sha="sha0")  # signed, but by a key nobody trusts
 
@@ -145,7 +158,7 @@ def decision_records(
     now_ms: int = 1_000_000,
     key: SigningKey = KEY,
     label: str = "yes",
-) -> list[object]:
+) -> list[str]:
     """What ask.lua returns for the decisions settle.lua stored for ``request`` answered ``label``."""
     chosen = pick(label, request.questions[0].id)
     _, args = settle_extension(Keys(NS), request, chosen, remember, signing_key=key, now_ms=now_ms, by="alice")

@@ -79,8 +79,18 @@ def test_answer_skipped_item() -> None:
     assert result.answers[0].skipped and not result.answers[1].skipped
 
 
-_ITEM = {"id": "a", "question": "q", "detail": "d", "intent": {"kind": "diff-review", "files": ["x"]}}
-_PLAN_ITEM = {"id": "a", "question": "q", "detail": "d", "intent": {"kind": "plan-review", "approve": "Go"}}
+_ITEM: dict[str, object] = {
+    "id": "a",
+    "question": "q",
+    "detail": "d",
+    "intent": {"kind": "diff-review", "files": ["x"]},
+}
+_PLAN_ITEM: dict[str, object] = {
+    "id": "a",
+    "question": "q",
+    "detail": "d",
+    "intent": {"kind": "plan-review", "approve": "Go"},
+}
 
 
 def _wrap(type_: type, item: dict[str, object]) -> dict[str, object]:

@@ -23,8 +23,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver, PersistentDict
 
-from broker import Broker
 from broker_adapters.langgraph import run_graph
+from tests.adapters.asker_process import asker_from_env
 
 
 class Model(BaseChatModel):
@@ -91,11 +91,7 @@ async def main(directory: Path) -> None:
         checkpointer=FileSaver(directory),
     )
     config: Any = {"configurable": {"thread_id": "conversation-1"}}
-    broker = Broker(
-        os.environ["QBROKER_REDIS_URL"],
-        namespace=os.environ["QBROKER_NAMESPACE"],
-        trusted_keys=os.environ["QBROKER_TRUSTED_KEYS"],
-    )
+    broker = asker_from_env()
     async with broker, broker.agent("restart-asker") as me:
         print(json.dumps({"restarted": restarted}), flush=True)
         prompt = None if restarted else {"messages": [{"role": "user", "content": "clean up"}]}

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from agents import Agent, Model, ModelResponse, RunConfig, Runner, RunState, Usage, function_tool
+from openai.types.responses import ResponseOutputItem
 
-from broker import Broker
 from broker_adapters import openai_agents as adapter
+from tests.adapters.asker_process import asker_from_env
 from tests.adapters.scripted_model import call, text
 
 OFFLINE = RunConfig(tracing_disabled=True)
@@ -27,7 +27,9 @@ class Model_(Model):
 
     async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> ModelResponse:
         outputs = [i["output"] for i in input if isinstance(i, dict) and i.get("type") == "function_call_output"]
-        turn = [text(f"done: {outputs[-1]}")] if outputs else [call("delete_file", {"path": "build/"}, "c1")]
+        turn: list[ResponseOutputItem] = (
+            [text(f"done: {outputs[-1]}")] if outputs else [call("delete_file", {"path": "build/"}, "c1")]
+        )
         return ModelResponse(output=turn, usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
@@ -43,11 +45,7 @@ def delete_file(path: str) -> str:
 async def main(saved: Path) -> None:
     earlier = saved.read_text() if saved.exists() else None  # noqa: ASYNC240 (before the loop does anything)
     agent = Agent(name="cleaner", model=Model_(), tools=[delete_file])
-    broker = Broker(
-        os.environ["QBROKER_REDIS_URL"],
-        namespace=os.environ["QBROKER_NAMESPACE"],
-        trusted_keys=os.environ["QBROKER_TRUSTED_KEYS"],
-    )
+    broker = asker_from_env()
     async with broker, broker.agent("restart-asker") as me:
         if earlier is not None:
             state: RunState[Any] = await RunState.from_string(agent, earlier)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -23,8 +22,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from broker import Broker
 from broker_adapters import pydantic_ai as adapter
+from tests.adapters.asker_process import asker_from_env
 
 
 def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -46,11 +45,7 @@ def delete_file(path: str) -> str:
 
 async def main(saved: Path) -> None:
     earlier = saved.read_bytes() if saved.exists() else None  # noqa: ASYNC240 (before the loop does anything)
-    broker = Broker(
-        os.environ["QBROKER_REDIS_URL"],
-        namespace=os.environ["QBROKER_NAMESPACE"],
-        trusted_keys=os.environ["QBROKER_TRUSTED_KEYS"],
-    )
+    broker = asker_from_env()
     async with broker, broker.agent("restart-asker") as me:
         if earlier is not None:
             history = ModelMessagesTypeAdapter.validate_json(earlier)

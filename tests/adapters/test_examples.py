@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workers.procs import Worker, env_for, run_qbroker
+from tests.workers.procs import auto_answering, env_for, run_qbroker
 from workers.cli import build_parser
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -26,12 +26,8 @@ approve = true
 
 @pytest.fixture
 async def auto(tmp_path, redis_server, namespace):
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES)
-    worker = await Worker.start("auto", "--rules", str(rules), url=redis_server.url, namespace=namespace)
-    await worker.expect("holding the lease")
-    yield worker
-    await worker.stop()
+    async with auto_answering(RULES, tmp_path / "rules.toml", redis_server.url, namespace) as worker:
+        yield worker
 
 
 async def _run_example(name: str, url: str, namespace: str, module: str) -> str:

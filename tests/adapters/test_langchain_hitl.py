@@ -22,9 +22,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionRequest, Attachment
-from broker.housekeeping import reap_abandoned
 from broker_adapters.langgraph import run_graph
-from tests.workers.procs import start_module
+from tests.adapters.killed_asker import answered_after_a_kill, approved_with_path
 
 
 class FakeChat(GenericFakeChatModel):
@@ -246,33 +245,11 @@ async def test_a_rerun_after_the_asker_stopped_reattaches_to_the_same_card(make_
 async def test_an_approval_survives_a_killed_asking_process(make_broker, redis_server, namespace, tmp_path):
     """A process killed while its card waits; a new one continues the thread from the checkpoint on
     disk, re-attaches to that card (no second one) and runs the tool with the human's edit."""
-
-    async def asker_process() -> asyncio.subprocess.Process:
-        return await start_module(
-            "tests.adapters.langgraph_restart", str(tmp_path), url=redis_server.url, namespace=namespace
-        )
-
-    broker = await make_broker()
-    async with broker.provider("test-human") as provider:
-        seen = aiter(provider)
-        killed = await asker_process()
-        pending = await asyncio.wait_for(anext(seen), 30)
-        killed.kill()  # SIGKILL: no chance to withdraw
-        await killed.wait()
-        again = await asker_process()  # continues the thread from the file and asks the same interrupt
-        assert again.stdout is not None
-        assert json.loads(await asyncio.wait_for(again.stdout.readline(), 30)) == {"restarted": True}
-        await asyncio.sleep(1.0)
-        await reap_abandoned(broker)
-        assert [asker.request_id for asker in pending.askers] == [pending.request_id]  # re-attached, not a second card
-        (item,) = pending.request.questions
-        answer = AskUserQuestionAnswerItem(id=item.id, selected=("Approve",), edited={"path": "build/cache"})
-        await pending.answer(AskUserQuestionAnswer(answers=(answer,)), by="alice")
-        out, err = await asyncio.wait_for(again.communicate(), 30)
-        with pytest.raises(TimeoutError):  # and no second card came
-            await asyncio.wait_for(anext(seen), 0.5)
-    assert again.returncode == 0, err.decode()
-    output = json.loads(out.decode().splitlines()[-1])["output"]
+    restart, edit = "tests.adapters.langgraph_restart", approved_with_path("build/cache")
+    last = await answered_after_a_kill(
+        make_broker, redis_server.url, namespace, restart, tmp_path, {"restarted": True}, edit
+    )
+    output = last["output"]
     assert output.startswith("done: ") and output.endswith("deleted build/cache")  # the human's edit ran
 
 

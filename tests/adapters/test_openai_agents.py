@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -10,17 +9,29 @@ import pytest
 
 pytest.importorskip("agents", reason="the openai-agents extra is not installed (pip install -e '.[openai-agents]')")
 
-from agents import Agent, ApplyPatchTool, RunConfig, ShellTool, function_tool
+from agents import Agent, ApplyPatchTool, RunConfig, ShellTool, Tool, function_tool
 from openai.types.responses import ResponseFunctionShellToolCall
-from openai.types.responses.response_apply_patch_tool_call import ResponseApplyPatchToolCall
+from openai.types.responses.response_apply_patch_tool_call import OperationUpdateFile, ResponseApplyPatchToolCall
+from openai.types.responses.response_function_shell_tool_call import Action
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionRequest, PlanReviewIntent
-from broker.housekeeping import reap_abandoned
 from broker_adapters import openai_agents as adapter
+from tests.adapters.killed_asker import answered_after_a_kill, approved
 from tests.adapters.scripted_model import ScriptedModel, call, text
-from tests.workers.procs import start_module
 
 OFFLINE = RunConfig(tracing_disabled=True)
+
+
+def cleaner(model: ScriptedModel, ran: list[str]) -> Agent[Any]:
+    """An agent with one tool, delete_file, asked about before each call; ``ran`` gets each path it deleted."""
+
+    @function_tool(needs_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    return Agent(name="cleaner", model=model, tools=[delete_file])
 
 
 def _outputs(model: ScriptedModel) -> dict[str, Any]:
@@ -62,12 +73,6 @@ async def test_an_error_is_returned_to_the_model_as_its_code(agent):
 async def test_tool_approvals_route_through_the_broker(human, agent):
     ran: list[str] = []
 
-    @function_tool(needs_approval=True)
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        ran.append(path)
-        return f"deleted {path}"
-
     def respond(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
         by_id = {"c1": AskUserQuestionAnswerItem(id="c1", selected=("Approve",)),
                  "c2": AskUserQuestionAnswerItem(id="c2", selected=(), custom="keep the logs")}  # fmt: skip
@@ -77,7 +82,7 @@ async def test_tool_approvals_route_through_the_broker(human, agent):
     model = ScriptedModel(
         [call("delete_file", {"path": "build/"}, "c1"), call("delete_file", {"path": "logs/"}, "c2")], [text("done")]
     )
-    subject = Agent(name="cleaner", model=model, tools=[delete_file])
+    subject = cleaner(model, ran)
     result = await adapter.run(subject, "clean", asker=agent, run_config=OFFLINE)
     assert result.final_output == "done" and ran == ["build/"]
     (request,) = person.seen
@@ -113,11 +118,11 @@ async def test_shell_and_apply_patch_approvals_show_the_command_and_the_patch(hu
 
     shell_call = ResponseFunctionShellToolCall(
         type="shell_call", id="sh1", call_id="s1", status="completed",
-        action={"commands": ["rm -rf build", "make"], "timeout_ms": 1000, "max_output_length": 100},
+        action=Action(commands=["rm -rf build", "make"], timeout_ms=1000, max_output_length=100),
     )  # fmt: skip
     patch_call = ResponseApplyPatchToolCall(
         type="apply_patch_call", id="ap1", call_id="p1", status="completed",
-        operation={"type": "update_file", "path": "app.py", "diff": "@@\n-x = 1\n+x = 2\n"},
+        operation=OperationUpdateFile(type="update_file", path="app.py", diff="@@\n-x = 1\n+x = 2\n"),
     )  # fmt: skip
 
     def respond(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
@@ -127,7 +132,10 @@ async def test_shell_and_apply_patch_approvals_show_the_command_and_the_patch(hu
 
     person = await human(respond)
     model = ScriptedModel([shell_call, patch_call], [text("done")])
-    tools = [ShellTool(executor=executor, needs_approval=True), ApplyPatchTool(editor=Editor(), needs_approval=True)]
+    tools: list[Tool] = [
+        ShellTool(executor=executor, needs_approval=True),
+        ApplyPatchTool(editor=Editor(), needs_approval=True),
+    ]
     result = await adapter.run(Agent(name="dev", model=model, tools=tools), "build", asker=agent, run_config=OFFLINE)
     assert result.final_output == "done" and len(ran) == 1  # the shell ran, the patch did not
     shell, patch = person.seen[0].questions
@@ -140,35 +148,13 @@ async def test_shell_and_apply_patch_approvals_show_the_command_and_the_patch(hu
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 async def test_an_approval_survives_a_killed_asking_process(make_broker, redis_server, namespace, tmp_path):
+    """A process killed while its card waits; a new one restores the saved RunState, asks under the same
+    key, re-attaches to that card (no second one) and runs the approved call."""
     saved = tmp_path / "run-state.json"
-
-    async def asker_process() -> asyncio.subprocess.Process:
-        return await start_module(
-            "tests.adapters.openai_restart", str(saved), url=redis_server.url, namespace=namespace
-        )
-
-    broker = await make_broker()
-    async with broker.provider("test-human") as provider:
-        seen = aiter(provider)
-        killed = await asker_process()
-        pending = await asyncio.wait_for(anext(seen), 30)
-        assert saved.exists()
-        killed.kill()  # SIGKILL: no chance to withdraw
-        await killed.wait()
-        again = await asker_process()  # restores the RunState and asks under the same key
-        assert again.stdout is not None
-        assert json.loads(await asyncio.wait_for(again.stdout.readline(), 30)) == {"asking": ["c1"]}
-        await asyncio.sleep(1.0)
-        await reap_abandoned(broker)
-        assert [asker.request_id for asker in pending.askers] == [pending.request_id]  # re-attached, not a second card
-        await pending.answer(
-            AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id="c1", selected=("Approve",)),)), by="alice"
-        )
-        out, err = await asyncio.wait_for(again.communicate(), 30)
-        with pytest.raises(TimeoutError):  # and no second card came
-            await asyncio.wait_for(anext(seen), 0.5)
-    assert again.returncode == 0, err.decode()
-    assert json.loads(out.decode().splitlines()[-1]) == {"output": "done: deleted build/"}
+    restart = "tests.adapters.openai_restart"
+    restarted = {"asking": ["c1"]}
+    last = await answered_after_a_kill(make_broker, redis_server.url, namespace, restart, saved, restarted, approved)
+    assert last == {"output": "done: deleted build/"}
 
 
 @pytest.mark.timeout(30)
@@ -176,12 +162,6 @@ async def test_an_edited_approval_runs_the_tool_with_the_edited_arguments(human,
     """The SDK refuses a changed call under an approved id, so the edit goes back to the model as the
     rejection's message; its call with exactly the edited arguments is approved without a second card."""
     ran: list[str] = []
-
-    @function_tool(needs_approval=True)
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        ran.append(path)
-        return f"deleted {path}"
 
     def respond(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
         item = request.questions[0]
@@ -199,7 +179,7 @@ async def test_an_edited_approval_runs_the_tool_with_the_edited_arguments(human,
         [call("delete_file", {"path": "build/cache"}, "c2")],  # the model follows the message
         [text("done")],
     )
-    subject = Agent(name="cleaner", model=model, tools=[delete_file])
+    subject = cleaner(model, ran)
     result = await adapter.run(subject, "clean", asker=agent, run_config=OFFLINE)
     assert result.final_output == "done"
     assert ran == ["build/cache"]  # only the edited call ran
@@ -214,12 +194,6 @@ async def test_always_approve_is_written_back_to_the_run(human, agent):
     this run go without another card."""
     ran: list[str] = []
 
-    @function_tool(needs_approval=True)
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        ran.append(path)
-        return f"deleted {path}"
-
     def respond(request: AskUserQuestionRequest) -> AskUserQuestionAnswer:
         item = request.questions[0]
         labels = [option.label for option in item.options or ()]
@@ -232,12 +206,13 @@ async def test_always_approve_is_written_back_to_the_run(human, agent):
         [call("delete_file", {"path": "logs/"}, "c2")],  # another call of the same tool, another turn
         [text("done")],
     )
-    subject = Agent(name="cleaner", model=model, tools=[delete_file])
+    subject = cleaner(model, ran)
     result = await adapter.run(subject, "clean", asker=agent, run_config=OFFLINE)
     assert result.final_output == "done"
     assert ran == ["build/", "logs/"]
     assert len(person.seen) == 1  # the second call was not asked about
-    assert "later calls" in str((person.seen[0].questions[0].options or ())[1].description)
+    options = person.seen[0].questions[0].options
+    assert options is not None and "later calls" in str(options[1].description)
 
 
 def _edit_then_approve(edited: dict[str, Any]) -> Any:
@@ -288,12 +263,6 @@ async def test_an_approved_edit_lets_one_call_run_not_every_later_identical_one(
     """One approval, one call (invariant 14): the model's second call with the edited arguments is asked about."""
     ran: list[str] = []
 
-    @function_tool(needs_approval=True)
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        ran.append(path)
-        return f"deleted {path}"
-
     person = await human(_edit_then_approve({"path": "build/cache"}))
     model = ScriptedModel(
         [call("delete_file", {"path": "build/"}, "c1")],
@@ -301,7 +270,7 @@ async def test_an_approved_edit_lets_one_call_run_not_every_later_identical_one(
         [call("delete_file", {"path": "build/cache"}, "c3")],  # and once more: a new card
         [text("done")],
     )
-    result = await adapter.run(Agent(name="cleaner", model=model, tools=[delete_file]), "clean", asker=agent,
+    result = await adapter.run(cleaner(model, ran), "clean", asker=agent,
                                run_config=OFFLINE)  # fmt: skip
     assert result.final_output == "done" and ran == ["build/cache", "build/cache"]
     assert [q.questions[0].id for q in person.seen] == ["c1", "c3"]
@@ -313,21 +282,13 @@ async def test_the_edits_own_call_in_a_batch_takes_it_and_the_other_call_is_aske
     card does not claim to differ from an edit that got its call."""
     ran: list[str] = []
 
-    @function_tool(needs_approval=True)
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        ran.append(path)
-        return f"deleted {path}"
-
     person = await human(_edit_then_approve({"path": "build/cache"}))
     model = ScriptedModel(
         [call("delete_file", {"path": "build/"}, "c1")],
         [call("delete_file", {"path": "logs/"}, "c2"), call("delete_file", {"path": "build/cache"}, "c3")],
         [text("done")],
     )
-    result = await adapter.run(
-        Agent(name="cleaner", model=model, tools=[delete_file]), "clean", asker=agent, run_config=OFFLINE
-    )
+    result = await adapter.run(cleaner(model, ran), "clean", asker=agent, run_config=OFFLINE)
     assert result.final_output == "done" and sorted(ran) == ["build/cache", "logs/"]
     assert [q.questions[0].id for q in person.seen] == ["c1", "c2"]
     assert "Asked again" not in (person.seen[1].questions[0].detail or "")

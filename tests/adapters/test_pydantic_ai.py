@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -33,10 +32,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionRequest, PlanReviewIntent
-from broker.housekeeping import reap_abandoned
 from broker_adapters import pydantic_ai as adapter
 from broker_adapters.tool import ask_user_question_function
-from tests.workers.procs import start_module
+from tests.adapters.killed_asker import answered_after_a_kill, approved_with_path
 
 
 def _agent() -> Agent[None, str | DeferredToolRequests]:
@@ -377,31 +375,8 @@ async def test_an_approval_survives_a_killed_asking_process(make_broker, redis_s
     """A process killed while its card waits; a new one resumes from the saved message history with the
     same key, re-attaches to that card (no second one) and runs the tool with the human's answer."""
     saved = tmp_path / "messages.json"
-
-    async def asker_process() -> asyncio.subprocess.Process:
-        return await start_module(
-            "tests.adapters.pydantic_restart", str(saved), url=redis_server.url, namespace=namespace
-        )
-
-    broker = await make_broker()
-    async with broker.provider("test-human") as provider:
-        seen = aiter(provider)
-        killed = await asker_process()
-        pending = await asyncio.wait_for(anext(seen), 30)
-        assert saved.exists()
-        killed.kill()  # SIGKILL: no chance to withdraw
-        await killed.wait()
-        again = await asker_process()  # resumes from the saved history and asks under the same key
-        assert again.stdout is not None
-        assert json.loads(await asyncio.wait_for(again.stdout.readline(), 30)) == {"asking": ["c1"]}
-        await asyncio.sleep(1.0)
-        await reap_abandoned(broker)
-        assert [asker.request_id for asker in pending.askers] == [pending.request_id]  # re-attached, not a second card
-        (item,) = pending.request.questions
-        answer = AskUserQuestionAnswerItem(id=item.id, selected=("Approve",), edited={"path": "build/cache"})
-        await pending.answer(AskUserQuestionAnswer(answers=(answer,)), by="alice")
-        out, err = await asyncio.wait_for(again.communicate(), 30)
-        with pytest.raises(TimeoutError):  # and no second card came
-            await asyncio.wait_for(anext(seen), 0.5)
-    assert again.returncode == 0, err.decode()
-    assert json.loads(out.decode().splitlines()[-1]) == {"output": "done: deleted build/cache"}  # the human's edit ran
+    restart, edit = "tests.adapters.pydantic_restart", approved_with_path("build/cache")
+    last = await answered_after_a_kill(
+        make_broker, redis_server.url, namespace, restart, saved, {"asking": ["c1"]}, edit
+    )
+    assert last == {"output": "done: deleted build/cache"}  # the human's edit ran

@@ -1,17 +1,21 @@
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 
+from broker import AskUserQuestionAnswer, AskUserQuestionRequest, Broker
+from tests.helpers import KEYS
 from tests.redis_server import RedisServer, free_port
 from workers.answering.web.config import hash_password
 
@@ -82,6 +86,41 @@ class WebProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def module_web(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory, namespace: str, *extra: str
+) -> Iterator[WebProcess]:
+    """The body of a module-scoped ``web`` fixture: one web process (alice, bob and the ci-bot token) that a
+    module's tests share, stopped after the last of them."""
+    tmp = tmp_path_factory.mktemp("web")
+    users_file = write_users_file(tmp / "users.toml")
+    process = WebProcess(redis_server.url, namespace, users_file, tmp / "web.log", extra=list(extra))
+    yield process.start()
+    process.stop()
+
+
+Backlog = tuple[Broker, list[asyncio.Task[AskUserQuestionAnswer]]]
+"""the asker of a backlog, and its asks"""
+
+
+@contextlib.asynccontextmanager
+async def backlog_shown(
+    web: WebProcess, requests: list[AskUserQuestionRequest], shown: Callable[[], Awaitable[int]], within: float
+) -> AsyncIterator[Backlog]:
+    """Ask every one of ``requests`` (no deadline) and wait until ``shown()`` counts them all on the web
+    server; they are cancelled on exit."""
+    async with Broker(web.redis_url, web.namespace, **KEYS) as asker:
+        asks = [asyncio.create_task(asker.ask(request, abort=None, timeout=300)) for request in requests]
+        async with asyncio.timeout(within):
+            while await shown() < len(requests):
+                await asyncio.sleep(0.2)
+        try:
+            yield asker, asks
+        finally:
+            for task in asks:
+                task.cancel()
+            await asyncio.gather(*asks, return_exceptions=True)
 
 
 @pytest.fixture

@@ -20,10 +20,8 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, Broker, PlanReviewIntent
 from tests.helpers import KEYS
 from tests.redis_server import RedisServer
-from tests.web.conftest import PASSWORDS, WebProcess, write_users_file
-from tests.web.test_browser import CHROMIUM, CHROMIUM_ARGS, LONG_DETAIL, STEPS, write_other
-
-VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "mobile": {"width": 390, "height": 844}}
+from tests.web.conftest import WebProcess, write_users_file
+from tests.web.test_browser import CHROMIUM, CHROMIUM_ARGS, LONG_DETAIL, STEPS, VIEWPORTS, sign_in, write_other
 
 
 def options(*labels: str) -> tuple[AskUserQuestionOption, ...]:
@@ -32,13 +30,10 @@ def options(*labels: str) -> tuple[AskUserQuestionOption, ...]:
 
 async def signed_in(browser: Browser, url: str, user: str, label: str) -> Page:
     mobile = label == "mobile"
-    context = await browser.new_context(viewport=VIEWPORTS[label], is_mobile=mobile, has_touch=mobile)  # type: ignore[arg-type]
+    context = await browser.new_context(viewport=VIEWPORTS[label], is_mobile=mobile, has_touch=mobile)
     page = await context.new_page()
     await page.goto(url)
-    await page.fill("#user", user)
-    await page.fill("#password", PASSWORDS[user])
-    await page.click("#sign-in-button")
-    await expect(page.locator("#main")).to_be_visible()
+    await sign_in(page, user)
     return page
 
 

@@ -17,10 +17,20 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from msgspec.structs import replace as msgspec_replace
-from playwright.async_api import Browser, BrowserContext, Locator, Page, Route, async_playwright, expect
+from playwright.async_api import (
+    Browser,
+    BrowserContext,
+    Locator,
+    Page,
+    Route,
+    ViewportSize,
+    async_playwright,
+    expect,
+)
 from redis.asyncio import Redis
 
 from broker import (
+    Agent,
     AskUserQuestionAnswer,
     AskUserQuestionItem,
     AskUserQuestionOption,
@@ -32,7 +42,7 @@ from broker import (
 from broker._keys import Keys
 from tests.helpers import KEYS
 from tests.redis_server import RedisServer
-from tests.web.conftest import PASSWORDS, WebProcess, qbroker, write_users_file
+from tests.web.conftest import PASSWORDS, WebProcess, module_web, qbroker, write_users_file
 
 CHROMIUM = os.environ.get("QBROKER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -44,6 +54,12 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+
+VIEWPORTS: dict[str, ViewportSize] = {
+    "desktop": {"width": 1280, "height": 800},
+    "mobile": {"width": 390, "height": 844},
+}
+"""the two sizes the page is checked and shown at"""
 
 BROWSER_MARKS = [
     pytest.mark.slow,
@@ -66,12 +82,7 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def web(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebProcess]:
-    tmp = tmp_path_factory.mktemp("web")
-    process = WebProcess(
-        redis_server.url, f"browser{os.getpid()}", write_users_file(tmp / "users.toml"), tmp / "web.log"
-    )
-    yield process.start()
-    process.stop()
+    yield from module_web(redis_server, tmp_path_factory, f"browser{os.getpid()}")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -88,6 +99,14 @@ async def browser() -> AsyncIterator[Browser]:
         await browser.close()
 
 
+async def sign_in(page: Page, user: str) -> None:
+    """Sign in as ``user`` on the page's form; returns once the cards' pane shows."""
+    await page.fill("#user", user)
+    await page.fill("#password", PASSWORDS[user])
+    await page.click("#sign-in-button")
+    await expect(page.locator("#main")).to_be_visible()
+
+
 class People:
     """Browser contexts signed in as someone; closed at teardown."""
 
@@ -101,10 +120,7 @@ class People:
         page = await context.new_page()
         await page.goto(self.web.url)
         if user is not None:
-            await page.fill("#user", user)
-            await page.fill("#password", PASSWORDS[user])
-            await page.click("#sign-in-button")
-            await expect(page.locator("#main")).to_be_visible()
+            await sign_in(page, user)
         return page
 
     async def close(self) -> None:
@@ -120,7 +136,7 @@ async def people(browser: Browser, web: WebProcess) -> AsyncIterator[People]:
 
 
 def ask(
-    broker: Broker,
+    broker: Broker | Agent,
     *questions: AskUserQuestionItem,
     agent: str | None = None,
     timeout: float | None = 50,

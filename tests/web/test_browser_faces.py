@@ -62,7 +62,10 @@ async def test_the_arguments_an_approval_runs_are_shown_from_the_top_without_ask
 ) -> None:
     """Issue: the card hid the arguments until "Edit arguments…", and the editor opened scrolled to the end."""
     page = await people.page()
-    arguments = {"command": "rm -rf build/\u202e", "lines": [f"line {n} " + "x" * 60 for n in range(200)]}
+    arguments: dict[str, object] = {
+        "command": "rm -rf build/\u202e",
+        "lines": [f"line {n} " + "x" * 60 for n in range(200)],
+    }
     asked = ask(asker, _approval("Run the long call?", arguments))
     request = card(page, "Run the long call?")
     shown = request.locator("pre.edit-shown")

@@ -19,14 +19,12 @@ from broker import Broker
 from broker_adapters._approvals import ToolCall, _args_text, approval_request
 from tests.redis_server import RedisServer
 from tests.web import test_browser as shared
-from tests.web.conftest import PASSWORDS, WebProcess, write_users_file
-from tests.web.test_browser import ask, card
+from tests.web.conftest import WebProcess, write_users_file
+from tests.web.test_browser import VIEWPORTS, ask, card, sign_in
 
 web, asker, browser, screenshots = shared.web, shared.asker, shared.browser, shared.screenshots
 
 pytestmark = [*shared.BROWSER_MARKS, pytest.mark.timeout(50)]
-
-VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "mobile": {"width": 390, "height": 844}}
 
 Opener = Callable[..., Awaitable[Page]]
 
@@ -38,15 +36,12 @@ async def open_page(browser: Browser) -> AsyncIterator[Opener]:
 
     async def open_(url: str, viewport: str, user: str | None = "alice") -> Page:
         mobile = viewport == "mobile"
-        context = await browser.new_context(viewport=VIEWPORTS[viewport], is_mobile=mobile, has_touch=mobile)  # type: ignore[arg-type]
+        context = await browser.new_context(viewport=VIEWPORTS[viewport], is_mobile=mobile, has_touch=mobile)
         contexts.append(context)
         page = await context.new_page()
         await page.goto(url)
         if user is not None:
-            await page.fill("#user", user)
-            await page.fill("#password", PASSWORDS[user])
-            await page.click("#sign-in-button")
-            await expect(page.locator("#main")).to_be_visible()
+            await sign_in(page, user)
         return page
 
     yield open_

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,14 +22,10 @@ from tests.helpers import KEYS
 from tests.redis_server import RedisServer
 from tests.web import test_browser as shared
 from tests.web.conftest import PASSWORDS, WebProcess, write_users_file
-from tests.web.test_browser import CHROMIUM, People, ask, card, options, plan
+from tests.web.test_browser import People, ask, card, options, plan
 from tests.workers.procs import run_qbroker
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} missing: apt-get install chromium"),
-]
+pytestmark = shared.BROWSER_MARKS
 
 
 browser = shared.browser  # test_browser's fixture, each module its own
@@ -109,10 +104,10 @@ async def test_history_after_a_restart_and_of_a_terminal_answer_reads_the_durabl
             region = history.filter(has_text="Which region first?")
             await expect(region).to_contain_text("→ eu")
             await expect(region).to_contain_text("asked by builder-7")
-            terminal = history.filter(has_text="Rotate the keys?")
-            await expect(terminal).to_contain_text("→ Now")
-            await expect(terminal).to_contain_text("asked by ops-1 (claimed)")
-            await expect(terminal).to_contain_text("by carol@laptop")
+            rotation = history.filter(has_text="Rotate the keys?")
+            await expect(rotation).to_contain_text("→ Now")
+            await expect(rotation).to_contain_text("asked by ops-1 (claimed)")
+            await expect(rotation).to_contain_text("by carol@laptop")
     finally:
         await people.close()
         first.stop()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -27,15 +26,9 @@ from tests.helpers import KEYS
 from tests.redis_server import RedisServer
 from tests.web import test_browser as shared
 from tests.web.conftest import WebProcess
-from tests.web.test_browser import CHROMIUM
 from workers.answering.web.config import hash_password
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(45),
-    pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} missing: apt-get install chromium"),
-]
+pytestmark = [*shared.BROWSER_MARKS, pytest.mark.timeout(45)]
 
 PEOPLE = ("alice", "bob", "carol", "erin")
 POLICY = """

@@ -155,7 +155,7 @@ def test_a_settled_answer_pages_are_told_of_shows_its_labels_inert() -> None:
     """A late click's note and a removed card's note say what was answered: a label an asker wrote, made inert."""
     from workers.answering.web.settled import Settled
 
-    answer = {"answers": [{"id": "q1", "selected": ["yes\u202eon"], "custom": None}, {"id": "q2", "selected": [],
+    answer: dict[str, Any] = {"answers": [{"id": "q1", "selected": ["yes\u202eon"], "custom": None}, {"id": "q2", "selected": [],
               "custom": "x\x1b[2J"}]}  # fmt: skip
     shown = Settled("answered", "bob", answer).view()["answer"]["answers"]
     assert [(item["selected"], item["custom"]) for item in shown] == [(["yes\\u202eon"], None), ([], "x\\x1b[2J")]

@@ -41,7 +41,7 @@ def test_a_known_and_an_unknown_user_name_cost_one_scrypt_of_the_same_cost(monke
         calls.append((n, r, p))
         return real(password, salt=salt, n=n, r=r, p=p, dklen=dklen)
 
-    monkeypatch.setattr(config.hashlib, "scrypt", counting)
+    monkeypatch.setattr(hashlib, "scrypt", counting)  # the module config hashes with
     assert credentials.check_password("alice", "wrong") is False
     known, calls[:] = list(calls), []
     assert credentials.check_password("nobody", "wrong") is False

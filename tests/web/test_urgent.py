@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -20,31 +19,22 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, expect
 
-from broker import AskUserQuestionAnswer, AskUserQuestionItem, AskUserQuestionRequest, Broker
+from broker import AskUserQuestionItem, AskUserQuestionRequest, Broker
 from tests.helpers import KEYS
 from tests.redis_server import RedisServer
 from tests.web import test_browser as shared
-from tests.web.conftest import TOKEN, WebProcess, write_users_file
-from tests.web.test_browser import CHROMIUM, People, options
+from tests.web.conftest import TOKEN, Backlog, WebProcess, backlog_shown, module_web, write_users_file
+from tests.web.test_browser import People, options
 
 NORMAL = 199
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} missing: apt-get install chromium"),
-]
+pytestmark = shared.BROWSER_MARKS
 
 
 @pytest.fixture(scope="module")
 def web(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebProcess]:
-    tmp = tmp_path_factory.mktemp("web")
-    process = WebProcess(
-        redis_server.url, f"urgent{os.getpid()}", write_users_file(tmp / "users.toml"), tmp / "web.log"
-    )
-    yield process.start()
-    process.stop()
+    yield from module_web(redis_server, tmp_path_factory, f"urgent{os.getpid()}")
 
 
 def question(text: str, priority: str = "normal") -> AskUserQuestionRequest:
@@ -59,20 +49,14 @@ async def pending(web: WebProcess) -> list[dict[str, object]]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def backlog(web: WebProcess) -> AsyncIterator[tuple[Broker, list[asyncio.Task[AskUserQuestionAnswer]]]]:
+async def backlog(web: WebProcess) -> AsyncIterator[Backlog]:
     """``NORMAL`` normal questions, shown by the web server (one by one, as they were asked) before the first test."""
-    async with Broker(web.redis_url, web.namespace, **KEYS) as asker:
-        asks = [
-            asyncio.create_task(asker.ask(question(f"Normal question {n}?"), abort=None, timeout=300))
-            for n in range(NORMAL)
-        ]
-        async with asyncio.timeout(40):
-            while len(await pending(web)) < NORMAL:
-                await asyncio.sleep(0.2)
-        yield asker, asks
-        for task in asks:
-            task.cancel()
-        await asyncio.gather(*asks, return_exceptions=True)
+
+    async def shown() -> int:
+        return len(await pending(web))
+
+    async with backlog_shown(web, [question(f"Normal question {n}?") for n in range(NORMAL)], shown, 40) as asked:
+        yield asked
 
 
 browser, people = shared.browser, shared.people  # test_browser's fixtures, each module its own
@@ -80,7 +64,7 @@ browser, people = shared.browser, shared.people  # test_browser's fixtures, each
 
 @pytest.mark.timeout(90)
 async def test_an_urgent_ask_behind_the_backlog_is_the_first_card_and_the_filter_offers_it(
-    people: People, web: WebProcess, backlog: tuple[Broker, list[asyncio.Task[AskUserQuestionAnswer]]]
+    people: People, web: WebProcess, backlog: Backlog
 ) -> None:
     asker, asks = backlog
     for text, priority in (("A low question?", "low"), ("First urgent question?", "urgent")):
@@ -103,7 +87,7 @@ async def test_an_urgent_ask_behind_the_backlog_is_the_first_card_and_the_filter
 
 @pytest.mark.timeout(90)
 async def test_an_urgent_ask_while_the_page_is_open_appears_on_it(
-    people: People, web: WebProcess, backlog: tuple[Broker, list[asyncio.Task[AskUserQuestionAnswer]]]
+    people: People, web: WebProcess, backlog: Backlog
 ) -> None:
     """The window is full of older cards; an urgent one asked now is sent to the open page, ahead of them all."""
     asker, asks = backlog
@@ -121,7 +105,7 @@ async def test_an_urgent_ask_while_the_page_is_open_appears_on_it(
 
 @pytest.mark.timeout(90)
 async def test_a_normal_ask_placed_before_a_page_that_fetched_on_into_the_low_ones_still_reaches_it(
-    people: People, web: WebProcess, backlog: tuple[Broker, list[asyncio.Task[AskUserQuestionAnswer]]]
+    people: People, web: WebProcess, backlog: Backlog
 ) -> None:
     """The page fetched every card (its cursor among the low ones, past the normal ones its stream sent): a normal
     question asked now is placed before that cursor, so "show more" would never bring it; the page fetches it."""
@@ -199,7 +183,7 @@ requestAnimationFrame(look);
 
 @pytest.mark.timeout(90)
 async def test_the_first_screenful_is_painted_before_the_rest_of_the_window_is_built(
-    people: People, web: WebProcess, backlog: tuple[Broker, list[asyncio.Task[AskUserQuestionAnswer]]]
+    people: People, web: WebProcess, backlog: Backlog
 ) -> None:
     """The issue's "the first card with 10 000 pending takes 1.0-1.15 s to paint": the page built all 100 cards of
     its window before the first frame. It paints the first 10 (about a screenful), then adds the rest, in order."""

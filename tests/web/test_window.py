@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,44 +18,25 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, Page, expect
 
-from broker import AskUserQuestionAnswer, AskUserQuestionItem, AskUserQuestionRequest, Broker
-from tests.helpers import KEYS
+from broker import AskUserQuestionItem, AskUserQuestionRequest
 from tests.redis_server import RedisServer
 from tests.web import test_browser as shared
-from tests.web.conftest import TOKEN, WebProcess, write_users_file
-from tests.web.test_browser import AXE, CHROMIUM, People, axe_violations, options
+from tests.web.conftest import TOKEN, Backlog, WebProcess, backlog_shown, module_web
+from tests.web.test_browser import AXE, People, axe_violations, options
 
 WINDOW = 10
 PENDING = 1000
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} missing: apt-get install chromium"),
-]
+pytestmark = shared.BROWSER_MARKS
 
 
 @pytest.fixture(scope="module")
 def web(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebProcess]:
-    tmp = tmp_path_factory.mktemp("web")
-    process = WebProcess(
-        redis_server.url,
-        f"window{os.getpid()}",
-        write_users_file(tmp / "users.toml"),
-        tmp / "web.log",
-        extra=["--page-window", str(WINDOW)],
-    )
-    yield process.start()
-    process.stop()
+    yield from module_web(redis_server, tmp_path_factory, f"window{os.getpid()}", "--page-window", str(WINDOW))
 
 
-@pytest.fixture(scope="module")
-def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    where = os.environ.get("QBROKER_SCREENSHOTS")
-    path = Path(where) if where else tmp_path_factory.mktemp("screenshots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+screenshots = shared.screenshots  # test_browser's fixture, each module its own
 
 
 def question(n: int) -> AskUserQuestionRequest:
@@ -65,17 +45,15 @@ def question(n: int) -> AskUserQuestionRequest:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def backlog(web: WebProcess) -> AsyncIterator[tuple[Broker, list[asyncio.Task[AskUserQuestionAnswer]]]]:
+async def backlog(web: WebProcess) -> AsyncIterator[Backlog]:
     """``PENDING`` questions, all shown by the web server before the first test."""
-    async with Broker(web.redis_url, web.namespace, **KEYS) as asker:
-        asks = [asyncio.create_task(asker.ask(question(n), abort=None, timeout=300)) for n in range(PENDING)]
-        async with httpx.AsyncClient(base_url=web.url, headers=BEARER) as client, asyncio.timeout(60):
-            while len(await all_ids(client)) < PENDING:
-                await asyncio.sleep(0.2)
-        yield asker, asks
-        for task in asks:
-            task.cancel()
-        await asyncio.gather(*asks, return_exceptions=True)
+    async with httpx.AsyncClient(base_url=web.url, headers=BEARER) as client:
+
+        async def shown() -> int:
+            return len(await all_ids(client))
+
+        async with backlog_shown(web, [question(n) for n in range(PENDING)], shown, 60) as asked:
+            yield asked
 
 
 browser, people = shared.browser, shared.people  # test_browser's fixtures, each module its own

@@ -14,7 +14,7 @@ import pytest
 from broker import ERROR_CODES, AskUserQuestionRequest, UserQuestionError
 from broker.types import decode_answer
 from tests.helpers import answer
-from tests.workers.procs import env_for, run_qbroker
+from tests.workers.procs import delivered_to, env_for, run_qbroker
 from workers.exits import EXIT_STATUS
 
 
@@ -30,12 +30,7 @@ async def _ask_answered_by(make_broker, redis_server, namespace, respond, *args,
     provider_broker = await make_broker()
     async with provider_broker.provider("test-provider") as provider:
         asking = asyncio.create_task(run_qbroker("ask", *args, url=redis_server.url, namespace=namespace, stdin=stdin))
-        delivery = asyncio.ensure_future(anext(aiter(provider)))
-        await asyncio.wait({asking, delivery}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
-        if not delivery.done():
-            delivery.cancel()
-            raise AssertionError(f"not delivered; the asker ended with {asking.result() if asking.done() else None}")
-        pending = delivery.result()
+        pending = await delivered_to(provider, asking, "the asker")
         seen = pending.request
         await respond(pending)
         status, out, err = await asyncio.wait_for(asking, 15)

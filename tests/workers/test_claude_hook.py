@@ -20,7 +20,7 @@ import pytest
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, PlanReviewIntent, Remember
 from broker.housekeeping import reap_abandoned
-from tests.workers.procs import env_for, run_qbroker
+from tests.workers.procs import delivered_to, env_for, run_qbroker
 from workers.redis_server import free_port
 
 COMMON = {
@@ -57,7 +57,7 @@ MCP = {
     "tool_input": {"title": "Bug", "body": "It `breaks`"},
 }
 # PreToolUse: AskUserQuestion and ExitPlanMode, answered through updatedInput.
-QUESTIONS = {
+QUESTIONS: dict[str, Any] = {
     **COMMON,
     "hook_event_name": "PreToolUse",
     "tool_name": "AskUserQuestion",
@@ -116,12 +116,7 @@ async def _hook_answered_by(make_broker, redis_server, namespace, payload, respo
                 "claude-hook", *args, url=redis_server.url, namespace=namespace, stdin=json.dumps(payload).encode()
             )
         )
-        delivery = asyncio.ensure_future(anext(aiter(provider)))
-        await asyncio.wait({hooking, delivery}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
-        if not delivery.done():
-            delivery.cancel()
-            raise AssertionError(f"not delivered; the hook ended with {hooking.result() if hooking.done() else None}")
-        pending = delivery.result()
+        pending = await delivered_to(provider, hooking, "the hook")
         await respond(pending)
         status, out, err = await asyncio.wait_for(hooking, 15)
     assert status == 0, err
@@ -896,8 +891,8 @@ async def test_row_3_an_approval_replayed_with_the_askers_user_does_not_allow_a_
         hook = await _start_hook(asker_url, NS, first, "--timeout", "3")
         pending = await asyncio.wait_for(anext(aiter(provider)), 15)
         rid = pending.request_id
-        await attacker.hset(f"{P}req:{rid}", "away", "1")  # no notice: the sealed outcome stays for the taking
-        kept = await attacker.hgetall(f"{P}req:{rid}")
+        await attacker.hset(f"{P}req:{rid}", "away", "1")  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]; no notice: the sealed outcome stays for the taking
+        kept = await attacker.hgetall(f"{P}req:{rid}")  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
         await pending.answer(pick("permission", "Allow"), by="alice")
         genuine = await attacker.get(f"{P}ans:{rid}")
         assert genuine is not None  # the attack's first step lands
@@ -913,8 +908,8 @@ async def test_row_3_an_approval_replayed_with_the_askers_user_does_not_allow_a_
         for key in (f"call-{digest}", "tool-toolu_01FIRST", "tool-toolu_01SECOND"):
             await attacker.set(keys.durable(pending.request.agent, key), rid)
         await attacker.delete(f"{P}req:{rid}")
-        await attacker.hset(f"{P}req:{rid}", mapping={**kept, "state": "answered"})
-        await attacker.hdel(f"{P}req:{rid}", "away")
+        await attacker.hset(f"{P}req:{rid}", mapping={**kept, "state": "answered"})  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
+        await attacker.hdel(f"{P}req:{rid}", "away")  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
         await attacker.set(f"{P}ans:{rid}", genuine)
         status, out, err = await _run_hook_at(asker_url.url, NS, later, "--timeout", "3")
     assert status == 0, err

@@ -18,8 +18,8 @@ import pytest
 from broker import Broker
 from tests.helpers import pick
 from tests.redis_server import RedisServer
-from tests.workers.procs import Worker
-from tests.workers.test_gateway import answering, finish, start_agent, start_gateway
+from tests.workers.procs import Worker, finished
+from tests.workers.test_gateway import answering, start_agent, start_gateway
 from workers.asking.gateway.tokens import new_token
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(45)]
@@ -52,7 +52,7 @@ async def test_an_ask_at_a_gateway_that_is_not_there_ends_coded_and_in_words(tmp
     asking = await start_agent(
         *ASK, "--timeout", "1.5", gateway=f"unix:{socket}", token=new_token(tokens_file, "ci-bot")
     )
-    status, out, err = await finish(asking)
+    status, out, err = await finished(asking)
     error = json.loads(err)
     assert (status, out, error["code"]) == (3, b"", "BROKER_UNAVAILABLE")
     assert str(socket) in error["message"] and "No such file or directory" in error["message"], error
@@ -74,7 +74,7 @@ async def test_an_ask_started_while_the_gateway_is_down_is_answered_once_it_is_u
         assert asking.returncode is None
         gateway, _ = await gateway_on(redis_server, namespace, tokens_file, socket)
         try:
-            status, out, err = await finish(asking)
+            status, out, err = await finished(asking)
         finally:
             assert await gateway.stop() == 0
     assert status == 0, err
@@ -100,7 +100,7 @@ async def test_a_keyed_ask_waiting_through_a_killed_gateway_is_answered_by_its_r
         try:
             await asyncio.sleep(1.0)  # the agent re-attaches through the new gateway
             await pending.answer(pick("yes"), by="tester")
-            status, out, err = await finish(asking)
+            status, out, err = await finished(asking)
         finally:
             assert await second.stop() == 0
     assert status == 0, err
@@ -124,7 +124,7 @@ async def test_an_unkeyed_ask_whose_gateway_restarted_ends_coded_and_says_to_ask
         # its unkeyed asks die with it (withdrawn once its liveness lapses)
         second = await killed_and_started_again(first, redis_server, namespace, path, socket)
         try:
-            status, out, err = await finish(asking)
+            status, out, err = await finished(asking)
         finally:
             assert await second.stop() == 0
     error = json.loads(err)

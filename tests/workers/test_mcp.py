@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from broker import (
     UserQuestionError,
 )
 from broker.types import convert_request
-from tests.helpers import KEYS, SIGNING_KEY, pick
+from tests.helpers import KEYS, SIGNING_KEY, pick, serving
 from tests.redis_server import RedisServer
 from workers.asking.mcp.tool import OUTPUT_SCHEMA, parse_arguments
 
@@ -73,25 +74,9 @@ async def mcp_client(
         yield session
 
 
-@contextlib.asynccontextmanager
-async def provider(broker: Broker, policy: Policy | None) -> AsyncIterator[asyncio.Queue[PendingRequest]]:
+def provider(broker: Broker, policy: Policy | None) -> AbstractAsyncContextManager[asyncio.Queue[PendingRequest]]:
     """An automatic provider: every delivered request is queued, then handed to ``policy``."""
-    seen: asyncio.Queue[PendingRequest] = asyncio.Queue()
-    async with broker.provider("test-auto") as held:
-
-        async def serve() -> None:
-            async for pending in held:
-                seen.put_nowait(pending)
-                if policy is not None:
-                    await policy(pending)
-
-        task = asyncio.create_task(serve())
-        try:
-            yield seen
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    return serving(broker, "test-auto", policy)
 
 
 async def pick_first(pending: PendingRequest) -> None:
@@ -335,19 +320,8 @@ async def test_client_going_away_withdraws_the_question(
 async def test_streamable_http_transport(
     redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "workers.asking.mcp.command", "--transport", "http", "--port", str(port)),
-        *("--redis-url", redis_server.url, "--namespace", namespace),
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "QBROKER_LOG_LEVEL": "INFO"},
-    )
+    process, port = await _start_http(redis_server, namespace)
     try:
-        assert process.stderr is not None
-        while b"Uvicorn running on" not in (line := await asyncio.wait_for(process.stderr.readline(), 20)):
-            assert line, "the server exited before listening"
         broker = await make_broker()
         async with (
             provider(broker, pick_first),

@@ -99,7 +99,8 @@ def _descendants(root: int) -> set[int]:
         if entry.name.isdigit():
             with contextlib.suppress(OSError, IndexError, ValueError):
                 parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    found, frontier = set(), {root}
+    found: set[int] = set()
+    frontier = {root}
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
         found |= frontier

@@ -67,7 +67,7 @@ async def _ask_and_die(server: RedisServer, namespace: str, redis: Redis) -> tup
         async with asyncio.timeout(10):
             while True:
                 rids = [f["rid"] for _, f in await redis.xrange(keys.requests) if f.get("kind") == "ask"]
-                rows = [await redis.hmget(keys.request(rid), "delivered", "key") for rid in rids]
+                rows = [await redis.hmget(keys.request(rid), ["delivered", "key"]) for rid in rids]  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
                 if len(rids) == 2 and all(delivered for delivered, _ in rows):
                     break
                 await asyncio.sleep(0.05)
@@ -80,7 +80,7 @@ async def _ask_and_die(server: RedisServer, namespace: str, redis: Redis) -> tup
 
 
 async def _state(redis: Redis, keys: Keys, rid: str) -> str | None:
-    state: str | None = await redis.hget(keys.request(rid), "state")
+    state: str | None = await redis.hget(keys.request(rid), "state")  # type: ignore[misc]  # redis-py types async replies as T | Awaitable[T]
     return state
 
 
