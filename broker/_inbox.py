@@ -31,10 +31,10 @@ from collections.abc import Callable
 from redis.asyncio import Redis, RedisCluster
 
 from . import _scripts as scripts
-from ._backoff import Backoff
 from ._commands import Commands
 from ._keys import TOMBSTONE_MS, Keys
 from ._redis_errors import is_transient
+from .backoff import Backoff
 from .errors import ASK_TIMED_OUT, BROKER_UNAVAILABLE, UserQuestionError
 
 __all__ = ["Inbox"]

@@ -29,7 +29,6 @@ from redis.exceptions import RedisError, ResponseError
 
 from . import _scripts as scripts
 from . import audit
-from ._backoff import Backoff
 from ._commands import Commands
 from ._ids import UniqueIds
 from ._keys import GROUP, Keys
@@ -37,6 +36,7 @@ from ._members import Members
 from ._redis_errors import is_transient, unavailable
 from ._schedule import Lineup, Schedule, request_fingerprint
 from ._scripts import Delivering, Refusal, Reply, Settlement
+from .backoff import Backoff
 from .decisions import Remember, check_remember, settle_extension, why_not_rememberable
 from .errors import (
     ASK_CANCELLED,

@@ -25,9 +25,9 @@ import aiohttp
 import msgspec
 
 from broker import AskUserQuestionAnswer, AskUserQuestionRequest, UserQuestionError
+from broker.backoff import Backoff
 from broker.errors import ASK_ABORTED, BAD_REQUEST, BROKER_UNAVAILABLE, UNKNOWN_ASK, ErrorPayload
 from broker.types import convert_answer
-from workers._redis import Backoff
 
 __all__ = ["GatewayClient"]
 
