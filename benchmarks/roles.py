@@ -128,7 +128,7 @@ def without_signatures() -> None:
         return True
 
     broker.provider.seal_outcomes = bare  # type: ignore[assignment]
-    broker._ask._Ask.accepts = accept  # type: ignore[method-assign]
+    broker._ask.Ask.accepts = accept  # type: ignore[method-assign]
 
 
 async def broker_provider(args: argparse.Namespace) -> None:

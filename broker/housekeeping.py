@@ -1,6 +1,6 @@
 """Maintenance of a namespace: what a long-running broker needs done when nobody asks.
 
-Each function takes an open :class:`~broker.Broker` and is idempotent: every check-then-act
+Each function takes an open :class:`~broker.Broker` (a :class:`Namespace`) and is idempotent: every check-then-act
 is one script (``reap.lua``, ``expire.lua``, ``standbys_prune.lua``), so several maintenance
 workers may run them at once, and a run interrupted half way is simply run again.
 
@@ -16,20 +16,22 @@ import logging
 import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from . import _scripts as scripts
-from ._keys import GROUP
+from ._commands import Commands
+from ._keys import GROUP, Keys
+from .settings import BrokerSettings
 from .types import decode_request
 
 if TYPE_CHECKING:
-    from .broker import Broker
     from .provider import Provider
 
 __all__ = [
     "HousekeepingReport",
+    "Namespace",
     "PendingInfo",
     "claim_run",
     "Settled",
@@ -55,6 +57,18 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+class Namespace(Protocol):
+    """What housekeeping needs of an open ``Broker``: its commands, keys and settings."""
+
+    @property
+    def commands(self) -> Commands: ...
+    @property
+    def keys(self) -> Keys: ...
+    @property
+    def settings(self) -> BrokerSettings: ...
+
 
 _PAGE = 256
 _JUDGED = ("state", "client", "agent", "agent_fp", "away", "deadline")
@@ -118,7 +132,7 @@ class HousekeepingReport:
         }
 
 
-async def _ask_entries(broker: Broker) -> AsyncIterator[list[tuple[str, dict[str, str]]]]:
+async def _ask_entries(broker: Namespace) -> AsyncIterator[list[tuple[str, dict[str, str]]]]:
     """Pages of the stream's ``ask`` entries, oldest first: (entry id, fields)."""
     start = "-"
     while True:
@@ -143,7 +157,7 @@ def _asks_of(page: Any) -> list[tuple[str, dict[str, str]]]:
     return asks
 
 
-async def reap_abandoned(broker: Broker, away: list[str] | None = None) -> tuple[list[str], int]:
+async def reap_abandoned(broker: Namespace, away: list[str] | None = None) -> tuple[list[str], int]:
     """Withdraw requests whose asker is gone; returns (withdrawn request ids, stale entries removed).
 
     The asker is gone when its agent record expired (or another instance took the id) or its
@@ -161,10 +175,10 @@ async def reap_abandoned(broker: Broker, away: list[str] | None = None) -> tuple
     return report.withdrawn, report.stale_entries
 
 
-async def _reap(broker: Broker, asks: list[tuple[str, dict[str, str]]], report: HousekeepingReport) -> None:
+async def _reap(broker: Namespace, asks: list[tuple[str, dict[str, str]]], report: HousekeepingReport) -> None:
     """Judge each of ``asks`` by ``reap.lua``; what it did goes into ``report``."""
     keys = broker.keys
-    settings = broker._provider_settings
+    settings = broker.settings
 
     async def reap(entry_id: str, fields: dict[str, str]) -> scripts.Reply:
         rid, agent = fields["rid"], fields.get("agent", "")
@@ -209,7 +223,7 @@ async def _reap(broker: Broker, asks: list[tuple[str, dict[str, str]]], report: 
             report.away.append(fields["rid"])
 
 
-async def end_away(broker: Broker) -> list[str]:
+async def end_away(broker: Namespace) -> list[str]:
     """End keyed requests whose asker stayed away past its detach grace; returns their ids."""
     keys = broker.keys
     now_ms = await redis_time_ms(broker)
@@ -232,7 +246,7 @@ async def end_away(broker: Broker) -> list[str]:
                     durable=keys.durable(agent or None, key) if key else None,
                     rid=rid,
                     group=GROUP,
-                    audit_max=broker._provider_settings.audit_maxlen,
+                    audit_max=broker.settings.audit_maxlen,
                 )
                 for rid, (agent, key) in zip(due, named, strict=True)
             )
@@ -245,7 +259,7 @@ async def end_away(broker: Broker) -> list[str]:
             return ended
 
 
-async def expire_overdue(broker: Broker) -> list[str]:
+async def expire_overdue(broker: Namespace) -> list[str]:
     """Settle requests past their deadline with ``ASK_TIMED_OUT``; returns their ids."""
     report = HousekeepingReport()
     async for asks in _ask_entries(broker):
@@ -253,10 +267,10 @@ async def expire_overdue(broker: Broker) -> list[str]:
     return report.expired
 
 
-async def _expire(broker: Broker, asks: list[dict[str, str]], report: HousekeepingReport) -> None:
+async def _expire(broker: Namespace, asks: list[dict[str, str]], report: HousekeepingReport) -> None:
     """Judge each of ``asks`` (stream entry fields) by ``expire.lua``; the ids it expired go into ``report``."""
     keys = broker.keys
-    settings = broker._provider_settings
+    settings = broker.settings
 
     async def expire(fields: dict[str, str]) -> scripts.Reply:
         rid = fields["rid"]
@@ -292,7 +306,7 @@ async def _expire(broker: Broker, asks: list[dict[str, str]], report: Housekeepi
             _log_end(broker, "expired", fields, "its deadline passed")
 
 
-def _log_end(broker: Broker, done: str, fields: dict[str, str], why: str) -> None:
+def _log_end(broker: Namespace, done: str, fields: dict[str, str], why: str) -> None:
     agent = fields.get("agent") or "-"
     log.info("%s request %s of agent %s in %s: %s", done, fields["rid"], agent, broker.keys.namespace, why)
 
@@ -308,7 +322,7 @@ def slice_size(length: int, every: float) -> int:
     return max(SLICE_FLOOR, math.ceil(length * every / PASS_SECONDS))
 
 
-async def housekeep_slice(broker: Broker, every: float, report: HousekeepingReport) -> bool:
+async def housekeep_slice(broker: Namespace, every: float, report: HousekeepingReport) -> bool:
     """One round of a paced pass over the unsettled requests, for rounds ``every`` seconds apart; True: a pass ended.
 
     Reaping and expiring every request each round cost O(pending) commands a round (20 700 a second at
@@ -337,7 +351,7 @@ async def housekeep_slice(broker: Broker, every: float, report: HousekeepingRepo
     return len(page) < size
 
 
-async def _judge(broker: Broker, asks: list[tuple[str, dict[str, str]]], report: HousekeepingReport) -> None:
+async def _judge(broker: Namespace, asks: list[tuple[str, dict[str, str]]], report: HousekeepingReport) -> None:
     """Reap and expire those of ``asks`` that may need it, by the same reading of the asker's liveness as reap.lua."""
     keys = broker.keys
     now_ms, *rows = await asyncio.gather(
@@ -372,30 +386,30 @@ async def _judge(broker: Broker, asks: list[tuple[str, dict[str, str]]], report:
         await _expire(broker, to_expire, report)
 
 
-async def trim_audit(broker: Broker, maxlen: int | None = None) -> int:
+async def trim_audit(broker: Namespace, maxlen: int | None = None) -> int:
     """Cap the audit stream and the askers' log exactly at ``maxlen`` (the broker's ``audit_maxlen`` by default).
 
     Not the audit's human record: each decision's own append caps it (at most a stream node over), and that is
     its only trim, so that ``verify`` can tell a decision deleted from its start (broker/audit.py)."""
-    limit = broker._provider_settings.audit_maxlen if maxlen is None else maxlen
+    limit = broker.settings.audit_maxlen if maxlen is None else maxlen
     trimmed = 0
     for stream in (broker.keys.audit, broker.keys.asklog):
         trimmed += int(await broker.commands.call("XTRIM", stream, "MAXLEN", limit))
     return trimmed
 
 
-async def drop_stale_standbys(broker: Broker) -> int:
+async def drop_stale_standbys(broker: Namespace) -> int:
     """Remove standby registrations that were not refreshed in time; returns how many."""
     return await scripts.standbys_prune(broker.commands, standbys=broker.keys.standbys)
 
 
-async def dead_letter_count(broker: Broker) -> int:
+async def dead_letter_count(broker: Namespace) -> int:
     """How many poison entries the dead-letter stream holds."""
     count: int = await broker.commands.call("XLEN", broker.keys.dead)
     return count
 
 
-async def lease_holder(broker: Broker) -> str | None:
+async def lease_holder(broker: Namespace) -> str | None:
     """The name of the provider that holds the namespace's lease, or None."""
     value: str | None = await broker.commands.call("GET", broker.keys.provider)
     if value is None:
@@ -404,13 +418,13 @@ async def lease_holder(broker: Broker) -> str | None:
     return parts[2] if len(parts) == 3 else value
 
 
-async def redis_time_ms(broker: Broker) -> int:
+async def redis_time_ms(broker: Namespace) -> int:
     """Now, unix ms, by the Redis clock (the clock every ``created`` and deadline is judged by)."""
     seconds, micros = await broker.commands.call("TIME")
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-async def pending_requests(broker: Broker) -> list[PendingInfo]:
+async def pending_requests(broker: Namespace) -> list[PendingInfo]:
     """Every unsettled request of the namespace, oldest first."""
     keys = broker.keys
     found: list[PendingInfo] = []
@@ -444,7 +458,7 @@ async def pending_requests(broker: Broker) -> list[PendingInfo]:
     return found
 
 
-async def claim_run(broker: Broker, job: str, slot: str, *, worker: str, ttl: float) -> bool:
+async def claim_run(broker: Namespace, job: str, slot: str, *, worker: str, ttl: float) -> bool:
     """Claim scheduled run ``slot`` of ``job`` for this worker; False when another claimed it.
 
     The claim is a short lock that is never released, only lapses: of several workers that
@@ -455,13 +469,13 @@ async def claim_run(broker: Broker, job: str, slot: str, *, worker: str, ttl: fl
     return bool(claimed)
 
 
-def runs_key(broker: Broker) -> str:
+def runs_key(broker: Namespace) -> str:
     """The capped stream of maintenance run reports (kept apart from the audit stream)."""
     return f"{broker.keys.prefix}maintenance"
 
 
 async def record_run(
-    broker: Broker, job: str, slot: str, *, worker: str, fields: dict[str, str], maxlen: int = 1000
+    broker: Namespace, job: str, slot: str, *, worker: str, fields: dict[str, str], maxlen: int = 1000
 ) -> None:
     """Append what a maintenance run did, and which worker did it, to :func:`runs_key`."""
     await broker.commands.call(
@@ -481,13 +495,13 @@ async def record_run(
     )
 
 
-async def mark_notified(broker: Broker, request_id: str, level: str, *, ttl: float) -> bool:
+async def mark_notified(broker: Namespace, request_id: str, level: str, *, ttl: float) -> bool:
     """Mark that ``request_id`` was notified at ``level``; False when it already was (dedup)."""
     key = f"{broker.keys.prefix}notified:{request_id}:{level}"
     return bool(await broker.commands.call("SET", key, "1", "NX", "PX", max(1, int(ttl * 1000))))
 
 
-async def unmark_notified(broker: Broker, request_id: str, level: str) -> None:
+async def unmark_notified(broker: Namespace, request_id: str, level: str) -> None:
     """Undo :func:`mark_notified` (the notification could not be queued)."""
     await broker.commands.call("DEL", f"{broker.keys.prefix}notified:{request_id}:{level}")
 
@@ -504,7 +518,7 @@ class Settled:
     """from ask to this end, by the Redis clock; None when the ask was not seen"""
 
 
-async def digest_audit(broker: Broker, *, batch: int = 1000, pages: int = 10) -> list[Settled] | None:
+async def digest_audit(broker: Namespace, *, batch: int = 1000, pages: int = 10) -> list[Settled] | None:
     """The requests that ended since the last digest, each reported to exactly one caller.
 
     Read from the askers' log (asks, and the ends askers bring about: withdrawals, decisions),
@@ -522,12 +536,14 @@ async def digest_audit(broker: Broker, *, batch: int = 1000, pages: int = 10) ->
             raced = True
         else:
             ended += found
-    horizon = await redis_time_ms(broker) - int(broker.request_ttl * 1000)
+    horizon = await redis_time_ms(broker) - int(broker.settings.request_ttl * 1000)
     await broker.commands.call("ZREMRANGEBYSCORE", f"{keys.prefix}maint:asked", "-inf", horizon)
     return None if raced and not ended else ended
 
 
-async def _digest_stream(broker: Broker, stream: str, cursor_key: str, batch: int, pages: int) -> list[Settled] | None:
+async def _digest_stream(
+    broker: Namespace, stream: str, cursor_key: str, batch: int, pages: int
+) -> list[Settled] | None:
     asked_key = f"{broker.keys.prefix}maint:asked"
     ended: list[Settled] = []
     for _ in range(pages):
@@ -570,7 +586,7 @@ async def _digest_stream(broker: Broker, stream: str, cursor_key: str, batch: in
 
 
 async def run_housekeeping(
-    broker: Broker, *, audit_maxlen: int | None = None, every: float | None = None
+    broker: Namespace, *, audit_maxlen: int | None = None, every: float | None = None
 ) -> HousekeepingReport:
     """Every housekeeping step once, in order; returns what was done.
 
@@ -596,17 +612,17 @@ async def run_housekeeping(
     return report
 
 
-async def mark_worker_alive(broker: Broker, worker: str, *, ttl: float) -> None:
+async def mark_worker_alive(broker: Namespace, worker: str, *, ttl: float) -> None:
     """Say that maintenance worker ``worker`` runs housekeeping, for ``ttl`` seconds (refreshed each run)."""
     await broker.commands.call("SET", broker.keys.worker_alive, worker, "PX", max(1, int(ttl * 1000)))
 
 
-async def worker_alive(broker: Broker) -> bool:
+async def worker_alive(broker: Namespace) -> bool:
     """Whether some maintenance worker ran within its few last intervals (:func:`mark_worker_alive`)."""
     return bool(await broker.commands.call("EXISTS", broker.keys.worker_alive))
 
 
-async def housekeep_while_unattended(broker: Broker, provider: Provider, every: float) -> None:
+async def housekeep_while_unattended(broker: Namespace, provider: Provider, every: float) -> None:
     """While ``provider`` holds the lease and no maintenance worker is alive, reap, expire and end away asks.
 
     Without it a killed asker's question looked live on the page for ever, and no away grace ended, unless
@@ -631,7 +647,7 @@ async def housekeep_while_unattended(broker: Broker, provider: Provider, every: 
         await asyncio.sleep(every)
 
 
-async def _housekeep(broker: Broker, provider: Provider, every: float) -> None:
+async def _housekeep(broker: Namespace, provider: Provider, every: float) -> None:
     report = HousekeepingReport()
     await housekeep_slice(broker, every, report)
     report.away_ended = await end_away(broker)
