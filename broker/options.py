@@ -37,7 +37,7 @@ class AskOptions(TypedDict, total=False):
     """False: never presented together with identical pending requests of other askers"""
 
 
-_NAMES = frozenset(AskOptions.__annotations__)
+_NAMES = AskOptions.__optional_keys__
 _KEY = re.compile(r"^[^\x00-\x20\x7f]{1,200}$")
 
 
