@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Coroutine
 from typing import Any, Literal
 
 import msgspec
@@ -42,6 +41,8 @@ log = logging.getLogger(__name__)
 _Withdrawal = Literal["withdrawn", "aborted", "timed_out"]
 
 _ATTACH_TRIES = 5
+_ENDED_BY_THE_RACE = (ASK_ABORTED, ASK_TIMED_OUT, BROKER_UNAVAILABLE)
+"""the errors a withdrawal for an abort or a timeout brings about: the ask call says which of the two it was"""
 _NOT_ASKED = Asked("")
 """the reply of an ask whose ask.lua call did not return (it was cancelled and the withdrawal found an outcome)"""
 
@@ -56,6 +57,8 @@ class Ask:
         "_checked",
         "_ended",
         "_task",
+        "_timer",
+        "_watcher",
         "_wire",
         "agent",
         "attached_unsure",
@@ -89,8 +92,8 @@ class Ask:
         self.durable = durable
         self.request_id = core.request_ids.next()
         wire = encode(request)
-        self.request_sha = hashlib.sha256(wire).hexdigest()
-        """of the request JSON as asked: what the answer's seal names"""
+        self.request_sha = hashlib.sha256(wire).digest()
+        """of the request JSON as asked: what the answer's seal names (in hex; kept as bytes, half the size)"""
         self._wire: bytes | None = wire
         """that JSON until the ask script first sends it (encoding the same request again gives the same bytes)"""
         self.withdrawal: _Withdrawal = "withdrawn"
@@ -106,9 +109,11 @@ class Ask:
         been settled, the key being the asking side's to rewrite (an old answer must not pass)"""
         self.state = AskState.ASKED
         self._task: asyncio.Task[Any] | None = None
-        """the task ``until`` waits in: its timer or abort signal cancels it"""
+        """the task the ask call runs in: ``arm``'s timer or abort signal cancels it"""
+        self._timer: asyncio.TimerHandle | None = None
+        self._watcher: asyncio.Task[Any] | None = None
         self._ended: _Withdrawal | None = None
-        """how ``until``'s timer or abort signal ended the ask, if one did"""
+        """how ``arm``'s timer or abort signal ended the ask, if one did"""
 
     def _take_wire(self) -> bytes:
         wire, self._wire = self._wire, None
@@ -126,55 +131,48 @@ class Ask:
             raise AssertionError(f"ask {self.request_id}: no way from {self.state.value} to {state.value}")
         self.state = state
 
-    async def until(
-        self, work: Coroutine[Any, Any, AskUserQuestionAnswer], abort: asyncio.Event | None
-    ) -> AskUserQuestionAnswer:
-        """``work`` (the waterfall, or ``remote()``) in the caller's own task, raced against the deadline, ``abort``
-        and the caller's cancellation: the one place an ask's wait is ended from outside.
+    def arm(self, abort: asyncio.Event | None) -> None:
+        """Race the ask call against its deadline and ``abort``, in the caller's own task: a timer, or a watcher
+        of the signal, cancels that task and the withdrawal says ``timed_out`` or ``aborted``. ``raced`` ends the
+        race; together they are the one place an ask's wait is ended from outside.
 
-        A timer, or a watcher of the signal, cancels this task; the withdrawal says ``timed_out`` or ``aborted``;
-        an outcome that won the race with the withdrawal is still returned, and a domain error from the far side
-        wins over a simultaneous abort or timeout. The caller's own cancellation withdraws and propagates. (A task
-        for the work and an ``asyncio.wait`` per ask were two more turns of the event loop on the way to Redis and
-        two on the way back, for every ask through the gateway.)
+        No task for the work, no ``asyncio.wait`` and no coroutine of their own: a task and a wait per ask were
+        two more turns of the event loop on the way to Redis and two on the way back (for every ask through the
+        gateway), and every coroutine between the caller and the wait is kept per waiting ask.
         """
         loop = asyncio.get_running_loop()
-        task = self._task = asyncio.current_task()
-        assert task is not None
-        handle = loop.call_at(self.deadline, self._end, "timed_out") if self.deadline is not None else None
-        watcher = None
+        self._task = asyncio.current_task()
+        if self.deadline is not None:
+            self._timer = loop.call_at(self.deadline, _time_out, self)
         if abort is not None:
-            watcher = loop.create_task(abort.wait())
+            watcher = self._watcher = loop.create_task(abort.wait())
             watcher.add_done_callback(lambda waited: None if waited.cancelled() else self._end("aborted"))
-        try:
-            answer = await work
-        except asyncio.CancelledError:
-            if self._ended is None or task.uncancel() > 0:  # the caller's own cancellation too
-                raise
-            raise self._ended_as(self._ended) from None
-        except UserQuestionError as error:
-            if self._ended is None:
-                raise
-            task.uncancel()
-            if error.code in (ASK_ABORTED, ASK_TIMED_OUT, BROKER_UNAVAILABLE):
-                raise self._ended_as(self._ended) from error
-            raise  # a domain error from the far side wins over a simultaneous abort or timeout
-        except Exception as error:
-            if self._ended is None:
-                raise
-            task.uncancel()
-            raise self._ended_as(self._ended) from error
-        finally:
-            if handle is not None:
-                handle.cancel()
-            if watcher is not None:
-                watcher.cancel()
-        if self._ended is not None:
-            task.uncancel()
-        return answer
+
+    def raced(self, error: BaseException | None) -> UserQuestionError | None:
+        """End the race ``arm`` started, the ask call having returned (``error`` None) or raised ``error``: what it
+        raises instead (None: its own answer or error stands).
+
+        An outcome that won the race with the withdrawal is still returned; a domain error from the far side wins
+        over a simultaneous abort or timeout; the caller's own cancellation propagates.
+        """
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._watcher is not None:
+            self._watcher.cancel()
+        how, task = self._ended, self._task
+        if how is None or task is None:
+            return None
+        if isinstance(error, asyncio.CancelledError):
+            return None if task.uncancel() > 0 else self._ended_as(how)  # > 0: the caller's own cancellation too
+        if error is not None and not isinstance(error, Exception):
+            return None
+        task.uncancel()
+        if error is None or (isinstance(error, UserQuestionError) and error.code not in _ENDED_BY_THE_RACE):
+            return None
+        return self._ended_as(how)
 
     def _end(self, how: _Withdrawal) -> None:
-        """``until``'s timer or abort signal: withdraw as ``how`` (a method, not a closure per ask)."""
+        """``arm``'s timer or abort signal: withdraw as ``how`` (a method, not a closure per ask)."""
         if self._ended is None and self.state is not AskState.ENDED and self._task is not None:
             self._ended = self.withdrawal = how
             self._task.cancel()
@@ -219,6 +217,7 @@ class Ask:
                     if reply.kind == "ok":
                         self._to(AskState.WAITING)
                     inbox.enqueued(self.request_id)
+                    reply = _NOT_ASKED  # not kept while it waits (only a decision's reply is read after)
                     # Through a follower: cancelling this task must not cancel the future the inbox resolves.
                     outcome = await follower(future)
             except asyncio.CancelledError:
@@ -320,7 +319,7 @@ class Ask:
         if not core.trust.trusted_keys.verify_outcome(
             namespace=core.settings.namespace,
             request_id=request_id,
-            request_sha=self.request_sha,
+            request_sha=self.request_sha.hex(),
             agent=self.request.agent or "",
             # A keyed request may have been shown to the provider under another process of its agent.
             client=None if durable is not None else core.client_id,
@@ -471,3 +470,8 @@ class Ask:
             return outcome_of(future)  # the inbox waiter took the outcome meanwhile
         core.clean_up(self.request_id)
         return outcome
+
+
+def _time_out(ask: Ask) -> None:
+    """An ask's deadline passed (a function, not a bound method and its argument: one object less per waiting ask)."""
+    ask._end("timed_out")

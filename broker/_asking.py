@@ -62,10 +62,20 @@ async def ask(
         if problem is not None:
             raise problem
         one = Ask(core, request, agent, deadline, durable, routing)
+        raced = deadline is not None or abort is not None
+        if raced:
+            one.arm(abort)
         try:
-            work = one.waterfall(answerers, 0) if answerers else one.remote()
-            return await (work if deadline is None and abort is None else one.until(work, abort))
+            answer = await (one.waterfall(answerers, 0) if answerers else one.remote())
+        except BaseException as error:
+            instead = one.raced(error) if raced else None
+            if instead is None:
+                raise
+            raise instead from (None if isinstance(error, asyncio.CancelledError) else error)
         finally:
             one.end()
+        if raced:
+            one.raced(None)
+        return answer
     except (RedisError, OSError) as error:  # a refusal no retry can mend (NOPERM, say)
         raise unavailable(error, "asking") from error
