@@ -2,7 +2,7 @@
 
 ``AskingCore`` owns the asking side of one ``Broker``: its settings and keys, the Redis clients it
 opened, the commands pipeline, the process's inbox and background work, the asks in flight and the
-answerers of its waterfall. ``_Ask``, ``Agent`` and a provider's housekeeping receive it instead of
+answerers of its waterfall. ``Ask``, ``Agent`` and a provider's housekeeping receive it instead of
 the whole ``Broker``, and everything they use of it is public here.
 """
 
@@ -58,7 +58,7 @@ class Caller(Protocol):
 
 
 class InFlight(Protocol):
-    """An ask this process waits on (an ``_Ask``), as the core sees it."""
+    """An ask this process waits on (an ``Ask``), as the core sees it."""
 
     def accepts(self, outcome: str, request_id: str | None = None) -> bool: ...
     async def end_on_close(self) -> None: ...
