@@ -112,12 +112,12 @@ def without_signatures() -> None:
     def bare(key: SigningKey, namespace: str, epoch: int, at: int, seals: list[Seal]) -> list[str]:
         return [seal.body for seal in seals]
 
-    def accept(ask: broker._ask._Ask, outcome: str, request_id: str | None = None) -> bool:
+    def accept(ask: broker._ask.Ask, outcome: str, request_id: str | None = None) -> bool:
         ask._checked = (outcome, decode_outcome(outcome))
         return True
 
     broker.settling.seal_outcomes = bare  # type: ignore[attr-defined]  # the name settling.py imports from signing
-    broker._ask._Ask.accepts = accept  # type: ignore[method-assign,assignment]  # mypy reads a plain function set on a class as taking self twice
+    broker._ask.Ask.accepts = accept  # type: ignore[method-assign,assignment]  # mypy reads a plain function set on a class as taking self twice
 
 
 async def broker_provider(args: argparse.Namespace) -> None:

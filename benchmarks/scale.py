@@ -121,7 +121,7 @@ async def _enqueued(broker: Broker, n: int) -> None:
 
     Asks go in waves of ``WAVE``: one pipeline of 25 000 ask.lua calls outlasts the command reply timeout
     on these cores, and is sent again, and again."""
-    inbox = broker._inbox
+    inbox = broker._core.inbox
     assert inbox is not None
     while len(inbox._asked_at) < n:  # noqa: ASYNC110 (the asks the ask script accepted)
         await asyncio.sleep(0.02)

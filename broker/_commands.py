@@ -26,9 +26,9 @@ from typing import Any, TypeVar, overload
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
 
-from ._backoff import Backoff
 from ._lua import Script
 from ._redis_errors import is_transient, unavailable
+from .backoff import Backoff
 from .connection import COMMAND_TIMEOUT
 
 __all__ = ["Commands"]

@@ -30,11 +30,11 @@ from collections.abc import Callable
 
 from redis.asyncio import Redis, RedisCluster
 
-from . import _scripts as scripts
-from ._backoff import Backoff
 from ._commands import Commands
 from ._keys import TOMBSTONE_MS, Keys
 from ._redis_errors import is_transient
+from ._scripts import settled_cleanup
+from .backoff import Backoff
 from .errors import ASK_TIMED_OUT, BROKER_UNAVAILABLE, UserQuestionError
 
 __all__ = ["Inbox"]
@@ -257,7 +257,7 @@ class Inbox:
             if future is not None and not future.done():
                 future.set_result(outcome)
             elif future is None:  # nobody here waits for it (any more): clean up, unless a keyed asker may re-attach
-                scripts.settled_cleanup(
+                settled_cleanup(
                     self._commands,
                     settled=[self._keys.request(request_id), self._keys.outcome(request_id)],
                     tombstone=TOMBSTONE_MS,

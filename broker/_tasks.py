@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ._backoff import Backoff
+from .backoff import Backoff
 
 __all__ = ["Background", "running"]
 

@@ -20,13 +20,18 @@ import logging
 import secrets
 from typing import TYPE_CHECKING
 
-from . import _scripts as scripts
+from ._asking import ask, for_agent
 from ._commands import Commands
+from ._core import AskingCore
 from ._keys import Keys
 from ._redis_errors import is_transient
+from ._scripts import Refusal, agent_heartbeat, agent_register
+from .attachments import write_attachment
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from typing import Unpack
+
+    from .options import AskOptions
     from .types import AskUserQuestionAnswer, AskUserQuestionRequest
 
 __all__ = ["Agent"]
@@ -37,8 +42,8 @@ log = logging.getLogger(__name__)
 class Agent:
     """A registered, heart-beating agent instance; ask through it to ask as it."""
 
-    def __init__(self, broker: Broker, agent_id: str, owner: str | None, *, restart: bool = False) -> None:
-        self._broker = broker
+    def __init__(self, core: AskingCore, agent_id: str, owner: str | None, *, restart: bool = False) -> None:
+        self._core = core
         self.id = agent_id
         self.owner = owner
         self.restart = restart
@@ -65,35 +70,18 @@ class Agent:
         """SHA-1 of the token: what the agent record holds in its place."""
         return self._fingerprint
 
-    async def ask(
-        self,
-        request: AskUserQuestionRequest,
-        *,
-        abort: asyncio.Event | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        detach_grace: float | None = None,
-        remember: bool = True,
-        coalesce: bool = True,
-    ) -> AskUserQuestionAnswer:
-        """Ask as this exact instance (``request.agent`` is set to this agent's id).
-
-        ``key`` and ``detach_grace``: a durable question, as in ``Broker.ask``. ``remember=False``:
-        always ask a human, even when a remembered decision matches. ``coalesce=False``: never
-        presented together with identical requests of other askers.
-        """
-        broker = self._broker
-        # ask_as() without its coroutine: each between a waiting ask and its caller is kept per waiting ask
-        request, durable, routing = broker._as_agent(self, request, key, detach_grace, remember, coalesce)
-        return await broker._ask(request, self, abort, timeout, durable, routing)
+    async def ask(self, request: AskUserQuestionRequest, **options: Unpack[AskOptions]) -> AskUserQuestionAnswer:
+        """Ask as this exact instance (``request.agent`` is set to this agent's id); ``options`` as ``Broker.ask``'s."""
+        return await ask(self._core, for_agent(request, self), self, options)
 
     async def attach(self, text: str) -> str:
         """``Broker.attach``: keep a text a question names by its SHA-256 (the digest returned)."""
-        return await self._broker.attach(text)
+        core = self._core
+        return await write_attachment(core.commands, core.keys, text, core.settings.request_ttl)
 
-    async def register(self, commands: Commands, keys: Keys, ttl: float) -> scripts.Refusal | None:
+    async def register(self, commands: Commands, keys: Keys, ttl: float) -> Refusal | None:
         """Add this process to the agent's record; the refusal when the script refused it."""
-        registered = await scripts.agent_register(
+        registered = await agent_register(
             commands,
             record=keys.agent(self.id),
             owner_record=keys.agent(self.owner) if self.owner else keys.agent(self.id),
@@ -105,7 +93,7 @@ class Agent:
             agent=self.id,
             mode="restart" if self.restart else "join",
         )
-        if isinstance(registered, scripts.Refusal):
+        if isinstance(registered, Refusal):
             self.alive = False
             return registered
         self.alive = True
@@ -124,7 +112,7 @@ class Agent:
         while True:
             await asyncio.sleep(ttl / 3)
             try:
-                held = await scripts.agent_heartbeat(
+                held = await agent_heartbeat(
                     commands,
                     record=keys.agent(self.id),
                     agents=keys.agents,
@@ -153,7 +141,7 @@ class Agent:
 
     async def remove(self, commands: Commands, keys: Keys) -> None:
         self.alive = False
-        held = await scripts.agent_heartbeat(
+        held = await agent_heartbeat(
             commands,
             record=keys.agent(self.id),
             agents=keys.agents,

@@ -4,64 +4,63 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
-import msgspec
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
-from . import _scripts as scripts
-from ._ask import DEFAULT_ROUTING, Answerer, AskState, Next, _Ask, _Durable, _durable, _Routing, ask_script, routing_of
+from ._asking import ask, for_agent
 from ._commands import Commands
-from ._ids import UniqueIds
-from ._inbox import Inbox
-from ._keys import TOMBSTONE_MS, Keys
-from ._redis_errors import describe, unavailable
-from ._tasks import Background, running
+from ._core import Answerer, AskingCore, Next, Registration
+from ._keys import Keys
+from ._redis_errors import unavailable
+from ._tasks import running
 from .agents import Agent
 from .attachments import read_attachment, write_attachment
-from .connection import redis_from_url
-from .decisions import (
-    Decision,
-    list_decisions,
-    revoke_decision,
-)
-from .errors import (
-    ASK_ABORTED,
-    BAD_REQUEST,
-    BROKER_UNAVAILABLE,
-    CALLER_NOT_LIVE,
-    EMPTY_QUESTIONS,
-    NO_SIGNING_KEY,
-    NO_TRUSTED_KEY,
-    UserQuestionError,
-)
+from .decisions import Decision, list_decisions, revoke_decision
+from .errors import BAD_REQUEST, NO_SIGNING_KEY, UserQuestionError
 from .housekeeping import housekeep_while_unattended
 from .lease import HANDOVER_GRACE, acquire_lease, release_lease
 from .provider import Provider, ProviderSettings
+from .settings import BrokerSettings, Trust
 from .signing import SigningKey, TrustedKeys
-from .types import AskUserQuestionAnswer, AskUserQuestionRequest, decode_outcome
-from .validation import Limits, check_request
+from .types import AskUserQuestionAnswer, AskUserQuestionRequest
+from .validation import Limits
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from .options import AskOptions
 
 __all__ = ["Answerer", "Broker", "Next"]
 
 log = logging.getLogger(__name__)
 
 _Client = Redis | RedisCluster
-_CLEANUP_BATCH = 500
-"""requests cleaned up in one settled_cleanup.lua call at most"""
-_CLOSE_GRACE = 5.0
-"""seconds closing waits for Redis to take the asks' ends and the queued commands (docs/reliability.md 7)"""
+_T = TypeVar("_T")
 
 
-@dataclass(frozen=True)
-class _Registration:
-    answerer: Answerer
-    agent_id: str | None
+class _Part(Generic[_T]):
+    """A read-only attribute of the broker that one of its parts holds (``lease_ttl`` is ``settings.lease_ttl``)."""
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> Self: ...
+    @overload
+    def __get__(self, instance: object, owner: type) -> _T: ...
+    def __get__(self, instance: object, owner: type) -> _T | Self:
+        if instance is None:
+            return self
+        value: _T = getattr(getattr(instance, self.part), self.name)
+        return value
 
 
 class Broker:
@@ -114,122 +113,68 @@ class Broker:
         gateway_keys: TrustedKeys | Iterable[str] | str = (),
         housekeeping_every: float | None = 3.0,
     ) -> None:
-        self.keys = Keys(namespace)
-        if isinstance(trusted_keys, str):
-            trusted_keys = TrustedKeys.parse(trusted_keys)
-        # A copy: adding this broker's own key below must not make another broker sharing the object trust it.
-        self.trusted_keys = TrustedKeys(trusted_keys.keys if isinstance(trusted_keys, TrustedKeys) else trusted_keys)
-        self.signing_key = SigningKey.from_text(signing_key) if isinstance(signing_key, str) else signing_key
-        if self.signing_key is not None:
-            self.trusted_keys.add(self.signing_key)
-        self.attest_key = SigningKey.from_text(attest_key) if isinstance(attest_key, str) else attest_key
-        if self.attest_key is not None and self.attest_key.id in self.trusted_keys.ids:
-            # Whoever holds a key answers trust could sign answers: a gateway must never hold one.
-            raise UserQuestionError("the gateway key must not be a key answers are signed with", BAD_REQUEST)
-        if isinstance(gateway_keys, str):
-            gateway_keys = TrustedKeys.parse(gateway_keys)
-        gateways = TrustedKeys(gateway_keys.keys if isinstance(gateway_keys, TrustedKeys) else gateway_keys)
-        self.gateway_keys = gateways
-        """the pinned gateways' public keys: an ask one of them attested shows a verified agent id"""
-        self.rejected_outcomes = 0
-        """answers (and remembered decisions) refused because no trusted key signed them for their request"""
-        self.remembered_answers = 0
-        """asks answered at once by remembered decisions (verified), not by a human asked now"""
-        self.last_remembered_by: tuple[str, ...] = ()
-        """who set the decisions of the latest such answer (their signed ``by``), for a one-ask tool to say so"""
-        self.namespace = namespace
-        self.lease_ttl = lease_ttl
-        self.agent_ttl = agent_ttl
-        self.client_ttl = client_ttl
-        self.request_ttl = request_ttl
-        self.limits = limits or Limits()
-        self.client_id = secrets.token_hex(8)
-        self._request_ids = UniqueIds()
-        self.unavailable_after = unavailable_after
-        self.connect_timeout = connect_timeout
-        self.sweep_every = sweep_every
-        self.detach_grace = detach_grace
-        self.housekeeping_every = housekeeping_every
-        """while a provider of this broker holds the lease and no maintenance worker is alive, it reaps, expires
-        and ends away asks this often (seconds); None: never (leave it to ``qbroker worker``)"""
-        name = f"qb-{self.client_id}"
-        self._connect_commands = connect or (lambda: redis_from_url(url, name=name))
-        self._connect_blocking = connect or (lambda: redis_from_url(url, name=name, blocking=True))
-        self._provider_settings = ProviderSettings(
+        self.settings = BrokerSettings(
+            namespace=namespace,
             lease_ttl=lease_ttl,
+            agent_ttl=agent_ttl,
+            client_ttl=client_ttl,
+            request_ttl=request_ttl,
             result_ttl=result_ttl,
             audit_maxlen=audit_maxlen,
             dead_maxlen=dead_maxlen,
-            limits=self.limits,
+            unavailable_after=unavailable_after,
+            connect_timeout=connect_timeout,
+            sweep_every=sweep_every,
             min_replicas=min_replicas,
             replica_timeout=replica_timeout,
-            liveness_grace=max(agent_ttl, client_ttl),
-            gateway_keys=gateways,
+            detach_grace=detach_grace,
+            limits=limits or Limits(),
+            housekeeping_every=housekeeping_every,
         )
-        self._answerers: list[_Registration] = []
+        """this broker's settings (frozen)"""
+        self.trust = Trust.of(trusted_keys, signing_key, attest_key, gateway_keys)
+        """whose signatures count here, and what this broker signs and attests with"""
+        self._core = AskingCore(self.settings, self.trust, url, connect)
         self._agents: dict[str, Agent] = {}
         self._last_checkpoint: str | None = None
         """the audit checkpoint this broker's providers wrote last: the next one names it (a lost audit shows)"""
-        self._asks: dict[str, _Ask] = {}
-        self._attaching: dict[str, _Ask] = {}
-        """a keyed ask's request id it may re-attach to, while ask.lua decides (its waiter is registered)"""
-        self._settled: list[str] = []
-        """ids whose ask call returned with their outcome, not yet cleaned up"""
-        self._open = False
-        self._closing = False
-        self._clients: list[_Client] = []
-        self._background = Background()
-        self._cleanups = Background()
-        self._commands: Commands | None = None
-        self._inbox: Inbox | None = None
 
     def __repr__(self) -> str:  # the URL may carry a password
         return f"Broker(namespace={self.namespace!r}, client_id={self.client_id!r})"
 
+    # -- what it is (read-only: the settings, keys and counters it holds) ---------------------
+
+    namespace = _Part[str]("settings")
+    lease_ttl = _Part[float]("settings")
+    agent_ttl = _Part[float]("settings")
+    client_ttl = _Part[float]("settings")
+    request_ttl = _Part[float]("settings")
+    limits = _Part[Limits]("settings")
+    unavailable_after = _Part[float]("settings")
+    connect_timeout = _Part[float]("settings")
+    sweep_every = _Part[float]("settings")
+    detach_grace = _Part[float]("settings")
+    housekeeping_every = _Part[float | None]("settings")
+    trusted_keys = _Part[TrustedKeys]("trust")
+    signing_key = _Part[SigningKey | None]("trust")
+    attest_key = _Part[SigningKey | None]("trust")
+    gateway_keys = _Part[TrustedKeys]("trust")
+    keys = _Part[Keys]("_core")
+    client_id = _Part[str]("_core")
+    """this process's asking client: its inbox and liveness key are named by it"""
+    commands = _Part[Commands]("_core")
+    """the namespace's commands pipeline (``BROKER_UNAVAILABLE`` while the broker is not open)"""
+    rejected_outcomes = _Part[int]("_core")
+    """answers (and remembered decisions) refused because no trusted key signed them for their request"""
+    remembered_answers = _Part[int]("_core")
+    """asks answered at once by remembered decisions (verified), not by a human asked now"""
+    last_remembered_by = _Part[tuple[str, ...]]("_core")
+    """who set the decisions of the latest such answer (their signed ``by``), for a one-ask tool to say so"""
+
     # -- lifecycle ----------------------------------------------------------------
 
     async def __aenter__(self) -> Broker:
-        try:
-            commands_client = self._connect_commands()
-            self._clients.append(commands_client)
-            blocking = self._connect_blocking()
-            self._clients.append(blocking)
-            self._commands = Commands(commands_client, give_up_after=self.unavailable_after)
-            self._inbox = Inbox(
-                keys=self.keys,
-                client_id=self.client_id,
-                commands=self._commands,
-                blocking=blocking,
-                liveness_ttl=self.client_ttl,
-                unavailable_after=self.unavailable_after,
-                request_ttl=self.request_ttl,
-                sweep_every=self.sweep_every,
-                accepts=self._accepts,
-            )
-            self._background.start(self._commands.run, "qb-commands", restart=True)
-            # The first write proves the server, the database index and the ACL user; a
-            # refusal is a coded error now rather than a hang later.
-            try:
-                async with asyncio.timeout(self.connect_timeout):
-                    await self._inbox.beat()
-            except TimeoutError as error:
-                why = self._commands.last_refusal
-                raise UserQuestionError(
-                    f"Redis did not answer within {self.connect_timeout:g}s"
-                    + ("" if why is None else f": {describe(why)}"),
-                    BROKER_UNAVAILABLE,
-                ) from (why or error)
-        except BaseException as error:
-            await self._background.aclose()
-            await self._close_clients()
-            if isinstance(error, Exception):
-                raise unavailable(error, "connecting") from error
-            raise
-        inbox = self._inbox
-        self._background.start(inbox.run, "qb-inbox", restart=True)
-        self._background.start(inbox.keep_alive, "qb-liveness", restart=True)
-        self._background.start(inbox.sweep, "qb-sweep", restart=True)
-        self._open = True
+        await self._core.open()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -237,121 +182,7 @@ class Broker:
 
     async def aclose(self) -> None:
         """Close: every ask still waiting ends (withdrawn, or with its outcome if one came first)."""
-        if not self._open or self._closing:
-            return
-        self._closing = True
-        self._flush_settled()  # queued now, so that the drain below waits for it
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _CLOSE_GRACE  # one for every step: with Redis gone each would wait it out
-        try:
-            async with asyncio.timeout_at(deadline):
-                asks = list(self._asks.values())
-                if asks:
-                    await asyncio.gather(*(ask.end_on_close() for ask in asks), return_exceptions=True)
-                # Withdrawals in flight and queued clean-ups (an answered request's keys) finish first.
-                await self._cleanups.wait(timeout=deadline - loop.time())
-                if self._commands is not None:
-                    await self._commands.drain()
-        except TimeoutError:
-            log.warning("closing with Redis commands unsent; their keys expire by TTL")
-        finally:
-            self._open = False
-            closed = UserQuestionError("the broker was closed while the ask waited", BROKER_UNAVAILABLE)
-            if self._inbox is not None:
-                self._inbox.fail_all(closed)
-            await self._cleanups.aclose()
-            await self._background.aclose()
-            if self._commands is not None:
-                self._commands.fail_pending(closed)
-            await self._close_clients()
-            self._closing = False
-
-    async def _close_clients(self) -> None:
-        clients, self._clients = self._clients, []
-        for client in reversed(clients):
-            try:
-                await client.aclose()
-            except Exception as error:  # closing a broken connection must not hide the real error
-                log.debug("closing a Redis client: %r", error)
-
-    def _accepts(self, request_id: str, outcome: str) -> bool:
-        """Whether ``outcome`` may end the ask of ``request_id`` (an answer must be sealed for it).
-
-        With no ask of this process to check it against, only an error may: fail closed.
-        """
-        ask = self._asks.get(request_id) or self._attaching.get(request_id)
-        if ask is None:
-            try:
-                return decode_outcome(outcome).answer is None
-            except msgspec.DecodeError:
-                return False
-        return ask.accepts(outcome, request_id)
-
-    def _rejected(self, request_id: str, what: str, then: str = "still waiting") -> None:
-        """Count and log a refused answer, and note it in the askers' log (status and metrics show it there)."""
-        self.rejected_outcomes += 1
-        self._fire(
-            "XADD",
-            self.keys.asklog,
-            "MAXLEN",
-            "~",
-            self._provider_settings.audit_maxlen,
-            "*",
-            *("event", "rejected", "rid", request_id, "what", what, "client", self.client_id),
-        )
-        log.warning(
-            "request %s: ignored %s that no trusted key signed for it (a forgery, or a provider with an"
-            " untrusted key); %s",
-            request_id,
-            what,
-            then,
-        )
-
-    def _track(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
-        """Run clean-up work that must finish even if its caller is cancelled; awaited on close."""
-
-        async def run() -> Any:
-            return await work
-
-        return self._cleanups.start(run, "qb-cleanup")
-
-    def _forget_settled(self, request_id: str) -> None:
-        """Queue the clean-up of a request whose ask call returned with its outcome.
-
-        The requests resolved in one tick go in one settled_cleanup.lua call, sent with the
-        next pipeline.
-        """
-        if self._commands is None or not self._open:
-            return
-        if not self._settled:
-            asyncio.get_running_loop().call_soon(self._flush_settled)
-        self._settled.append(request_id)
-
-    def _flush_settled(self) -> None:
-        ids, self._settled = self._settled, []
-        if self._commands is None or not self._open:
-            return
-        for start in range(0, len(ids), _CLEANUP_BATCH):
-            keys = [
-                key for i in ids[start : start + _CLEANUP_BATCH] for key in (self.keys.request(i), self.keys.outcome(i))
-            ]
-            scripts.settled_cleanup(self._commands, settled=keys, tombstone=TOMBSTONE_MS, client=self.client_id)
-
-    @property
-    def _open_commands(self) -> Commands | None:
-        """The commands a clean-up nobody waits for goes through; None once the broker is closed (it is dropped)."""
-        return self._commands if self._open else None
-
-    def _fire(self, *args: Any) -> None:
-        """Queue a clean-up command nobody waits for; dropped once the broker is closed."""
-        if self._commands is not None and self._open:
-            self._commands.fire(*args)
-
-    @property
-    def commands(self) -> Commands:
-        if self._commands is None or not self._open:
-            raise UserQuestionError("the broker is not open: use `async with Broker(...)`", BROKER_UNAVAILABLE)
-        return self._commands
+        await self._core.aclose()
 
     # -- agents ---------------------------------------------------------------------
 
@@ -367,7 +198,7 @@ class Broker:
         Registering under another owner than the live instance's starts a new instance too.
         """
         owner_id = owner.id if isinstance(owner, Agent) else owner
-        agent = Agent(self, agent_id, owner_id, restart=restart)
+        agent = Agent(self._core, agent_id, owner_id, restart=restart)
         commands = self.commands
         try:
             refused = await agent.register(commands, self.keys, self.agent_ttl)
@@ -394,130 +225,47 @@ class Broker:
         self, answerer: Answerer, *, agent: Agent | str | None = None, prepend: bool = False
     ) -> Callable[[], None]:
         """Add an answerer to this process's waterfall; returns its disposer."""
-        registration = _Registration(answerer, agent.id if isinstance(agent, Agent) else agent)
+        registration = Registration(answerer, agent.id if isinstance(agent, Agent) else agent)
         if prepend:
-            self._answerers.insert(0, registration)
+            self._core.answerers.insert(0, registration)
         else:
-            self._answerers.append(registration)
+            self._core.answerers.append(registration)
 
         def dispose() -> None:
-            if registration in self._answerers:
-                self._answerers.remove(registration)
+            if registration in self._core.answerers:
+                self._core.answerers.remove(registration)
 
         return dispose
 
     # -- asking ---------------------------------------------------------------------
 
-    async def ask(
-        self,
-        request: AskUserQuestionRequest,
-        *,
-        abort: asyncio.Event | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        detach_grace: float | None = None,
-        remember: bool = True,
-        coalesce: bool = True,
-    ) -> AskUserQuestionAnswer:
+    async def ask(self, request: AskUserQuestionRequest, **options: Unpack[AskOptions]) -> AskUserQuestionAnswer:
         """Ask a human; ``request.agent`` is an agent registered by this broker (its id or the instance).
 
+        ``abort`` (an event) withdraws the question when set; ``timeout`` (seconds) withdraws it unanswered.
         ``key`` names the question durably (per namespace and asking agent id): if this process
         stops, the question stays pending for ``detach_grace`` seconds (the broker's by default),
         and a new live instance asking the same request with the same key re-attaches to it.
         A remembered decision that matches every question answers at once; ``remember=False``
         always asks a human (and no provider may remember the answer). Identical pending requests
         of several askers are presented once and settled by one answer; ``coalesce=False`` keeps
-        this one apart.
+        this one apart (``broker.options.AskOptions``).
         """
         named: object = request.agent
         if isinstance(named, Agent):
-            agent: Agent | None = named
-            request = msgspec.structs.replace(request, agent=named.id)  # as ask_as() does
-        elif named is not None and not isinstance(named, str):
+            return await ask(self._core, for_agent(request, named), named, options)  # as ask_as() does
+        if named is not None and not isinstance(named, str):
             raise UserQuestionError(
                 f"request.agent must be an agent id or an Agent, not {type(named).__name__}", BAD_REQUEST
             )
-        else:
-            agent = self._agents.get(named) if named is not None else None
-        durable = _durable(key, detach_grace, self.detach_grace)
-        return await self._ask(request, agent, abort, timeout, durable, routing_of(remember, coalesce))
+        agent = self._agents.get(named) if named is not None else None
+        return await ask(self._core, request, agent, options)
 
     async def ask_as(
-        self,
-        agent: Agent,
-        request: AskUserQuestionRequest,
-        *,
-        abort: asyncio.Event | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        detach_grace: float | None = None,
-        remember: bool = True,
-        coalesce: bool = True,
+        self, agent: Agent, request: AskUserQuestionRequest, **options: Unpack[AskOptions]
     ) -> AskUserQuestionAnswer:
-        request, durable, routing = self._as_agent(agent, request, key, detach_grace, remember, coalesce)
-        return await self._ask(request, agent, abort, timeout, durable, routing)
-
-    def _as_agent(
-        self,
-        agent: Agent,
-        request: AskUserQuestionRequest,
-        key: str | None,
-        detach_grace: float | None,
-        remember: bool,
-        coalesce: bool,
-    ) -> tuple[AskUserQuestionRequest, _Durable | None, _Routing]:
-        """``ask_as``'s request (its agent set), durability and routing (``Agent.ask`` calls ``_ask`` with them
-        itself: every coroutine between a waiting ask and its caller is a frame kept per waiting ask)."""
-        if request.agent != agent.id:
-            request = msgspec.structs.replace(request, agent=agent.id)
-        return request, _durable(key, detach_grace, self.detach_grace), routing_of(remember, coalesce)
-
-    async def _ask(
-        self,
-        request: AskUserQuestionRequest,
-        agent: Agent | None,
-        abort: asyncio.Event | None,
-        timeout: float | None,
-        durable: _Durable | None = None,
-        routing: _Routing = DEFAULT_ROUTING,
-    ) -> AskUserQuestionAnswer:
-        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
-        if not self.trusted_keys:
-            raise UserQuestionError(
-                "this asker trusts no answering key, so no answer could count: give it the providers' public key "
-                "(qbroker: --trusted-keys-file FILE or QBROKER_TRUSTED_KEYS_FILE; Python: Broker(trusted_keys=...))",
-                NO_TRUSTED_KEY,
-            )
-        if abort is not None and abort.is_set():
-            raise UserQuestionError("the ask was aborted before it started", ASK_ABORTED)
-        if not request.questions:
-            raise UserQuestionError("the request has no questions", EMPTY_QUESTIONS)
-        if request.agent is not None and (agent is None or not agent.alive):
-            raise UserQuestionError(f"agent {request.agent!r} is not a live instance here", CALLER_NOT_LIVE)
-        try:
-            check_request(request, self.limits)
-            problem = None
-        except UserQuestionError as error:
-            problem = error
-        answerers = [r.answerer for r in self._answerers if r.agent_id in (None, request.agent)]
-        # One frame, not a wrapper awaiting the checks and the ask: each is kept per waiting ask.
-        try:
-            if agent is not None and (problem is not None or answerers):
-                await self._gate(request, agent)  # the seeds' order: the caller gate first
-            if problem is not None:
-                raise problem
-            ask = _Ask(self, request, agent, deadline, durable, routing)
-            try:
-                return await ask.ask(answerers, abort)
-            finally:
-                ask._to(AskState.ENDED)
-        except (RedisError, OSError) as error:  # a refusal no retry can mend (NOPERM, say)
-            raise unavailable(error, "asking") from error
-
-    async def _gate(self, request: AskUserQuestionRequest, agent: Agent) -> None:
-        reply = await ask_script(self, request, agent, "", gate_only=True)
-        if isinstance(reply, scripts.Refusal):
-            raise reply.error()
+        """Ask as ``agent`` (``request.agent`` is set to its id); ``options`` as ``ask()``'s."""
+        return await ask(self._core, for_agent(request, agent), agent, options)
 
     # -- attachments ----------------------------------------------------------------------
 
@@ -542,7 +290,7 @@ class Broker:
     async def revoke_decision(self, decision_id: str, *, by: str = "") -> bool:
         """Forget a remembered decision (audited with ``by``); False when there is no such live one."""
         return await revoke_decision(
-            self.commands, self.keys, decision_id, by=by, audit_maxlen=self._provider_settings.audit_maxlen
+            self.commands, self.keys, decision_id, by=by, audit_maxlen=self.settings.audit_maxlen
         )
 
     # -- providing ------------------------------------------------------------------
@@ -606,8 +354,8 @@ class Broker:
                 "a provider signs its answers: pass signing_key= (qbsk1:..., made by `qbroker keys new`)",
                 NO_SIGNING_KEY,
             )
-        signing_key = self.signing_key
-        blocking = self._connect_blocking()
+        settings = _provider_settings(self.settings, self.trust)
+        blocking = self._core.connect_blocking()
         try:
             try:
                 # The Redis clock, read once: answers are sealed with when they were given (by it).
@@ -617,7 +365,7 @@ class Broker:
                     blocking=blocking,
                     keys=self.keys,
                     name=name,
-                    settings=self._provider_settings,
+                    settings=settings,
                     standby=standby,
                     on_standby=on_standby,
                 )
@@ -630,8 +378,8 @@ class Broker:
                 epoch=epoch,
                 commands=commands,
                 blocking=blocking,
-                settings=self._provider_settings,
-                signing_key=signing_key,
+                settings=settings,
+                signing_key=self.signing_key,
                 redis_ms=int(seconds) * 1000 + int(micros) // 1000,
                 coalesce=coalesce,
                 last_checkpoint=self._last_checkpoint,
@@ -640,25 +388,47 @@ class Broker:
             try:
                 if automatic:  # before its first read: every settlement of this epoch is told apart
                     await commands.call("SET", self.keys.audit_automatic, epoch)
-                work: list[Callable[[], Coroutine[Any, Any, None]]] = []
-                every = self.housekeeping_every
-                if every is not None:
-
-                    async def housekeeping() -> None:
-                        await housekeep_while_unattended(self, provider, every)
-
-                    work.append(housekeeping)
-                async with provider, running(*work):
+                async with provider, running(*self._provider_work(provider)):
                     yield provider
             finally:
-                try:
-                    # Bounded: past its TTL the lease lapses by itself anyway.
-                    async with asyncio.timeout(self.lease_ttl):
-                        if not provider.lost:
-                            await provider.checkpoint()  # seal what this provider leaves behind
-                        await release_lease(commands, self.keys, provider)
-                except Exception as error:
-                    log.warning("could not release the lease: %r (it lapses after its TTL)", error)
-                self._last_checkpoint = provider.last_checkpoint
+                await self._let_go(provider)
         finally:
             await blocking.aclose()
+
+    def _provider_work(self, provider: Provider) -> list[Callable[[], Coroutine[Any, Any, None]]]:
+        """What runs beside ``provider``'s own loops while it holds the lease: this broker's housekeeping."""
+        work: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        every = self.housekeeping_every
+        if every is not None:
+
+            async def housekeeping() -> None:
+                await housekeep_while_unattended(self, provider, every)
+
+            work.append(housekeeping)
+        return work
+
+    async def _let_go(self, provider: Provider) -> None:
+        """Seal what ``provider`` leaves behind and release its lease (bounded: past its TTL it lapses anyway)."""
+        try:
+            async with asyncio.timeout(self.lease_ttl):
+                if not provider.lost:
+                    await provider.checkpoint()  # seal what this provider leaves behind
+                await release_lease(self.commands, self.keys, provider)
+        except Exception as error:
+            log.warning("could not release the lease: %r (it lapses after its TTL)", error)
+        self._last_checkpoint = provider.last_checkpoint
+
+
+def _provider_settings(settings: BrokerSettings, trust: Trust) -> ProviderSettings:
+    """What a provider of a broker with ``settings`` and ``trust`` runs by."""
+    return ProviderSettings(
+        lease_ttl=settings.lease_ttl,
+        result_ttl=settings.result_ttl,
+        audit_maxlen=settings.audit_maxlen,
+        dead_maxlen=settings.dead_maxlen,
+        limits=settings.limits,
+        min_replicas=settings.min_replicas,
+        replica_timeout=settings.replica_timeout,
+        liveness_grace=settings.liveness_grace,
+        gateway_keys=trust.gateway_keys,
+    )

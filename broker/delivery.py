@@ -22,11 +22,11 @@ import msgspec
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
 
-from ._backoff import Backoff
 from ._commands import Commands
 from ._keys import GROUP, Keys
 from ._redis_errors import is_transient
 from ._scripts import Delivering, Refusal, deadletter, deliver, notice_ack
+from .backoff import Backoff
 from .cards import Cards, Member, PendingRequest
 from .errors import UserQuestionError
 from .lease import REPLY_MARGIN_S, Lease

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from broker._ask import TRANSITIONS, AskState, _Ask, _follower, _outcome_of
+from broker._ask import Ask
+from broker._ask_state import TRANSITIONS, AskState
+from broker._outcomes import follower as _follower
+from broker._outcomes import outcome_of as _outcome_of
 from broker.errors import UserQuestionError
 from tests.helpers import next_pending, one_question, pick, until
 
@@ -16,9 +19,9 @@ pytestmark = pytest.mark.timeout(30)
 KEY = "deploy-states"
 
 
-def the_ask(broker: Any) -> _Ask:
-    (ask,) = broker._asks.values()
-    assert isinstance(ask, _Ask)
+def the_ask(broker: Any) -> Ask:
+    (ask,) = broker._core.asks.values()
+    assert isinstance(ask, Ask)
     return ask
 
 
@@ -49,14 +52,14 @@ async def test_a_cancelled_keyed_ask_is_detached_and_a_new_one_re_attaches(make_
             pending = await next_pending(provider)
             ask = the_ask(first)
             states: list[AskState] = []
-            to = _Ask._to
+            to = Ask._to
 
-            def record(self: _Ask, state: AskState) -> None:  # on the class: an _Ask is slotted
+            def record(self: Ask, state: AskState) -> None:  # on the class: an Ask is slotted
                 if self is ask:
                     states.append(state)
                 to(self, state)
 
-            monkeypatch.setattr(_Ask, "_to", record)
+            monkeypatch.setattr(Ask, "_to", record)
             asking.cancel()
             await asyncio.gather(asking, return_exceptions=True)
         assert states == [AskState.DETACHED, AskState.ENDED]
@@ -64,7 +67,7 @@ async def test_a_cancelled_keyed_ask_is_detached_and_a_new_one_re_attaches(make_
         second = await make_broker()
         async with second.agent("ci") as agent:
             again = asyncio.ensure_future(agent.ask(one_question("yes", "no"), key=KEY))
-            await until(lambda: bool(second._asks) and the_ask(second).state is AskState.REATTACHED)
+            await until(lambda: bool(second._core.asks) and the_ask(second).state is AskState.REATTACHED)
             await pending.answer(pick("no"))
             assert await asyncio.wait_for(again, 10) == pick("no")
 

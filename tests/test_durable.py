@@ -205,7 +205,7 @@ async def test_housekeeping_marks_a_dead_askers_keyed_request_away_not_withdrawn
     assert await reap_abandoned(housekeeper) == ([], 0)
     await until(lambda: pending.asker_away)
     assert not pending.withdrawn.is_set()
-    await asker._inbox.beat()  # the process was only paused: it beats again
+    await asker._core.inbox.beat()  # the process was only paused: it beats again
     await reap_abandoned(housekeeper)
     await until(lambda: not pending.asker_away)
     await pending.answer(pick("yes"))

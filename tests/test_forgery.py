@@ -214,8 +214,10 @@ async def test_an_answer_for_a_request_this_process_does_not_wait_on_is_not_take
     """With no ask of its own to check a notice against (a keyed ask's re-attach in flight, say),
     the asker takes errors only (found by an independent review: it had taken anything)."""
     asker = await make_broker()
-    assert not asker._accepts("nobody-waits", FORGED)
-    assert asker._accepts("nobody-waits", '{"error":{"name":"UserQuestionError","code":"ASK_CANCELLED","message":"x"}}')
+    assert not asker._core.accepts("nobody-waits", FORGED)
+    assert asker._core.accepts(
+        "nobody-waits", '{"error":{"name":"UserQuestionError","code":"ASK_CANCELLED","message":"x"}}'
+    )
 
 
 async def test_a_forged_edit_is_not_an_answer(make_broker, redis, namespace):

@@ -218,7 +218,7 @@ async def test_audit_digest_counts_each_end_once(make_broker, redis):
 
 async def test_a_refused_answer_is_digested_once_for_the_metrics(make_broker):
     asking, worker = await make_broker(), await make_broker()
-    asking._rejected("r-forged", "an unsigned answer")  # what the asker does when it refuses one
+    asking._core.rejected("r-forged", "an unsigned answer")  # what the asker does when it refuses one
     await asyncio.sleep(0.2)  # fired, not awaited
     ends = await digest_audit(worker)
     assert ends is not None and [(e.request_id, e.outcome) for e in ends] == [("r-forged", "rejected")]

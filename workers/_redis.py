@@ -7,7 +7,7 @@ from redis.exceptions import RedisError
 from broker import UserQuestionError
 from broker.errors import BROKER_UNAVAILABLE
 
-__all__ = ["Backoff", "describe", "redis_trouble"]
+__all__ = ["describe", "redis_trouble"]
 
 
 def redis_trouble(error: BaseException) -> bool:
@@ -24,19 +24,3 @@ def describe(error: BaseException) -> str:
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
         error = error.exceptions[0]
     return str(error) or type(error).__name__
-
-
-class Backoff:
-    """Exponential delays, reset after a success."""
-
-    def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
-        self.first = first
-        self.cap = cap
-        self.delay = first
-
-    def next(self) -> float:
-        delay, self.delay = self.delay, min(self.delay * 2, self.cap)
-        return delay
-
-    def reset(self) -> None:
-        self.delay = self.first

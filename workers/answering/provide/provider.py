@@ -11,9 +11,10 @@ import sys
 from typing import TYPE_CHECKING, Literal
 
 from broker import Broker, PendingRequest, Policies, PolicyError, Provider, Remember, Tally, UserQuestionError
+from broker.backoff import Backoff
 from broker.errors import BAD_ANSWER, DUPLICATE_PROVIDER, LEASE_LOST, NOT_APPROVER, NOT_PENDING
 from broker.quorum import load_groups, load_policies, revoke_covered
-from workers._redis import Backoff, describe, redis_trouble
+from workers._redis import describe, redis_trouble
 from workers.exits import EXIT_STATUS
 from workers.inert import inert
 from workers.settings import Settings

@@ -19,15 +19,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Sequence
-from typing import Any, Final
+from typing import Any, Final, Unpack
 
 import aiohttp
 import msgspec
 
 from broker import AskUserQuestionAnswer, AskUserQuestionRequest, UserQuestionError
+from broker.backoff import Backoff
 from broker.errors import ASK_ABORTED, BAD_REQUEST, BROKER_UNAVAILABLE, UNKNOWN_ASK, ErrorPayload
+from broker.options import AskOptions
 from broker.types import convert_answer
-from workers._redis import Backoff
 
 __all__ = ["GatewayClient"]
 
@@ -51,6 +52,36 @@ def _in_words(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
     return str(error) or type(error).__name__
+
+
+class GatewayAskOptions(AskOptions, total=False):
+    """``Broker.ask``'s options, and the texts the questions name as attachments."""
+
+    attachments: Sequence[str]
+
+
+_OPTIONS = GatewayAskOptions.__optional_keys__
+_WIRE_NAMES = (("timeout", "timeout"), ("key", "key"), ("detach_grace", "detachGrace"))
+
+
+def _ask_body(request: AskUserQuestionRequest, options: GatewayAskOptions) -> dict[str, Any]:
+    """The JSON body that starts an ask at the gateway: the request and the options that are not their default."""
+    unknown = options.keys() - _OPTIONS
+    if unknown:
+        raise TypeError(f"ask() got an unexpected keyword argument {min(unknown)!r}")
+    body: dict[str, Any] = {"request": request}
+    if not options.get("remember", True):
+        body["remember"] = False
+    if not options.get("coalesce", True):
+        body["coalesce"] = False
+    attachments = options.get("attachments", ())
+    if attachments:
+        body["attachments"] = list(attachments)
+    for name, wire in _WIRE_NAMES:
+        value = options.get(name)
+        if value is not None:
+            body[wire] = value
+    return body
 
 
 class GatewayClient:
@@ -122,36 +153,17 @@ class GatewayClient:
             raise UserQuestionError.from_payload(msgspec.convert(body["error"], ErrorPayload))
         return body
 
-    async def ask(
-        self,
-        request: AskUserQuestionRequest,
-        *,
-        abort: asyncio.Event | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        detach_grace: float | None = None,
-        remember: bool = True,
-        coalesce: bool = True,
-        attachments: Sequence[str] = (),
-    ) -> AskUserQuestionAnswer:
-        """Ask and wait for the outcome, as ``Broker.ask`` does; setting ``abort`` withdraws the question.
+    async def ask(self, request: AskUserQuestionRequest, **options: Unpack[GatewayAskOptions]) -> AskUserQuestionAnswer:
+        """Ask and wait for the outcome, as ``Broker.ask`` does (its options); setting ``abort`` withdraws the question.
 
         ``attachments``: the texts the request's questions name as attachments, kept by the gateway
         (``Broker.attach``) before it asks. Cancelling the call leaves the ask at the gateway: a keyed
         ask not yet answered is picked up again by asking with the same key; the gateway withdraws (or,
         keyed, detaches) an ask nobody waits on.
         """
+        abort, timeout, key = options.get("abort"), options.get("timeout"), options.get("key")
         # Started without waiting: the ask's id comes back at once, so an abort can withdraw it at once.
-        body: dict[str, Any] = {"request": request}
-        if not remember:
-            body["remember"] = False
-        if not coalesce:
-            body["coalesce"] = False
-        if attachments:
-            body["attachments"] = list(attachments)
-        for name, value in (("timeout", timeout), ("key", key), ("detachGrace", detach_grace)):
-            if value is not None:
-                body[name] = value
+        body = _ask_body(request, options)
         if abort is not None and abort.is_set():
             raise UserQuestionError("the ask was aborted before it started", ASK_ABORTED)
         deadline = asyncio.get_running_loop().time() + (timeout if timeout is not None else float("inf"))

@@ -147,7 +147,7 @@ async def _serve(config: MaintenanceConfig) -> None:
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
-    from workers._redis import Backoff
+    from broker.backoff import Backoff
     from workers.operating.worker.maintenance import build_worker
 
     backoff = Backoff(first=0.5, cap=10.0)

@@ -1,4 +1,4 @@
-"""Exponential delays between attempts, reset after a success."""
+"""Exponential delays between attempts, reset after a success (the library's and the workers' one pacing)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ __all__ = ["Backoff"]
 
 
 class Backoff:
-    def __init__(self, first: float = 0.05, cap: float = 2.0) -> None:
+    """Delays from ``first`` doubling up to ``cap`` seconds; ``reset()`` after a success starts again at ``first``."""
+
+    def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
         self.first = first
         self.cap = cap
         self.delay = first
