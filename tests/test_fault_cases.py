@@ -101,8 +101,10 @@ async def test_an_error_while_taking_a_read_does_not_strand_the_cards_it_registe
     failed = proxy.fail_next_reply(b"EVALSHA", SCRIPTS["notice_ack"].sha)
     answering = await make_broker(url=proxy.url)
     async with answering.provider("ui") as provider:
+        # Already waiting when the read fails: the read's new card must wake it all the same.
+        waiting = asyncio.ensure_future(next_pending(provider, timeout=10))
         assert await asyncio.to_thread(failed.wait, 5), "notice_ack was never called"
-        shown = await next_pending(provider, timeout=10)
+        shown = await waiting
         await shown.answer(pick("yes"))
         assert await asyncio.wait_for(kept, 10) == pick("yes")
         assert provider.pending == []
