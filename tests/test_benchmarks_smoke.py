@@ -121,6 +121,21 @@ def test_leftover_keys_are_summarised_by_kind() -> None:
 
 
 @pytest.mark.slow
+def test_the_settle_benchmark_settles_a_card_and_prints_its_cost_per_asker() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.settle_instructions", "--askers", "300"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=55,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "a card of 300 askers in calls of 256" in result.stdout
+    commands = float(result.stdout.split("commands: ")[1].split()[0])
+    assert 5 < commands < 20  # each asker's own settlement: its hash, outcome, notice and audit entry
+
+
+@pytest.mark.slow
 def test_the_scale_benchmark_runs_and_prints_its_tables() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.scale", "--askers", "40,80", "--pending", "250", "--window", "1"],

@@ -3,7 +3,7 @@
 -- Not a script of its own: ask.lua includes it (a line '--! include _ask_enqueue', which broker/_lua.py replaces with
 -- this code on one line); so no comment may follow code here.
 -- ask_enqueue(k, a, fp, now, deadline) (k, a: ask.lua's named KEYS and ARGV; fp the agent token's fingerprint; now
--- Redis ms; deadline the asker's, Redis ms or '') returns {'ok', entry id}, or {'err', 'NO_PROVIDER', message}
+-- Redis ms; deadline the asker's, Redis ms as text or '') returns {'ok', entry id}, or {'err', 'NO_PROVIDER', message}
 -- when no provider holds the lease or stands by (a standby's score is when it lapses).
 -- The entry carries the request JSON (the provider presents it without reading the hash), who asked first and a
 -- gateway's attestation of the ask (a.attest, verified by the provider);
@@ -32,7 +32,7 @@ local function ask_enqueue(k, a, fp, now, deadline)
   end
   local entry = redis.call('XADD', k.requests, '*', unpack(fields))
   redis.call('HSET', k.request, 'state', 'pending', 'request', a.body, 'agent', a.agent, 'agent_fp', fp,
-    'client', a.client, 'entry', entry, 'created', now, 'deadline', deadline, 'remember', remember,
+    'client', a.client, 'entry', entry, 'created', a.now_text, 'deadline', deadline, 'remember', remember,
     'coalesce', coalesce)
   redis.call('PEXPIRE', k.request, a.request_ttl)
   if a.key ~= '' then

@@ -78,8 +78,11 @@ local function ask(KEYS, ARGV, call)
   if not call.now then
     local t = redis.call('TIME')
     call.now = t[1] * 1000 + math.floor(t[2] / 1000)
+    -- the times written go as text made here: Redis prints a Lua number given to a command with snprintf('%.17g'),
+    -- the C library's float printer (docs/benchmarks-budget.md)
+    call.now_text = string.format('%d', call.now)
   end
-  a.now, a.seen = call.now, call.seen
+  a.now, a.now_text, a.seen = call.now, call.now_text, call.seen
   local fp, refused = ask_gate(k, a)
   if refused then
     return refused
@@ -88,7 +91,7 @@ local function ask(KEYS, ARGV, call)
     return {'ok', ''}
   end
   local now = a.now
-  local deadline = a.timeout ~= '' and now + tonumber(a.timeout) or ''
+  local deadline = a.timeout ~= '' and string.format('%d', now + tonumber(a.timeout)) or ''
   if a.key ~= '' then
     local attached = ask_attach(k, a, fp, deadline)
     if attached then
