@@ -22,7 +22,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from workers.answering.options import add_policy_arguments
-from workers.settings import Settings
+from workers.settings import Settings, Subparsers
 from workers.settings import add_arguments as add_shared_arguments
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ __all__ = ["add_arguments", "register", "run"]
 log = logging.getLogger(__name__)
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "web",
         help="serve the web page where people answer questions (a provider with standby)",
