@@ -18,11 +18,11 @@ from broker import (
     Asker,
     AskUserQuestionItem,
     AskUserQuestionRequest,
-    Broker,
     Provider,
     Remember,
     UserQuestionError,
 )
+from broker._keys import Keys
 from tests.helpers import answer, code_of, next_pending, options, pick, plan_review, trail, until
 from tests.redis_server import RedisServer
 
@@ -53,8 +53,8 @@ async def askers(make_broker: Callable[..., Any], *names: str) -> AsyncIterator[
         yield agents
 
 
-async def audit_events(redis: Redis, broker: Broker, event: str) -> list[dict[str, str]]:
-    return [fields for fields in await trail(redis, broker.keys) if fields["event"] == event]
+async def audit_events(redis: Redis, keys: Keys, event: str) -> list[dict[str, str]]:
+    return [fields for fields in await trail(redis, keys) if fields["event"] == event]
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ async def test_identical_requests_of_three_askers_are_one_card_and_one_answer_se
         await card.answer(pick("yes", card.request.questions[0].id), by="alice")
         results = await asyncio.wait_for(asyncio.gather(*asks), 5)
     assert results == [pick("yes", f"q-{name}") for name in ("a1", "a2", "a3")]
-    answered = await audit_events(redis, agents[0]._broker, "answered")
+    answered = await audit_events(redis, provider.keys, "answered")
     assert sorted(e["rid"] for e in answered) == sorted(asker.request_id for asker in card.askers)
     assert {(e["by"], e["epoch"]) for e in answered} == {("alice", str(provider.epoch))}
     assert provider.pending == []
@@ -110,8 +110,8 @@ async def test_an_asker_that_withdraws_leaves_the_card_and_the_others_still_get_
         assert not card.withdrawn.is_set() and provider.pending == [card]
         await card.answer(pick("no"))
         assert list(await asyncio.wait_for(asyncio.gather(asks[0], asks[2]), 5)) == [pick("no"), pick("no")]
-    withdrawn = await audit_events(redis, agents[0]._broker, "withdrawn")
-    assert len(withdrawn) == 1 and len(await audit_events(redis, agents[0]._broker, "answered")) == 2
+    withdrawn = await audit_events(redis, provider.keys, "withdrawn")
+    assert len(withdrawn) == 1 and len(await audit_events(redis, provider.keys, "answered")) == 2
 
 
 async def test_the_card_is_withdrawn_only_when_its_last_asker_withdraws(make_broker, provider):
@@ -202,7 +202,7 @@ async def test_a_coalesced_card_survives_the_providers_kill_9_and_the_new_holder
                 await card.answer(pick("no", card.request.questions[0].id))
                 results = await asyncio.wait_for(asyncio.gather(*asks), 5)
             assert results == [pick("no", f"id-{name}") for name in ("a1", "a2", "a3")]
-            answered = await audit_events(redis, agents[0]._broker, "answered")
+            answered = await audit_events(redis, new.keys, "answered")
             assert len(answered) == 3 and {e["epoch"] for e in answered} == {str(new.epoch)}
     finally:
         if holder.returncode is None:
@@ -346,7 +346,7 @@ async def test_remembering_a_coalesced_answer_decides_for_each_asker_in_scope(ma
         await until(lambda: len(card.askers) == 2)
         await card.answer(pick("yes"), by="alice", remember=Remember(scope="agent", ttl=60))
         assert await asyncio.wait_for(asyncio.gather(*asks), 5) == [pick("yes")] * 2
-        decisions = await agents[0]._broker.decisions()
+        decisions = await (await make_broker()).decisions()
         assert sorted(d.agent for d in decisions) == ["a1", "a2"]  # agent scope: one for each asker
         again = [await asyncio.wait_for(agent.ask(deploy("later")), 5) for agent in agents]
     assert again == [pick("yes", "later")] * 2  # answered by the decisions, no human asked
@@ -374,10 +374,10 @@ async def test_remembering_a_coalesced_answer_is_stored_when_its_first_askers_re
         assert got == [pick("yes")] * 2
         asks[first.agent_id].cancel()
         await asyncio.gather(asks[first.agent_id], return_exceptions=True)
-        decisions = await agents[1]._broker.decisions()
+        decisions = await (await make_broker()).decisions()
         assert [(d.scope, d.selected, d.by) for d in decisions] == [("namespace", ("yes",), "alice")]
         assert decisions[0].request_id in {asker.request_id for asker in others}
-        remembered = await audit_events(redis, agents[0]._broker, "remembered")
+        remembered = await audit_events(redis, provider.keys, "remembered")
         assert len(remembered) == 1
         later = await make_broker()
         assert await asyncio.wait_for(later.ask(deploy("later")), 5) == pick("yes", "later")  # no human
@@ -411,6 +411,6 @@ async def test_a_coalesced_card_settled_over_several_calls_remembers_its_decisio
         await until(lambda: len(card.askers) == 3)
         await card.answer(pick("yes"), by="alice", remember=Remember(ttl=60))
         assert await asyncio.wait_for(asyncio.gather(*asks), 5) == [pick("yes")] * 3
-        decisions = await agents[0]._broker.decisions()
+        decisions = await (await make_broker()).decisions()
         assert [d.request_id for d in decisions] == [card.askers[0].request_id]
-        assert len(await audit_events(redis, agents[0]._broker, "remembered")) == 1
+        assert len(await audit_events(redis, provider.keys, "remembered")) == 1
