@@ -10,6 +10,7 @@ viewport's).
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -18,10 +19,14 @@ from typing import Any
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, Broker, PlanReviewIntent
-from tests.helpers import KEYS
+from tests.helpers import KEYS, SIGNING_KEY
 from tests.redis_server import RedisServer
 from tests.web.conftest import WebProcess, write_users_file
 from tests.web.test_browser import CHROMIUM, CHROMIUM_ARGS, LONG_DETAIL, STEPS, VIEWPORTS, sign_in, write_other
+
+# The web servers it starts sign with the tests' key, as under pytest (tests/conftest.py sets the same two).
+os.environ["QBROKER_SIGNING_KEY"] = SIGNING_KEY.to_text()
+os.environ["QBROKER_TRUSTED_KEYS"] = SIGNING_KEY.public_text
 
 
 def options(*labels: str) -> tuple[AskUserQuestionOption, ...]:
