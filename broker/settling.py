@@ -66,11 +66,11 @@ class Settler:
         self._queue: list[_Queued] = []
         self._queued = asyncio.Event()
         self._running = False
-        """``run`` sends the queue; else (before it starts, once it stopped) each caller sends its own"""
-        self._sending = 0
-        """how many tasks are sending the queue (``run``, or callers while it does not run)"""
-        self._idle = asyncio.Event()
-        """set when the last of them stopped"""
+        """``run`` sends the queue; else (before it starts, once it stopped) each caller sends it"""
+        self._sending = asyncio.Lock()
+        """one sender at a time, so that batches go in order and a card split across calls carries its decisions"""
+        self._carrier: tuple[list[str], list[Any]] | None = None
+        """the last decisions sent (their keys, D and arguments): the next call carries them for a split card"""
 
     def redis_ms(self) -> int:
         """Now by the Redis clock, unix ms, as read at start and carried on by the loop's monotonic clock."""
@@ -188,29 +188,27 @@ class Settler:
             self._running = False
 
     async def stop(self, within: float) -> None:
-        """Stop batching: what is queued or on its way is sent first (for up to ``within`` seconds); a settlement
-        from now on is sent by its caller."""
+        """Stop batching: what is queued or on its way is sent first (for up to ``within`` seconds); what is still
+        queued then fails with ``BROKER_UNAVAILABLE``, never a bare cancellation of its caller. A settlement from
+        now on is sent by its caller."""
         self._running = False
         try:
             async with asyncio.timeout(within):
-                await self._send_queued()
-                while self._sending:
-                    self._idle.clear()
-                    await self._idle.wait()
+                await self._send_queued()  # after the batch ``run`` has on its way (the lock), the rest
         except TimeoutError:
-            log.warning("settlements still on their way %.0fs after the provider stopped: cancelled", within)
+            log.warning("settlements still on their way %.0fs after the provider stopped: given up", within)
+        queued, self._queue = self._queue, []
+        for _, _, future in queued:
+            if not future.done():
+                future.set_exception(
+                    UserQuestionError("the provider stopped before this settlement was sent", BROKER_UNAVAILABLE)
+                )
 
     async def _send_queued(self) -> None:
-        carrier: tuple[list[str], list[Any]] | None = None  # the last decisions sent: their keys, D and arguments
-        self._sending += 1
-        try:
+        async with self._sending:
             while self._queue:
                 batch, self._queue = self._queue[:_SETTLE_BATCH], self._queue[_SETTLE_BATCH:]
-                carrier = await self._send(batch, carrier)
-        finally:
-            self._sending -= 1
-            if not self._sending:
-                self._idle.set()
+                self._carrier = await self._send(batch, self._carrier)
 
     async def _send(
         self, batch: list[_Queued], carrier: tuple[list[str], list[Any]] | None
@@ -247,13 +245,17 @@ class Settler:
                 settlements=[settlement for settlement, _, _ in batch],
             )
         except BaseException as error:
+            told: BaseException = error
+            if isinstance(error, asyncio.CancelledError):
+                # The sender was stopped (the provider's end, or a caller sending its own): the callers get a
+                # coded error, not a cancellation of their own tasks; settle.lua may have run, so say so.
+                told = UserQuestionError(
+                    "the provider stopped while this settlement was on its way: it may or may not have been applied",
+                    BROKER_UNAVAILABLE,
+                )
             for _, _, future in batch:
-                if future.done():
-                    continue
-                if isinstance(error, asyncio.CancelledError):
-                    future.cancel()
-                else:
-                    future.set_exception(error)
+                if not future.done():
+                    future.set_exception(told)
             if not isinstance(error, Exception):
                 raise
             return carrier
