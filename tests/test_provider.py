@@ -8,8 +8,6 @@ import time
 import pytest
 
 from broker import PendingRequest, UserQuestionError
-from broker.errors import BROKER_UNAVAILABLE
-from tests.faultproxy import FaultProxy
 from tests.helpers import code_of, next_pending, one_question, pick
 
 
@@ -211,27 +209,3 @@ async def test_changes_names_each_withdrawn_or_changed_card_once_in_order(make_b
         asks[1].cancel()
         await asyncio.gather(asks[1], return_exceptions=True)
         assert await provider.changes() == [cards[1]] and cards[1].is_withdrawn
-
-
-@pytest.mark.timeout(40)
-async def test_an_answer_on_its_way_when_the_provider_stops_gets_a_coded_error_not_a_cancellation(
-    make_broker, redis_server
-):
-    """The provider's block ends while Redis is silent: settling gives up after a lease TTL, and the caller of
-    ``answer`` (a web handler, say) is told ``BROKER_UNAVAILABLE`` (it may or may not have applied), never
-    cancelled in a task nobody cancelled (the client rule: a background task's failure never cancels its caller)."""
-    with FaultProxy(redis_server.port) as proxy:
-        asker = await make_broker()
-        answerer = await make_broker(url=proxy.url, lease_ttl=1.0)
-        async with answerer.provider("ui") as provider:
-            asked = asyncio.ensure_future(asker.ask(one_question(), timeout=30))
-            card = await next_pending(provider)
-            proxy.silence()
-            answering = asyncio.ensure_future(card.answer(pick("yes"), by="alice"))
-            await asyncio.sleep(0.3)  # its settlement queued and on its way into the silence
-        with pytest.raises(UserQuestionError) as caught:
-            await asyncio.wait_for(answering, 20)
-        assert caught.value.code == BROKER_UNAVAILABLE and not answering.cancelled()
-        proxy.heal()
-        asked.cancel()
-        await asyncio.gather(asked, return_exceptions=True)
