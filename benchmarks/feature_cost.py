@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker._schedule import Schedule, request_fingerprint
+from broker.answering._schedule import Schedule, request_fingerprint
 
 from .roles import REQUEST
 

@@ -105,19 +105,19 @@ def without_signatures() -> None:
     The broker has no unsigned mode (docs/security.md); only this benchmark's own processes patch
     the provider's sealing and the asker's check out, so that one run can say what signing costs.
     """
-    import broker._ask
-    import broker.settling
+    import broker.answering.settling
+    import broker.asking._ask
     from broker.signing import Seal, SigningKey
 
     def bare(key: SigningKey, namespace: str, epoch: int, at: int, seals: list[Seal]) -> list[str]:
         return [seal.body for seal in seals]
 
-    def accept(ask: broker._ask.Ask, outcome: str, request_id: str | None = None) -> bool:
+    def accept(ask: broker.asking._ask.Ask, outcome: str, request_id: str | None = None) -> bool:
         ask._checked = (outcome, decode_outcome(outcome))
         return True
 
-    broker.settling.seal_outcomes = bare  # type: ignore[attr-defined]  # the name settling.py imports from signing
-    broker._ask.Ask.accepts = accept  # type: ignore[method-assign,assignment]  # mypy reads a plain function set on a class as taking self twice
+    broker.answering.settling.seal_outcomes = bare  # type: ignore[attr-defined]  # the name settling.py imports from signing
+    broker.asking._ask.Ask.accepts = accept  # type: ignore[method-assign,assignment]  # mypy reads a plain function set on a class as taking self twice
 
 
 async def broker_provider(args: argparse.Namespace) -> None:

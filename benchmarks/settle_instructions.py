@@ -1,11 +1,11 @@
 """What settle.lua costs Redis per settled asker of a coalesced card: ``python -m benchmarks.settle_instructions``.
 
 A private redis-server holds N pending requests (the stream entries read by the group, the request hashes) and
-they are settled as a provider settles a card of N askers: settle.lua in calls of 256 settlements (broker/provider.py
-``_SETTLE_BATCH``), each asker's own outcome (about the size of a sealed one), notice and audit entry. Printed per
-asker: the Redis commands (``INFO commandstats``, those scripts run included), Redis's CPU, and with ``--callgrind``
-the instructions Redis ran (valgrind's callgrind, counted from after the set-up to after the last call), which load
-does not change: docs/benchmarks-budget.md compares scripts by them.
+they are settled as a provider settles a card of N askers: settle.lua in calls of 256 settlements
+(broker/answering/settling.py ``_SETTLE_BATCH``), each asker's own outcome (about the size of a sealed one), notice
+and audit entry. Printed per asker: the Redis commands (``INFO commandstats``, those scripts run included), Redis's
+CPU, and with ``--callgrind`` the instructions Redis ran (valgrind's callgrind, counted from after the set-up to after
+the last call), which load does not change: docs/benchmarks-budget.md compares scripts by them.
 """
 
 from __future__ import annotations

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from .agents import Agent
+from .answering.provider import HANDOVER_GRACE, Asker, Handover, PendingRequest, Provider
+from .answering.quorum import Policies, Policy, PolicyError, Tally, load_policies
+from .asking.agents import Agent
 from .broker import Answerer, Broker, Next
 from .decisions import Decision, Remember, question_fingerprint
 from .errors import ERROR_CODES, HarnessError, UserQuestionError
-from .provider import HANDOVER_GRACE, Asker, Handover, PendingRequest, Provider
-from .quorum import Policies, Policy, PolicyError, Tally, load_policies
-from .reads import QueuedAsk, Reads, Settlement
+from .operating.reads import QueuedAsk, Reads, Settlement
+from .operating.status import NamespaceStatus, namespace_status
 from .signing import SigningKey, TrustedKeys
-from .status import NamespaceStatus, namespace_status
 from .types import (
     PRIORITIES,
     AskUserQuestionAnswer,

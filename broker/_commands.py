@@ -188,7 +188,8 @@ class Commands:
 
         Commands queued during an outage go in the order queued once Redis is back: a lease holder's renewal
         that is to take back a lease lapsed in a restart must run before the fenced scripts queued before it
-        (broker/provider.py). Sent as EVAL: a restarted server's script cache is empty. Returns what stops it."""
+        (broker/answering/provider.py). Sent as EVAL: a restarted server's script cache is empty. Returns what
+        stops it."""
         lead = (script, keys, args, on_reply)
         self._leads.append(lead)
 

@@ -128,7 +128,7 @@ class Keys:
         return f"{self.prefix}client:{client_id}"
 
     def approvals(self, request_id: str) -> str:
-        """The votes so far on a card a quorum policy covers (broker/quorum.py): answerer-only."""
+        """The votes so far on a card a quorum policy covers (broker/answering/quorum.py): answerer-only."""
         return f"{self.prefix}approvals:{request_id}"
 
     def decision(self, fingerprint: str, agent_id: str | None = None) -> str:

@@ -11,20 +11,20 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
-from ._asking import ask, for_agent
 from ._commands import Commands
-from ._core import Answerer, AskingCore, Next, Registration
 from ._keys import Keys
 from ._redis_errors import unavailable
 from ._tasks import running
-from .agents import Agent
+from .answering.lease import HANDOVER_GRACE, acquire_lease, release_lease
+from .answering.provider import Provider, ProviderSettings
+from .asking._call import ask, for_agent
+from .asking._core import Answerer, AskingCore, Next, Registration
+from .asking.agents import Agent
+from .asking.settings import BrokerSettings, Trust
 from .attachments import read_attachment, write_attachment
 from .decisions import Decision, list_decisions, revoke_decision
 from .errors import BAD_REQUEST, NO_SIGNING_KEY, UserQuestionError
-from .housekeeping import housekeep_while_unattended
-from .lease import HANDOVER_GRACE, acquire_lease, release_lease
-from .provider import Provider, ProviderSettings
-from .settings import BrokerSettings, Trust
+from .operating.housekeeping import housekeep_while_unattended
 from .signing import SigningKey, TrustedKeys
 from .types import AskUserQuestionAnswer, AskUserQuestionRequest
 from .validation import Limits
@@ -32,7 +32,7 @@ from .validation import Limits
 if TYPE_CHECKING:
     from typing import Unpack
 
-    from .options import AskOptions
+    from .asking.options import AskOptions
 
 __all__ = ["Answerer", "Broker", "Next"]
 
@@ -249,7 +249,7 @@ class Broker:
         A remembered decision that matches every question answers at once; ``remember=False``
         always asks a human (and no provider may remember the answer). Identical pending requests
         of several askers are presented once and settled by one answer; ``coalesce=False`` keeps
-        this one apart (``broker.options.AskOptions``).
+        this one apart (``broker.asking.options.AskOptions``).
         """
         named: object = request.agent
         if isinstance(named, Agent):

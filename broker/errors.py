@@ -61,7 +61,7 @@ UNKNOWN_ASK: Final = "UNKNOWN_ASK"
 NO_TOKENS: Final = "NO_TOKENS"
 """an HTTP listener beyond loopback with no bearer tokens to check callers against"""
 NOT_APPROVER: Final = "NOT_APPROVER"
-"""a quorum policy covers the request and this person is not one of its approvers (broker/quorum.py)"""
+"""a quorum policy covers the request and this person is not one of its approvers (broker/answering/quorum.py)"""
 PORT_IN_USE: Final = "PORT_IN_USE"
 """``qbroker quickstart``: a port it would listen on is taken (another process, a stack left running)"""
 

@@ -15,7 +15,7 @@ Three roles, each its own Redis user:
 - **answerer**: providers (``qbroker web``, ``provide``, ``auto``): the whole namespace, and ``INFO``
   (deliver.lua reads the server's uptime: after a restart, askers get time to beat again); it alone
   (with maintenance) writes ``approvals:*``, the votes so far on a card a quorum policy
-  covers (broker/quorum.py): an asker that could write them could approve its own question; and alone among
+  covers (broker/answering/quorum.py): an asker that could write them could approve its own question; and alone among
   the roles (with maintenance) the lease, the epoch and the ``handover`` reservation (a page asking the
   holder for the lease).
 - **maintenance**: ``qbroker worker`` and operators' ``qbroker status`` / ``decisions``: the

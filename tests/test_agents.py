@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from broker import Broker
-from broker.housekeeping import run_housekeeping
+from broker.operating.housekeeping import run_housekeeping
 from tests.helpers import KEYS, code_of, next_pending, one_question, pick
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The life of one ask as a reader sees it (broker/_ask.py): asked, waiting, detached, re-attached, ended."""
+"""The life of one ask as a reader sees it (broker/asking/_ask.py): asked, waiting, detached, re-attached, ended."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from broker._ask import Ask
-from broker._ask_state import TRANSITIONS, AskState
-from broker._outcomes import follower as _follower
-from broker._outcomes import outcome_of as _outcome_of
+from broker.asking._ask import Ask
+from broker.asking._ask_state import TRANSITIONS, AskState
+from broker.asking._outcomes import follower as _follower
+from broker.asking._outcomes import outcome_of as _outcome_of
 from broker.errors import UserQuestionError
 from tests.helpers import next_pending, one_question, pick, until
 

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from broker import Agent, Broker, PendingRequest, Provider, Remember, UserQuestionError
 from broker._lua import SCRIPTS
 from broker.errors import BAD_ANSWER, CALLER_NOT_LIVE
-from broker.housekeeping import end_away, reap_abandoned, run_housekeeping
+from broker.operating.housekeeping import end_away, reap_abandoned, run_housekeeping
 from tests.faultproxy import FaultProxy
 from tests.helpers import one_question, pick, until
 from tests.redis_server import RedisServer

@@ -20,8 +20,8 @@ from redis.asyncio import Redis
 
 from broker import Remember
 from broker._lua import SCRIPTS
-from broker.audit import HUMAN_EVENTS, AuditReport, chain_of, verify
-from broker.housekeeping import trim_audit
+from broker.operating.audit import HUMAN_EVENTS, AuditReport, chain_of, verify
+from broker.operating.housekeeping import trim_audit
 from broker.signing import TrustedKeys
 from tests.helpers import SIGNING_KEY, next_pending, one_question, pick
 from tests.redis_server import RedisServer

@@ -281,7 +281,7 @@ async def test_an_ask_failed_by_an_outage_is_withdrawn_once_redis_answers(proxy,
 
 
 async def test_status_of_a_fresh_namespace_creates_nothing(make_broker, redis: Redis):
-    from broker.status import namespace_status
+    from broker.operating.status import namespace_status
 
     broker = await make_broker()
     status = await namespace_status(broker)
@@ -290,7 +290,7 @@ async def test_status_of_a_fresh_namespace_creates_nothing(make_broker, redis: R
 
 
 async def test_status_lists_live_agents_from_the_index(make_broker):
-    from broker.status import namespace_status
+    from broker.operating.status import namespace_status
 
     broker = await make_broker()
     async with broker.agent("root"), broker.agent("child", owner="root"):

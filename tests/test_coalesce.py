@@ -362,7 +362,7 @@ async def test_remembering_a_coalesced_answer_is_stored_when_its_first_askers_re
     hash lapsed, or it was withdrawn just before), the answer still reached the others and
     ``answer(remember=...)`` returned, but nothing was remembered. ``batch`` 1 splits the card's
     settlements over several settle.lua calls (as a card of more than 256 askers is)."""
-    monkeypatch.setattr("broker.settling._SETTLE_BATCH", batch)
+    monkeypatch.setattr("broker.answering.settling._SETTLE_BATCH", batch)
     async with askers(make_broker, "a1", "a2", "a3") as agents:
         asks = {agent.id: asyncio.ensure_future(agent.ask(deploy(), timeout=30)) for agent in agents}
         card = await next_pending(provider)
@@ -404,7 +404,7 @@ async def test_a_coalesced_card_settled_over_several_calls_remembers_its_decisio
     make_broker, provider, redis, monkeypatch
 ):
     """Each call of a split card carries the decision again (its first asker may be gone): written once."""
-    monkeypatch.setattr("broker.settling._SETTLE_BATCH", 1)
+    monkeypatch.setattr("broker.answering.settling._SETTLE_BATCH", 1)
     async with askers(make_broker, "a1", "a2", "a3") as agents:
         asks = [asyncio.ensure_future(agent.ask(deploy(), timeout=30)) for agent in agents]
         card = await next_pending(provider)

@@ -319,7 +319,7 @@ def test_toml_snippets_are_valid_rules(snippet):
 @pytest.mark.parametrize("snippet", _of("policy"), ids=_ids(_of("policy")))
 def test_policy_snippets_load(snippet, tmp_path):
     """docs/approvals.md's policy files load, with the groups its users-file snippets name."""
-    from broker.quorum import load_groups, load_policies
+    from broker.answering.quorum import load_groups, load_policies
 
     groups = {name: members for s in _of("policy") for name, members in load_groups(tomllib.loads(s.code)).items()}
     path = tmp_path / "policies.toml"

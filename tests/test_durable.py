@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from broker import PendingRequest, Provider, UserQuestionError
-from broker.housekeeping import digest_audit, end_away, reap_abandoned
+from broker.operating.housekeeping import digest_audit, end_away, reap_abandoned
 from tests.helpers import code_of, next_pending, one_question, pick, trail, until
 
 KEY = "deploy-2.4.0"

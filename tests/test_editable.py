@@ -201,7 +201,7 @@ def test_an_edited_answer_is_never_remembered() -> None:
 
 def test_approvals_of_different_arguments_are_never_one_card() -> None:
     """Coalescing: the same question text over other arguments is another card (one edit, one call)."""
-    from broker._schedule import request_fingerprint
+    from broker.answering._schedule import request_fingerprint
 
     other = approval(Editable(arguments={"path": "src/"}, approve="Approve", schema=SCHEMA))
     assert request_fingerprint(approval()) != request_fingerprint(other)

@@ -9,7 +9,7 @@ import pytest
 
 from broker import UserQuestionError
 from broker._keys import Keys
-from broker.housekeeping import (
+from broker.operating.housekeeping import (
     claim_run,
     dead_letter_count,
     digest_audit,

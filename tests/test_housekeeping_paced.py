@@ -16,7 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import AskUserQuestionRequest, UserQuestionError
-from broker.housekeeping import (
+from broker.operating.housekeeping import (
     PASS_SECONDS,
     SLICE_FLOOR,
     HousekeepingReport,

@@ -16,7 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import Broker, PendingRequest, Provider
-from broker.housekeeping import end_away, expire_overdue
+from broker.operating.housekeeping import end_away, expire_overdue
 from tests.helpers import one_question, pick
 
 pytestmark = pytest.mark.timeout(30)

@@ -167,7 +167,7 @@ def test_the_product_modules_import_no_cycle() -> None:
     ("source", "expected"),
     [
         ("from broker._keys import Keys\n", ["imports from broker._keys"]),
-        ("from broker.status import _age\n", ["imports broker.status._age"]),
+        ("from broker.operating.status import _age\n", ["imports broker.operating.status._age"]),
         ("def f(broker):\n    return broker._core\n", ["._core"]),
         (
             "class A:\n    def __init__(self):\n        self._x = 1\n    def f(self, other):\n        return other._x\n",

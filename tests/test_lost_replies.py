@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from broker import AskUserQuestionItem, AskUserQuestionRequest
-from broker._inbox import _DRAIN
 from broker._keys import TOMBSTONE_MS
 from broker._lua import SCRIPTS
+from broker.asking._inbox import _DRAIN
 from tests.faultproxy import FaultProxy
 from tests.helpers import next_pending, one_question, options, pick
 from tests.redis_server import RedisServer

@@ -1,4 +1,4 @@
-"""Quorum policies (broker/quorum.py): approvals that need more than one person, on a real redis-server."""
+"""Quorum policies (broker/answering/quorum.py): approvals that need more than one person, on a real redis-server."""
 
 from __future__ import annotations
 
@@ -233,7 +233,7 @@ async def test_a_remembered_decision_does_not_bypass_a_policy(make_broker, polic
         await plain
         assert len(await broker.decisions()) == 2
     async with broker.provider("web-with-policy") as provider:
-        from broker.quorum import revoke_covered
+        from broker.answering.quorum import revoke_covered
 
         forgotten = await revoke_covered(policies, broker)
         assert len(forgotten) == 1 and len(await broker.decisions()) == 1  # the plain question's stays
@@ -257,7 +257,7 @@ async def test_an_uncovered_card_is_settled_as_usual(make_broker, policies) -> N
 
 
 def test_a_question_without_a_notion_of_approving_needs_n_identical_answers(policies) -> None:
-    from broker.quorum import Vote, tally
+    from broker.answering.quorum import Vote, tally
 
     policy = policies.policies[1]
     votes = [Vote("a", True, answer(("q1", (), "x"))), Vote("b", True, answer(("q1", (), "y")), at_ms=1)]
@@ -385,7 +385,7 @@ def test_a_malformed_escalation_is_refused(tmp_path, text, complaint) -> None:
 async def test_votes_are_chained_into_the_audit_and_it_verifies(make_broker, policies, redis) -> None:
     """docs/approvals.md: each vote is in the audit; docs/security.md: every audit entry is chained, so a vote
     must be too, or `qbroker audit verify` reports the quorum's own entries as slipped in."""
-    from broker.audit import verify
+    from broker.operating.audit import verify
     from broker.signing import TrustedKeys
     from tests.helpers import SIGNING_KEY
 

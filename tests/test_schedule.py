@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker import AskUserQuestionRequest
-from broker._members import Members
-from broker._schedule import Lineup, in_schedule_order
+from broker.answering._members import Members
+from broker.answering._schedule import Lineup, in_schedule_order
 from tests.helpers import one_question
 
 PROPERTY = settings(max_examples=300, deadline=None, derandomize=True, database=None)

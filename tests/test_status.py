@@ -91,9 +91,9 @@ async def test_pages_after_a_cursor_list_every_pending_request_once_in_order(
 ):
     """`qbroker status --limit N --after ENTRY`: page by page, each request once, oldest first, the counts
     always of all; the last page has no next cursor. ``stream_page`` small: a cursor falls mid-read."""
-    import broker.status
+    import broker.operating.status
 
-    monkeypatch.setattr(broker.status, "_PAGE", stream_page)
+    monkeypatch.setattr(broker.operating.status, "_PAGE", stream_page)
     asking = await make_broker()
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(asking.provider("desk"))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionItem, Broker
-from broker.housekeeping import reap_abandoned
+from broker.operating.housekeeping import reap_abandoned
 from tests.workers.procs import start_module
 
 

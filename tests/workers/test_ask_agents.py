@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from broker.housekeeping import run_housekeeping
+from broker.operating.housekeeping import run_housekeeping
 from tests.helpers import pick
 from tests.workers.procs import env_for
 from workers.exits import EXIT_STATUS

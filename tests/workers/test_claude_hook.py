@@ -19,7 +19,7 @@ import msgspec
 import pytest
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, PlanReviewIntent, Remember
-from broker.housekeeping import reap_abandoned
+from broker.operating.housekeeping import reap_abandoned
 from tests.workers.procs import delivered_to, env_for, run_qbroker
 from workers.redis_server import free_port
 

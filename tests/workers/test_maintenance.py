@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from broker import UserQuestionError
-from broker.housekeeping import runs_key
+from broker.operating.housekeeping import runs_key
 from tests.helpers import one_question, pick
 from tests.redis_server import RedisServer, free_port
 from workers.operating.worker.webhooks import DELIVERY_HEADER, verify

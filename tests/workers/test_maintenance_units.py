@@ -7,7 +7,7 @@ import argparse
 import msgspec
 import pytest
 
-from broker.housekeeping import PendingInfo
+from broker.operating.housekeeping import PendingInfo
 from workers.operating.worker.command import config_from_args
 from workers.operating.worker.maintenance import MaintenanceConfig, deserialize, serialize
 from workers.operating.worker.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, payload, sign, verify

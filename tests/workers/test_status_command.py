@@ -77,7 +77,7 @@ async def test_status_says_who_is_alive_the_worker_and_standbys_with_their_time_
     make_broker, redis_server, namespace
 ):
     """Issue "The page a team trusts", row 6: a killed worker was invisible in `qbroker status`."""
-    from broker.housekeeping import mark_worker_alive
+    from broker.operating.housekeeping import mark_worker_alive
 
     holder, spare = await make_broker(), await make_broker()
     standing_by = asyncio.Event()

@@ -11,9 +11,9 @@ import socket
 import sys
 
 from broker import Broker, PendingRequest, Policies, PolicyError, Provider, UserQuestionError
+from broker.answering.quorum import revoke_covered
 from broker.backoff import Backoff
 from broker.errors import BAD_ANSWER, DUPLICATE_PROVIDER, LEASE_LOST, NOT_PENDING
-from broker.quorum import revoke_covered
 from workers._redis import describe, redis_trouble
 from workers.answering.auto.rules import Decision, Rules, RulesError, load_rules
 from workers.answering.provide.provider import load_policy_args

@@ -11,9 +11,9 @@ import sys
 from typing import TYPE_CHECKING, Literal
 
 from broker import Broker, PendingRequest, Policies, PolicyError, Provider, Remember, Tally, UserQuestionError
+from broker.answering.quorum import load_groups, load_policies, revoke_covered
 from broker.backoff import Backoff
 from broker.errors import BAD_ANSWER, DUPLICATE_PROVIDER, LEASE_LOST, NOT_APPROVER, NOT_PENDING
-from broker.quorum import load_groups, load_policies, revoke_covered
 from workers._redis import describe, redis_trouble
 from workers.exits import EXIT_STATUS
 from workers.inert import inert

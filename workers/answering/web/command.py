@@ -334,7 +334,7 @@ def _policy_groups(policy_file: Path | None) -> dict[str, frozenset[str]]:
     """``[groups]`` of the policy file itself (they win over the users file's, as ``load_policies`` merges them)."""
     import tomllib
 
-    from broker.quorum import load_groups
+    from broker.answering.quorum import load_groups
 
     if policy_file is None:
         return {}

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from broker import Policies
-from broker.quorum import load_groups
+from broker.answering.quorum import load_groups
 from workers.answering.slack.config import SlackConfig
 from workers.answering.web.throttle import Network, ThrottleLimits
 from workers.passwords import hash_password, verify_password  # moved to workers/ (quickstart writes them too)

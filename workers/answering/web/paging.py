@@ -1,6 +1,6 @@
 """The pending requests a web server shows, in the order it shows them, paged by a cursor (issue 27).
 
-Urgent first, then normal, then low (the providers' levels, ``broker/_schedule.py``); within a level,
+Urgent first, then normal, then low (the providers' levels, ``broker/answering/_schedule.py``); within a level,
 in the order the provider handed them out (its per-agent turns). A page after a cursor costs
 O(log n + the page) for n shown, however many are pending: the API lists 100 000 pending questions a
 page at a time rather than all of them in one reply, and an urgent one asked behind them is on the first.

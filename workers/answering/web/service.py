@@ -32,8 +32,8 @@ from broker import (
     Tally,
     UserQuestionError,
 )
+from broker.answering.quorum import revoke_covered
 from broker.errors import NOT_APPROVER
-from broker.quorum import revoke_covered
 from workers.answering.web.cards import Cards, Event, filter_tags
 from workers.answering.web.delivery import BATCH, Delivery, ready
 from workers.answering.web.errors import REDIS_DOWN

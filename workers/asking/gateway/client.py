@@ -25,9 +25,9 @@ import aiohttp
 import msgspec
 
 from broker import AskUserQuestionAnswer, AskUserQuestionRequest, UserQuestionError
+from broker.asking.options import AskOptions
 from broker.backoff import Backoff
 from broker.errors import ASK_ABORTED, BAD_REQUEST, BROKER_UNAVAILABLE, UNKNOWN_ASK, ErrorPayload
-from broker.options import AskOptions
 from broker.types import convert_answer
 
 __all__ = ["GatewayClient"]

@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 
 from broker import AskUserQuestionRequest, Broker, UserQuestionError
 from broker.errors import BAD_REQUEST, BROKER_UNAVAILABLE, EMPTY_QUESTIONS, UNKNOWN_ASK
-from broker.status import mark_gateway_alive, mark_gateway_gone
+from broker.operating.status import mark_gateway_alive, mark_gateway_gone
 from broker.types import convert_request, encode
 from broker.validation import check_request
 from workers.asking.gateway.agents import AgentRecords

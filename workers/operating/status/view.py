@@ -11,7 +11,7 @@ from redis.exceptions import RedisError
 
 from broker import NamespaceStatus, UserQuestionError, namespace_status
 from broker.errors import BROKER_UNAVAILABLE
-from broker.status import PendingInfo
+from broker.operating.status import PendingInfo
 from workers.exits import EXIT_STATUS
 from workers.inert import inert
 from workers.operating.text_table import duration, table

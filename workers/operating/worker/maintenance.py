@@ -1,7 +1,7 @@
 """The maintenance worker: arq cron jobs for housekeeping, and webhook notifications with retries.
 
 Several workers may run at once, on one arq queue or on several: every scheduled run is
-claimed in the broker's Redis (:func:`broker.housekeeping.claim_run`, keyed by the slot of
+claimed in the broker's Redis (:func:`broker.operating.housekeeping.claim_run`, keyed by the slot of
 the Redis clock), so one worker does each run once; and every step is idempotent anyway.
 arq's queue may live on its own Redis (``arq_redis_url``): arq cannot run on Redis Cluster.
 Jobs are serialised with msgspec (MessagePack), never pickle.
@@ -24,7 +24,7 @@ from arq.cron import CronJob
 from arq.worker import func
 
 from broker import Broker
-from broker.housekeeping import (
+from broker.operating.housekeeping import (
     PendingInfo,
     claim_run,
     digest_audit,

@@ -17,7 +17,7 @@ from typing import Literal
 import aiohttp
 import msgspec
 
-from broker.housekeeping import PendingInfo
+from broker.operating.housekeeping import PendingInfo
 
 __all__ = [
     "DELIVERY_HEADER",

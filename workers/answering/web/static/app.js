@@ -906,7 +906,7 @@
   const LEVELS = { urgent: 0, normal: 1, low: 2 };
 
   function arrange() {
-    // The providers' order (broker/_schedule.py): urgent, normal, low; within a level each
+    // The providers' order (broker/answering/_schedule.py): urgent, normal, low; within a level each
     // agent's oldest question in turn (round-robin), so one chatty agent cannot bury another.
     const cards = [...state.cards.values()].sort((a, b) => a.request.createdMs - b.request.createdMs);
     const rank = new Map();

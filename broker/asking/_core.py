@@ -18,17 +18,17 @@ from typing import Any, Protocol
 import msgspec
 from redis.asyncio import Redis, RedisCluster
 
-from ._commands import Commands
-from ._ids import UniqueIds
+from .._commands import Commands
+from .._ids import UniqueIds
+from .._keys import TOMBSTONE_MS, Keys
+from .._redis_errors import describe, unavailable
+from .._scripts import Reply, detach, settled_cleanup, withdraw
+from .._tasks import Background
+from ..connection import redis_from_url
+from ..errors import BROKER_UNAVAILABLE, CALLER_NOT_LIVE, UserQuestionError
+from ..types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_outcome, encode
 from ._inbox import Inbox
-from ._keys import TOMBSTONE_MS, Keys
-from ._redis_errors import describe, unavailable
-from ._scripts import Reply, detach, settled_cleanup, withdraw
-from ._tasks import Background
-from .connection import redis_from_url
-from .errors import BROKER_UNAVAILABLE, CALLER_NOT_LIVE, UserQuestionError
 from .settings import BrokerSettings, Trust
-from .types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_outcome, encode
 
 __all__ = ["Answerer", "AskingCore", "Caller", "InFlight", "Namespace", "Next", "Registration"]
 

@@ -34,15 +34,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ..decisions import Remember
+from ..errors import BAD_ANSWER, NOT_APPROVER, UserQuestionError
+from ..types import PRIORITIES, AskUserQuestionAnswer, AskUserQuestionRequest, PlanReviewIntent
+from ..validation import check_answer
 from .cards import PendingRequest
-from .decisions import Remember
-from .errors import BAD_ANSWER, NOT_APPROVER, UserQuestionError
 from .policy import Policy, PolicyError
-from .types import PRIORITIES, AskUserQuestionAnswer, AskUserQuestionRequest, PlanReviewIntent
-from .validation import check_answer
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..broker import Broker
 
 __all__ = ["Policies", "Policy", "PolicyError", "Tally", "Vote", "load_groups", "load_policies", "revoke_covered"]
 

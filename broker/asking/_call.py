@@ -1,4 +1,4 @@
-"""One ask call: the request checked in the seeds' order, then one ``Ask``'s life (broker/_ask.py).
+"""One ask call: the request checked in the seeds' order, then one ``Ask``'s life (broker/asking/_ask.py).
 
 ``Broker.ask``, ``Broker.ask_as`` and ``Agent.ask`` each call ``ask()`` directly: every coroutine
 between a waiting ask and its caller is a frame kept per waiting ask.
@@ -11,14 +11,14 @@ import asyncio
 import msgspec
 from redis.exceptions import RedisError
 
+from .._redis_errors import unavailable
+from ..errors import ASK_ABORTED, CALLER_NOT_LIVE, EMPTY_QUESTIONS, NO_TRUSTED_KEY, UserQuestionError
+from ..types import AskUserQuestionAnswer, AskUserQuestionRequest
+from ..validation import check_request
 from ._ask import Ask
 from ._ask_script import gate
 from ._core import AskingCore, Caller
-from ._redis_errors import unavailable
-from .errors import ASK_ABORTED, CALLER_NOT_LIVE, EMPTY_QUESTIONS, NO_TRUSTED_KEY, UserQuestionError
 from .options import AskOptions, plan
-from .types import AskUserQuestionAnswer, AskUserQuestionRequest
-from .validation import check_request
 
 __all__ = ["ask", "for_agent"]
 

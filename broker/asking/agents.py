@@ -20,19 +20,19 @@ import logging
 import secrets
 from typing import TYPE_CHECKING
 
-from ._asking import ask, for_agent
-from ._commands import Commands
+from .._commands import Commands
+from .._keys import Keys
+from .._redis_errors import is_transient
+from .._scripts import Refusal, agent_heartbeat, agent_register
+from ..attachments import write_attachment
+from ._call import ask, for_agent
 from ._core import AskingCore
-from ._keys import Keys
-from ._redis_errors import is_transient
-from ._scripts import Refusal, agent_heartbeat, agent_register
-from .attachments import write_attachment
 
 if TYPE_CHECKING:
     from typing import Unpack
 
+    from ..types import AskUserQuestionAnswer, AskUserQuestionRequest
     from .options import AskOptions
-    from .types import AskUserQuestionAnswer, AskUserQuestionRequest
 
 __all__ = ["Agent"]
 

@@ -3,7 +3,7 @@
 An answer or dismissal of a card becomes one settlement per asker (each under its own question
 ids, sealed to its own request). Settlements queued while a call is on its way go in the next
 call together, sealed under one signature; the batches are sent by one task the provider owns
-(``run``). A quorum's votes (broker/quorum.py) are settle-shaped acts under the same fence.
+(``run``). A quorum's votes (broker/answering/quorum.py) are settle-shaped acts under the same fence.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from typing import Any, Protocol
 
 import msgspec
 
-from . import audit
-from ._ids import UniqueIds
-from ._scripts import Refusal, Reply, Settlement, approve, settle
-from .decisions import Remember, settle_extension
-from .errors import BROKER_UNAVAILABLE, LEASE_LOST, UserQuestionError
+from .._ids import UniqueIds
+from .._scripts import Refusal, Reply, Settlement, approve, settle
+from ..decisions import Remember, settle_extension
+from ..errors import BROKER_UNAVAILABLE, LEASE_LOST, UserQuestionError
+from ..operating import audit
+from ..signing import Seal, SigningKey, seal_outcomes
+from ..types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, encode
 from .lease import Lease, replicated
-from .signing import Seal, SigningKey, seal_outcomes
-from .types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, encode
 
 __all__ = ["Asked", "SealedSettlement", "Settler"]
 

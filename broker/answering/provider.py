@@ -1,9 +1,9 @@
 """The provider side: the namespace's lease holder, presenting the requests it delivers as cards.
 
-A ``Provider`` is what ``Broker.provider()`` yields once it holds the lease (broker/lease.py).
+A ``Provider`` is what ``Broker.provider()`` yields once it holds the lease (broker/answering/lease.py).
 It is an async context manager that owns its background work: renewing the lease, reading the
-request stream (broker/delivery.py), reclaiming idle entries, sealing the audit, and sending the
-settlements of its cards (broker/settling.py). Iterate it for the cards (broker/cards.py) to
+request stream (broker/answering/delivery.py), reclaiming idle entries, sealing the audit, and sending the
+settlements of its cards (broker/answering/settling.py). Iterate it for the cards (broker/answering/cards.py) to
 present, in ``pending``'s order.
 """
 
@@ -16,19 +16,19 @@ from types import TracebackType
 
 from redis.asyncio import Redis, RedisCluster
 
-from . import audit
-from ._commands import Commands
-from ._ids import UniqueIds
-from ._keys import Keys
-from ._scripts import Refusal, Reply
-from ._tasks import Background
+from .._commands import Commands
+from .._ids import UniqueIds
+from .._keys import Keys
+from .._scripts import Refusal, Reply
+from .._tasks import Background
+from ..errors import LEASE_LOST, UserQuestionError
+from ..operating import audit
+from ..signing import SigningKey
 from .cards import Asker, Cards, PendingRequest
 from .delivery import Delivery
-from .errors import LEASE_LOST, UserQuestionError
 from .lease import HANDOVER_GRACE, Handover, Lease
 from .provider_settings import ProviderSettings
 from .settling import SealedSettlement, Settler
-from .signing import SigningKey
 
 __all__ = ["HANDOVER_GRACE", "Asker", "Handover", "PendingRequest", "Provider", "ProviderSettings"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import functools
 
-from .errors import BROKER_UNAVAILABLE, UserQuestionError
-from .types import AskUserQuestionAnswer, Outcome, answered, decode_outcome
+from ..errors import BROKER_UNAVAILABLE, UserQuestionError
+from ..types import AskUserQuestionAnswer, Outcome, answered, decode_outcome
 
 __all__ = ["answer_of", "follower", "outcome_of"]
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TypedDict
 
-from .errors import BAD_REQUEST, UserQuestionError
+from ..errors import BAD_REQUEST, UserQuestionError
 
 __all__ = ["DEFAULT_ROUTING", "AskOptions", "Durable", "Routing", "plan", "routing_of"]
 

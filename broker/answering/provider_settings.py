@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .signing import TrustedKeys
-from .validation import Limits
+from ..signing import TrustedKeys
+from ..validation import Limits
 
 __all__ = ["ProviderSettings"]
 

@@ -1,4 +1,4 @@
-"""One approval policy: which cards it covers, and what a covered card needs (broker/quorum.py counts the votes).
+"""One approval policy: which cards it covers, and what a covered card needs (quorum.py counts the votes).
 
 A policy matches by agent, header, intent, priority or question text; every matcher given must
 match. It names how many approvals a covered card needs, from whom (``groups``), whether one
@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..decisions import Decision
+from ..types import AskUserQuestionRequest, PlanReviewIntent
 from .cards import PendingRequest
-from .decisions import Decision
-from .types import AskUserQuestionRequest, PlanReviewIntent
 
 __all__ = ["DeclineRule", "Policy", "PolicyError"]
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from . import audit
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..broker import Broker
 
 __all__ = ["QueuedAsk", "Reads", "Settlement"]
 

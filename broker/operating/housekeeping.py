@@ -3,7 +3,7 @@
 Each function takes an open :class:`~broker.Broker` (any :class:`Namespace`) and is idempotent:
 every check-then-act is one script (``reap.lua``, ``expire.lua``, ``standbys_prune.lua``), so
 several maintenance workers may run them at once, and a run interrupted half way is simply run
-again. Reaping and expiring (whole passes and paced slices) live in ``broker/_reaping.py``, and
+again. Reaping and expiring (whole passes and paced slices) live in ``broker/operating/_reaping.py``, and
 are public here; this module adds the audit's digest, the maintenance workers' bookkeeping and a
 provider's own housekeeping while no worker is alive.
 """
@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ._core import Namespace
+from .._scripts import audit_cursor, standbys_prune
+from ..asking._core import Namespace
+from ..types import decode_request
 from ._reaping import (
     PASS_SECONDS,
     SLICE_FLOOR,
@@ -31,11 +33,9 @@ from ._reaping import (
     redis_time_ms,
     slice_size,
 )
-from ._scripts import audit_cursor, standbys_prune
-from .types import decode_request
 
 if TYPE_CHECKING:
-    from .provider import Provider
+    from ..answering.provider import Provider
 
 __all__ = [
     "PASS_SECONDS",
@@ -101,7 +101,7 @@ async def trim_audit(broker: Namespace, maxlen: int | None = None) -> int:
     """Cap the audit stream and the askers' log exactly at ``maxlen`` (the broker's ``audit_maxlen`` by default).
 
     Not the audit's human record: each decision's own append caps it (at most a stream node over), and that is
-    its only trim, so that ``verify`` can tell a decision deleted from its start (broker/audit.py)."""
+    its only trim, so that ``verify`` can tell a decision deleted from its start (broker/operating/audit.py)."""
     limit = broker.settings.audit_maxlen if maxlen is None else maxlen
     trimmed = 0
     for stream in (broker.keys.audit, broker.keys.asklog):

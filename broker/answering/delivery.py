@@ -22,16 +22,16 @@ import msgspec
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
 
-from ._commands import Commands
-from ._keys import GROUP, Keys
-from ._redis_errors import is_transient
-from ._scripts import Delivering, Refusal, deadletter, deliver, notice_ack
-from .backoff import Backoff
+from .._commands import Commands
+from .._keys import GROUP, Keys
+from .._redis_errors import is_transient
+from .._scripts import Delivering, Refusal, deadletter, deliver, notice_ack
+from ..backoff import Backoff
+from ..errors import UserQuestionError
+from ..types import decode_request, encode
+from ..validation import check_request
 from .cards import Cards, Member, PendingRequest
-from .errors import UserQuestionError
 from .lease import REPLY_MARGIN_S, Lease
-from .types import decode_request, encode
-from .validation import check_request
 
 __all__ = ["Delivery", "ensure_group"]
 

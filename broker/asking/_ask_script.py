@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import hashlib
 
+from .._scripts import AskArgv, Asked, AskEnqueue, AskKeys, Refusal
+from .._scripts import ask as ask_lua
+from ..decisions import decision_keys
+from ..types import AskUserQuestionRequest, encode
 from ._core import AskingCore, Caller
-from ._scripts import AskArgv, Asked, AskEnqueue, AskKeys, Refusal
-from ._scripts import ask as ask_lua
-from .decisions import decision_keys
 from .options import DEFAULT_ROUTING, Durable, Routing
-from .types import AskUserQuestionRequest, encode
 
 __all__ = ["ask_script", "gate"]
 

@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Generic, Protocol, TypeVar, overload
 
+from ..types import PRIORITIES, AskUserQuestionRequest
 from ._schedule import LEVELS
-from .types import PRIORITIES, AskUserQuestionRequest
 
 __all__ = ["Members"]
 

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ._keys import Keys
-from .signing import TrustedKeys
+from .._keys import Keys
+from ..signing import TrustedKeys
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..broker import Broker
 
 __all__ = ["AgentInfo", "NamespaceStatus", "PendingInfo", "mark_gateway_alive", "mark_gateway_gone", "namespace_status"]
 

@@ -16,7 +16,7 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable
 from typing import Generic, Protocol, TypeVar
 
-from .types import PRIORITIES, AskUserQuestionRequest, encode
+from ..types import PRIORITIES, AskUserQuestionRequest, encode
 
 __all__ = ["LEVELS", "Lineup", "Schedule", "in_schedule_order", "request_fingerprint"]
 

@@ -17,11 +17,11 @@ from typing import Any, NamedTuple, Protocol
 
 from redis.asyncio import Redis, RedisCluster
 
-from ._commands import Commands
-from ._keys import GROUP, Keys
-from ._scripts import lease_acquire, lease_release, lease_renew, lease_renew_first
-from .backoff import Backoff
-from .errors import DUPLICATE_PROVIDER, UserQuestionError
+from .._commands import Commands
+from .._keys import GROUP, Keys
+from .._scripts import lease_acquire, lease_release, lease_renew, lease_renew_first
+from ..backoff import Backoff
+from ..errors import DUPLICATE_PROVIDER, UserQuestionError
 from .provider_settings import ProviderSettings
 
 __all__ = [

@@ -14,16 +14,16 @@ from typing import NamedTuple
 
 from redis.exceptions import RedisError
 
+from .._redis_errors import unavailable
+from .._scripts import Refusal, Reply
+from ..decisions import Remember, check_remember, why_not_rememberable
+from ..errors import ASK_CANCELLED, LEASE_LOST, NOT_PENDING, UserQuestionError
+from ..types import PRIORITIES, AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, encode
+from ..validation import check_answer
 from ._members import Members
-from ._redis_errors import unavailable
 from ._schedule import Lineup, Schedule, request_fingerprint
-from ._scripts import Refusal, Reply
-from .decisions import Remember, check_remember, why_not_rememberable
-from .errors import ASK_CANCELLED, LEASE_LOST, NOT_PENDING, UserQuestionError
 from .lease import Lease
 from .settling import SealedSettlement, Settler
-from .types import PRIORITIES, AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, encode
-from .validation import check_answer
 
 __all__ = ["Asker", "Cards", "Member", "PendingRequest"]
 

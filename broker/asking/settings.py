@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .errors import BAD_REQUEST, UserQuestionError
-from .signing import SigningKey, TrustedKeys
-from .validation import Limits
+from ..errors import BAD_REQUEST, UserQuestionError
+from ..signing import SigningKey, TrustedKeys
+from ..validation import Limits
 
 __all__ = ["BrokerSettings", "Trust"]
 

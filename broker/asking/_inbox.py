@@ -30,12 +30,12 @@ from collections.abc import Callable
 
 from redis.asyncio import Redis, RedisCluster
 
-from ._commands import Commands
-from ._keys import TOMBSTONE_MS, Keys
-from ._redis_errors import is_transient
-from ._scripts import settled_cleanup
-from .backoff import Backoff
-from .errors import ASK_TIMED_OUT, BROKER_UNAVAILABLE, UserQuestionError
+from .._commands import Commands
+from .._keys import TOMBSTONE_MS, Keys
+from .._redis_errors import is_transient
+from .._scripts import settled_cleanup
+from ..backoff import Backoff
+from ..errors import ASK_TIMED_OUT, BROKER_UNAVAILABLE, UserQuestionError
 
 __all__ = ["Inbox"]
 

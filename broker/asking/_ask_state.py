@@ -8,7 +8,7 @@ __all__ = ["TRANSITIONS", "AskState"]
 
 
 class AskState(enum.Enum):
-    """Where one ask is in its life; ``Ask.state`` (broker/_ask.py), changed by ``Ask._to`` only (``TRANSITIONS``)."""
+    """Where one ask is in its life; ``Ask.state`` (_ask.py), changed by ``Ask._to`` only (``TRANSITIONS``)."""
 
     ASKED = "asked"
     """checked and handed over: the waterfall runs, or ask.lua is called (again, with a new request id, after a

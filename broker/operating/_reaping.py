@@ -3,7 +3,7 @@
 
 Unsettled requests are found by walking the requests stream (``XRANGE``): it holds the entry
 of every request not yet settled or withdrawn, delivered or not, and nothing else but
-withdraw notices and poison entries. ``broker.housekeeping`` is the public face of all this.
+withdraw notices and poison entries. ``broker.operating.housekeeping`` is the public face of all this.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from ._core import Namespace
-from ._keys import GROUP
-from ._scripts import Reply, away_end
-from ._scripts import expire as expire_lua
-from ._scripts import reap as reap_lua
+from .._keys import GROUP
+from .._scripts import Reply, away_end
+from .._scripts import expire as expire_lua
+from .._scripts import reap as reap_lua
+from ..asking._core import Namespace
 
 __all__ = [
     "PASS_SECONDS",

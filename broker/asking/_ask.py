@@ -1,6 +1,6 @@
 """The life of one ask: asked, waiting, detached, re-attached, ended (docs/architecture.md).
 
-``ask()`` (broker/_asking.py) checks the request and hands it to an ``Ask``, which runs the
+``ask()`` (broker/asking/_call.py) checks the request and hands it to an ``Ask``, which runs the
 waterfall of answerers, enqueues the request for the namespace's provider (``ask.lua``), waits
 on the process's inbox and, on every way out, withdraws or detaches it. Its ``state`` says
 where it is; every change of it goes through ``Ask._to`` and the table ``TRANSITIONS``.
@@ -16,23 +16,23 @@ from typing import Any, Literal
 
 import msgspec
 
-from ._ask_script import ask_script
-from ._ask_state import TRANSITIONS, AskState
-from ._core import Answerer, AskingCore, Caller
-from ._outcomes import answer_of, follower, outcome_of
-from ._redis_errors import unavailable
-from ._scripts import Asked, Refusal, durable_release
-from .decisions import decision_setters, verified_decisions
-from .errors import (
+from .._redis_errors import unavailable
+from .._scripts import Asked, Refusal, durable_release
+from ..decisions import decision_setters, verified_decisions
+from ..errors import (
     ASK_ABORTED,
     ASK_TIMED_OUT,
     BAD_REQUEST,
     BROKER_UNAVAILABLE,
     UserQuestionError,
 )
+from ..types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, answered, decode_outcome, encode
+from ..validation import check_answer
+from ._ask_script import ask_script
+from ._ask_state import TRANSITIONS, AskState
+from ._core import Answerer, AskingCore, Caller
+from ._outcomes import answer_of, follower, outcome_of
 from .options import DEFAULT_ROUTING, Durable, Routing
-from .types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, answered, decode_outcome, encode
-from .validation import check_answer
 
 __all__ = ["Ask"]
 
