@@ -20,11 +20,11 @@ from .answering.provider import Provider, ProviderSettings
 from .asking._call import ask, for_agent
 from .asking._core import Answerer, AskingCore, Next, Registration
 from .asking.agents import Agent
-from .asking.settings import BrokerSettings, Trust
 from .attachments import read_attachment, write_attachment
 from .decisions import Decision, list_decisions, revoke_decision
 from .errors import BAD_REQUEST, NO_SIGNING_KEY, UserQuestionError
 from .operating.housekeeping import housekeep_while_unattended
+from .settings import BrokerSettings, Trust
 from .signing import SigningKey, TrustedKeys
 from .types import AskUserQuestionAnswer, AskUserQuestionRequest
 from .validation import Limits

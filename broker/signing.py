@@ -119,7 +119,7 @@ class SigningKey:
         return self.sign(_DECISION_DOMAIN + message)
 
     def sign_checkpoint(self, message: bytes) -> str:
-        """The signature of an audit checkpoint's message (broker/operating/audit.py ``checkpoint_message``)."""
+        """The signature of an audit checkpoint's message (broker/audit.py ``checkpoint_message``)."""
         return self.sign(_CHECKPOINT_DOMAIN + message)
 
     def attest(self, *, namespace: str, request_id: str, request_sha: str, agent: str, client: str) -> str:

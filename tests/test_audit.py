@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from redis.typing import EncodableT, FieldT
 
 from broker import Remember
-from broker.operating.audit import AuditReport, chain_of, checkpoint, checkpoint_message, verify
+from broker.audit import AuditReport, chain_of, checkpoint, checkpoint_message, verify
 from broker.operating.housekeeping import expire_overdue
 from broker.signing import SigningKey, TrustedKeys
 from tests.helpers import SIGNING_KEY, one_question, pick
@@ -310,7 +310,7 @@ async def test_under_fakeredis_entries_are_unchained():
 
 
 async def test_a_provider_seals_while_the_audit_moves_and_not_while_idle(make_broker, redis, monkeypatch):
-    from broker.operating import audit
+    from broker import audit
 
     monkeypatch.setattr(audit, "CHECKPOINT_EVERY", 0.1)
     broker = await make_broker()

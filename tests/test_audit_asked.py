@@ -14,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, PlanReviewIntent
-from broker.operating.audit import ASKED_CHARS, asked_of, newest
+from broker.audit import ASKED_CHARS, asked_of, newest
 from tests.helpers import answer
 from tests.test_audit import check, entries
 

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 
 from broker import Remember
 from broker._lua import SCRIPTS
-from broker.operating.audit import HUMAN_EVENTS, AuditReport, chain_of, verify
+from broker.audit import HUMAN_EVENTS, AuditReport, chain_of, verify
 from broker.operating.housekeeping import trim_audit
 from broker.signing import TrustedKeys
 from tests.helpers import SIGNING_KEY, next_pending, one_question, pick

@@ -1,5 +1,5 @@
 """The layout docs/architecture.md promises, kept: no product file over 500 lines, no function over 80,
-no import cycle among the product modules, no private name used across modules.
+no import cycle among the product modules, no private name used across modules, broker/'s sides apart.
 
 Read with ``ast`` from the source, so it costs no Redis and no import of the code it checks.
 """
@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("broker", "broker_adapters", "workers")
 MOST_LINES_PER_FILE = 500
 MOST_LINES_PER_FUNCTION = 80
+SIDES = ("broker.asking", "broker.answering", "broker.operating")
+FACADE = {"broker", "broker.broker"}
+"""where broker/'s sides meet: the package's exports and the ``Broker`` that builds all three"""
 
 # The one reach-in kept on purpose, into a library rather than across our modules: reading a reply
 # hiredis already holds without arming redis-py's socket timer (broker/connection.py says why).
@@ -163,6 +166,43 @@ def test_the_product_modules_import_no_cycle() -> None:
     assert cycles(graph) == []
 
 
+def _side(module: str) -> str | None:
+    return next((side for side in SIDES if module == side or module.startswith(side + ".")), None)
+
+
+def _runtime_imports(path: Path) -> Iterator[tuple[int, str]]:
+    """Each module imported when this one runs: not those under ``if TYPE_CHECKING:``, which name types only."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for inner in ast.walk(node)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and id(node) not in typing_only:
+            source = _imported_from(path, node)
+            for alias in node.names:
+                yield node.lineno, f"{source}.{alias.name}"
+
+
+def side_crossings(path: Path) -> Iterator[str]:
+    """An import that runs from one side of broker/ into another, or from what the sides share up into a side."""
+    here = _module(path)
+    if here in FACADE or not here.startswith("broker"):
+        return
+    for lineno, imported in _runtime_imports(path):
+        there = _side(imported)
+        if there is not None and there != _side(here):
+            yield f"{path.relative_to(ROOT)}:{lineno} imports {imported}"
+
+
+def test_the_sides_of_broker_import_only_what_they_share() -> None:
+    """asking/, answering/ and operating/ meet in ``Broker`` (broker.py) and the package's exports; a side names
+    another only for a type; what they share (the top of broker/) names no side."""
+    assert [crossing for path in _files() for crossing in side_crossings(path)] == []
+
+
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
@@ -182,6 +222,29 @@ def test_the_reach_in_check_sees_each_kind(tmp_path: Path, source: str, expected
     module = tmp_path / "workers" / "probe.py"
     module.write_text(source)
     assert [reach.split(" ", 1)[1] for reach in reach_ins(module)] == expected
+
+
+@pytest.mark.parametrize(
+    ("where", "source", "expected"),
+    [
+        ("broker/answering/probe.py", "from ..asking._ask import Ask\n", ["imports broker.asking._ask.Ask"]),
+        ("broker/probe.py", "from .operating import housekeeping\n", ["imports broker.operating.housekeeping"]),
+        (
+            "broker/answering/probe.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..asking import agents\n",
+            [],
+        ),
+        ("broker/answering/probe.py", "from .. import audit\nfrom .lease import Lease\n", []),
+    ],
+)
+def test_the_side_check_sees_a_crossing(
+    tmp_path: Path, where: str, source: str, expected: list[str], monkeypatch
+) -> None:
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    module = tmp_path / where
+    module.parent.mkdir(parents=True, exist_ok=True)
+    module.write_text(source)
+    assert [crossing.split(" ", 1)[1] for crossing in side_crossings(module)] == expected
 
 
 def test_the_cycle_check_sees_a_cycle() -> None:

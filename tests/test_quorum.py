@@ -385,7 +385,7 @@ def test_a_malformed_escalation_is_refused(tmp_path, text, complaint) -> None:
 async def test_votes_are_chained_into_the_audit_and_it_verifies(make_broker, policies, redis) -> None:
     """docs/approvals.md: each vote is in the audit; docs/security.md: every audit entry is chained, so a vote
     must be too, or `qbroker audit verify` reports the quorum's own entries as slipped in."""
-    from broker.operating.audit import verify
+    from broker.audit import verify
     from broker.signing import TrustedKeys
     from tests.helpers import SIGNING_KEY
 

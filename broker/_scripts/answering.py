@@ -176,7 +176,7 @@ class Settlement(msgspec.Struct, kw_only=True):
     call: str
     asker: str
     asked: str
-    """what was asked, for the audit entry (broker/operating/audit.py asked_of; '' for none)"""
+    """what was asked, for the audit entry (broker/audit.py asked_of; '' for none)"""
     decisions: list[Any]
     """D, the decisions remembered with it ('-1': another asker of a coalesced card), then five per decision"""
 

@@ -16,13 +16,13 @@ from types import TracebackType
 
 from redis.asyncio import Redis, RedisCluster
 
+from .. import audit
 from .._commands import Commands
 from .._ids import UniqueIds
 from .._keys import Keys
 from .._scripts import Refusal, Reply
 from .._tasks import Background
 from ..errors import LEASE_LOST, UserQuestionError
-from ..operating import audit
 from ..signing import SigningKey
 from .cards import Asker, Cards, PendingRequest
 from .delivery import Delivery

@@ -15,11 +15,11 @@ from typing import Any, Protocol
 
 import msgspec
 
+from .. import audit
 from .._ids import UniqueIds
 from .._scripts import Refusal, Reply, Settlement, approve, settle
 from ..decisions import Remember, settle_extension
 from ..errors import BROKER_UNAVAILABLE, LEASE_LOST, UserQuestionError
-from ..operating import audit
 from ..signing import Seal, SigningKey, seal_outcomes
 from ..types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, encode
 from .lease import Lease, replicated

@@ -26,11 +26,11 @@ from .._scripts import Reply, detach, settled_cleanup, withdraw
 from .._tasks import Background
 from ..connection import redis_from_url
 from ..errors import BROKER_UNAVAILABLE, CALLER_NOT_LIVE, UserQuestionError
+from ..settings import BrokerSettings, Trust
 from ..types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, decode_outcome, encode
 from ._inbox import Inbox
-from .settings import BrokerSettings, Trust
 
-__all__ = ["Answerer", "AskingCore", "Caller", "InFlight", "Namespace", "Next", "Registration"]
+__all__ = ["Answerer", "AskingCore", "Caller", "InFlight", "Next", "Registration"]
 
 log = logging.getLogger(__name__)
 
@@ -62,17 +62,6 @@ class InFlight(Protocol):
 
     def accepts(self, outcome: str, request_id: str | None = None) -> bool: ...
     async def end_on_close(self) -> None: ...
-
-
-class Namespace(Protocol):
-    """What housekeeping needs of an open ``Broker``: its commands, keys and settings."""
-
-    @property
-    def commands(self) -> Commands: ...
-    @property
-    def keys(self) -> Keys: ...
-    @property
-    def settings(self) -> BrokerSettings: ...
 
 
 @dataclass(frozen=True)

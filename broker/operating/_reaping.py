@@ -19,7 +19,7 @@ from .._keys import GROUP
 from .._scripts import Reply, away_end
 from .._scripts import expire as expire_lua
 from .._scripts import reap as reap_lua
-from ..asking._core import Namespace
+from ..settings import Namespace
 
 __all__ = [
     "PASS_SECONDS",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from .._scripts import audit_cursor, standbys_prune
-from ..asking._core import Namespace
+from ..settings import Namespace
 from ..types import decode_request
 from ._reaping import (
     PASS_SECONDS,
@@ -101,7 +101,7 @@ async def trim_audit(broker: Namespace, maxlen: int | None = None) -> int:
     """Cap the audit stream and the askers' log exactly at ``maxlen`` (the broker's ``audit_maxlen`` by default).
 
     Not the audit's human record: each decision's own append caps it (at most a stream node over), and that is
-    its only trim, so that ``verify`` can tell a decision deleted from its start (broker/operating/audit.py)."""
+    its only trim, so that ``verify`` can tell a decision deleted from its start (broker/audit.py)."""
     limit = broker.settings.audit_maxlen if maxlen is None else maxlen
     trimmed = 0
     for stream in (broker.keys.audit, broker.keys.asklog):

@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import audit
+from .. import audit
 
 if TYPE_CHECKING:
     from ..broker import Broker

@@ -2,7 +2,7 @@
 
 Who answered what and when: the terminal events (answered, cancelled, withdrawn, expired,
 dead-lettered), newest first, of the audit and its human record (the answering side's and
-housekeeping's: a human's answer, a cancel, a reap; ``broker.operating.audit.newest``) and of the askers' log
+housekeeping's: a human's answer, a cancel, a reap; ``broker.audit.newest``) and of the askers' log
 (what askers say they did: a withdrawal, an answer by a remembered decision), each entry saying which
 (``source``: ``audit`` or ``asker``). What was asked comes from the requests this server showed
 (``known``: the whole text), else from the audit entry itself (its ``asked`` field: the agent, each

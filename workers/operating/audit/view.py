@@ -10,8 +10,8 @@ import msgspec
 from redis.exceptions import RedisError
 
 from broker import Reads, UserQuestionError
+from broker.audit import AuditReport
 from broker.errors import BROKER_UNAVAILABLE, NO_TRUSTED_KEY
-from broker.operating.audit import AuditReport
 from workers.exits import EXIT_AUDIT_TAMPERED as EXIT_TAMPERED
 from workers.exits import EXIT_AUDIT_UNCHAINED as EXIT_UNCHAINED
 from workers.exits import EXIT_STATUS

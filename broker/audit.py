@@ -43,11 +43,11 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from .. import _scripts as scripts
-from .._commands import Commands
-from .._keys import Keys
-from ..signing import SigningKey, TrustedKeys
-from ..types import AskUserQuestionRequest, PlanReviewIntent
+from . import _scripts as scripts
+from ._commands import Commands
+from ._keys import Keys
+from .signing import SigningKey, TrustedKeys
+from .types import AskUserQuestionRequest, PlanReviewIntent
 
 __all__ = [
     "ASKED_CHARS",

@@ -1,15 +1,19 @@
-"""A broker's settings and keys: frozen records, built once from ``Broker(...)``'s arguments."""
+"""A broker's settings and keys: frozen records, built once from ``Broker(...)``'s arguments; what every side
+needs of an open broker (``Namespace``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
-from ..errors import BAD_REQUEST, UserQuestionError
-from ..signing import SigningKey, TrustedKeys
-from ..validation import Limits
+from ._commands import Commands
+from ._keys import Keys
+from .errors import BAD_REQUEST, UserQuestionError
+from .signing import SigningKey, TrustedKeys
+from .validation import Limits
 
-__all__ = ["BrokerSettings", "Trust"]
+__all__ = ["BrokerSettings", "Namespace", "Trust"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,3 +83,14 @@ def _copy(keys: TrustedKeys | Iterable[str] | str) -> TrustedKeys:
     if isinstance(keys, str):
         keys = TrustedKeys.parse(keys)
     return TrustedKeys(keys.keys if isinstance(keys, TrustedKeys) else keys)
+
+
+class Namespace(Protocol):
+    """What housekeeping needs of an open ``Broker``: its commands, keys and settings."""
+
+    @property
+    def commands(self) -> Commands: ...
+    @property
+    def keys(self) -> Keys: ...
+    @property
+    def settings(self) -> BrokerSettings: ...
