@@ -124,6 +124,8 @@ class Commands:
         # has no sockets: both keep redis-py's pipeline.
         self._direct = isinstance(client, Redis) and not self._plain_scripts
         self._connection: Any = None
+        self._refilling: dict[str, asyncio.Future[None]] = {}
+        """the scripts whose source one call is sending again after NOSCRIPT, by SHA (``_refilled``)"""
         self._leads: list[tuple[Script, list[str], list[Any], Callable[[Any], None]]] = []
         """script calls sent first in every pipeline while Redis fails (``lead_after_outage``)"""
         self.last_refusal: BaseException | None = None
@@ -231,9 +233,27 @@ class Commands:
             else:
                 reply = await self.call("EVALSHA", sha, len(keys), *keys, *args)
         except NoScriptError:
-            # Redis restarted or flushed its script cache; EVAL caches the script again.
-            reply = await self.call("EVAL", source, len(keys), *keys, *args)
+            reply = await self._refilled(sha, ("EVAL", source, len(keys), *keys, *args))
         return reply if decode is None else decode(reply)
+
+    async def _refilled(self, sha: str, evaluation: tuple[Any, ...]) -> Any:
+        """A call met NOSCRIPT: Redis restarted or flushed its script cache. The first such call of a script
+        sends its source (EVAL caches it); those behind it wait for that reply and go by SHA again, so a
+        burst of asks after a restart sends the source once, not once each. On a second NOSCRIPT (a cluster
+        node the first EVAL did not reach) a call sends the source itself."""
+        refilling = self._refilling.get(sha)
+        if refilling is None:
+            refilling = self._refilling[sha] = asyncio.get_running_loop().create_future()
+            try:
+                return await self.call(*evaluation)
+            finally:
+                del self._refilling[sha]
+                refilling.set_result(None)  # whatever the EVAL did: a failed one leaves the others their own
+        await asyncio.shield(refilling)  # a waiter cancelled leaves the others waiting
+        try:
+            return await self.call("EVALSHA", sha, *evaluation[2:])
+        except NoScriptError:
+            return await self.call(*evaluation)
 
     async def run(self) -> None:
         """Send queued commands until cancelled; the owner runs this as a background task.

@@ -384,3 +384,19 @@ async def test_an_agent_whose_heartbeats_are_refused_stops_being_live(redis_fact
             assert raised.value.code == CALLER_NOT_LIVE
     finally:
         await admin.aclose()
+
+
+async def test_a_flushed_script_cache_is_refilled_once_not_by_every_waiting_call(make_broker, redis: Redis):
+    """After a restart or SCRIPT FLUSH, the first call of a script sends its source (EVAL caches it); the
+    calls behind it wait for that one and go by SHA again, rather than each sending the whole source."""
+    asking, answering = await make_broker(), await make_broker()
+    async with answering.provider("ui") as provider:
+        await redis.script_flush()
+        evals_before = (await redis.info("commandstats")).get("cmdstat_eval", {}).get("calls", 0)
+        asks = [asyncio.create_task(asking.ask(one_question("yes", f"no {n}"))) for n in range(40)]
+        for _ in asks:
+            await (await next_pending(provider)).answer(pick("yes"))
+        assert await asyncio.gather(*asks) == [pick("yes")] * 40
+        evals = (await redis.info("commandstats")).get("cmdstat_eval", {}).get("calls", 0) - evals_before
+    # ask.lua, deliver.lua, settle.lua, settled_cleanup.lua and the like: one EVAL each at the most, not 40
+    assert 0 < evals <= 8, evals
