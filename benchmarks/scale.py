@@ -19,6 +19,8 @@ Figures:
   it grew by, by ``tracemalloc``, over N);
   and ``qbroker status``'s read and text, of everything and with its default ``--limit 50``; and what the
   asking processes' RSS grew by per waiting ask (from before their first ask until every ask is shown);
+- one asking process's Python heap per waiting ask, by ``tracemalloc`` (``--asker-heap N``: N asks waiting, each
+  ``agent.ask(request, timeout=3600)`` in a task of its own, the task and the request included);
 - what the waiting questions cost (Redis commands a second per question, redis-server's and the askers'
   CPU), while a maintenance worker is alive (its presence marker set; the worker itself does not run here)
   and with none, when the provider runs housekeeping itself every ``housekeeping_every`` (3 s);
@@ -101,6 +103,9 @@ async def asker(args: argparse.Namespace) -> None:
             agents += await asyncio.gather(*(stack.enter_async_context(broker.agent(name)) for name in names))
         emit("ready")
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        if args.heap or args.heap_top:
+            gc.collect()
+            tracemalloc.start()
         asks: list[asyncio.Task[Any]] = []
         for start in range(0, args.asks, WAVE):
             for n in range(start, min(args.asks, start + WAVE)):
@@ -111,7 +116,17 @@ async def asker(args: argparse.Namespace) -> None:
                 )
                 asks.append(asyncio.create_task(agents[n % len(agents)].ask(request, timeout=3600)))
             await _enqueued(broker, len(asks))
-        emit("asked")
+        if args.heap or args.heap_top:  # the heap the waiting asks grew, their tasks and requests included
+            # The commands' sender keeps its last pipeline (the last wave's ask.lua calls) until it sends the next:
+            # a cost of one pipeline, not of every waiting ask, so another command goes first.
+            await broker.commands.call("PING")
+            gc.collect()
+            if args.heap_top:  # where the heap went, per waiting ask
+                _write_top(args.heap_top, tracemalloc.take_snapshot(), args.asks, "ask")
+            emit("asked", heap_per_ask_b=tracemalloc.get_traced_memory()[0] / max(1, args.asks))
+            tracemalloc.stop()
+        else:
+            emit("asked")
         results = await asyncio.gather(*asks, return_exceptions=True)
         emit("answered", count=sum(1 for result in results if result == YES))
 
@@ -138,20 +153,23 @@ def _emitter() -> Callable[..., None]:
 class Askers:
     """``PROCESSES`` asking processes that together ask ``asks`` questions as ``agents`` agents."""
 
-    def __init__(self, url: str, namespace: str, *, asks: int, agents: int, same: bool) -> None:
+    def __init__(
+        self, url: str, namespace: str, *, asks: int, agents: int, same: bool, processes: int = PROCESSES
+    ) -> None:
         self.url, self.namespace, self.same = url, namespace, same
-        self.asks, self.agents = asks, agents
+        self.asks, self.agents, self.processes = asks, agents, processes
         self.procs: list[asyncio.subprocess.Process] = []
 
-    async def start(self) -> None:
-        for index in range(PROCESSES):
-            asks = self.asks // PROCESSES + (index < self.asks % PROCESSES)
-            agents = max(1, self.agents // PROCESSES + (index < self.agents % PROCESSES))
+    async def start(self, *extra: str) -> None:
+        processes = self.processes
+        for index in range(processes):
+            asks = self.asks // processes + (index < self.asks % processes)
+            agents = max(1, self.agents // processes + (index < self.agents % processes))
             self.procs.append(
                 await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "benchmarks.scale", "asker", "--url", self.url,
                     "--namespace", self.namespace, "--prefix", f"p{index}-", "--asks", str(asks),
-                    "--agents", str(agents), *(["--same"] if self.same else []),
+                    "--agents", str(agents), *(["--same"] if self.same else []), *extra,
                     cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                     env={**os.environ, "PYTHONPATH": str(ROOT)},
                 )
@@ -175,6 +193,9 @@ class Askers:
         for proc in self.procs:
             assert proc.stdin is not None
             proc.stdin.write(b"go\n")
+
+    async def asked(self) -> list[dict[str, Any]]:
+        return [await self._expect(proc, "asked") for proc in self.procs]
 
     async def answered(self) -> int:
         return sum([(await self._expect(proc, "answered"))["count"] for proc in self.procs])
@@ -307,6 +328,23 @@ async def _pending_figures(
 
 
 _RUNS = itertools.count(1)
+
+
+async def asker_heap(url: str, n: int, heap_top: str | None = None) -> float:
+    """Bytes of Python heap per waiting ask in one asking process with ``n`` asks waiting, by ``tracemalloc`` (the
+    benchmark's own task and request per ask included, as any caller has them); a provider holds the lease.
+    ``heap_top``: a file the asking process writes its top allocation sites to."""
+    namespace = f"scale-heap-{n}-{next(_RUNS)}"
+    askers = Askers(url, namespace, asks=n, agents=max(1, n // 100), same=False, processes=1)
+    try:
+        await askers.start("--heap", *(["--heap-top", heap_top] if heap_top else []))
+        async with Broker(url, namespace, lease_ttl=60.0, **KEYS) as broker, broker.provider("bench"):
+            await asyncio.sleep(0.2)
+            askers.go()
+            (asked,) = await askers.asked()
+            return float(asked["heap_per_ask_b"])
+    finally:
+        await askers.stop()
 
 
 async def failover(url: str, n: int, profile: str | None = None, housekeeping: bool = True) -> dict[str, float]:
@@ -458,9 +496,11 @@ async def _stopped(running: asyncio.Task[None]) -> None:
         await running
 
 
-def _write_top(path: str, snapshot: tracemalloc.Snapshot, n: int) -> None:
+def _write_top(path: str, snapshot: tracemalloc.Snapshot, n: int, per: str = "card") -> None:
     top = snapshot.statistics("lineno")[:40]
-    Path(path).write_text("\n".join(f"{stat.size / n:8.0f} B/card  {stat}" for stat in top))
+    Path(path).write_text(
+        "\n".join(f"{stat.size / n:8.0f} B/{per} {stat.count / n:5.2f}/{per}  {stat}" for stat in top)
+    )
 
 
 def _rss_kb(pid: int | str = "self") -> int:
@@ -540,17 +580,25 @@ async def measure(args: argparse.Namespace) -> int:
                 for _ in range(args.runs):
                     sigterms.append((n, await sigterm(server.url, n)))
                     log(f"SIGTERM with {n} pending: {sigterms[-1][1]}")
+            heaps: list[tuple[int, float]] = []
+            for n in args.asker_heap or ():
+                for _ in range(args.runs):
+                    heaps.append((n, await asker_heap(server.url, n, args.heap_top)))
+                    log(f"one asking process, {n} waiting: {heaps[-1][1]:.0f} B of heap per waiting ask")
             waiting: dict[int, dict[str, float]] = {}
             for n in pending_levels:
                 waiting[n] = await pending(server.url, n, args.window)
                 log(f"{n} pending: {waiting[n]}")
         finally:
             server.kill()
-    print(report(same, unique, waiting, args.window))
+    if same or waiting:
+        print(report(same, unique, waiting, args.window))
     if failovers:
         print(failover_report(failovers))
     if sigterms:
         print(sigterm_report(sigterms))
+    for n, heap in heaps:
+        print(f"one asking process, {n} asks waiting: {heap:.0f} B of heap per waiting ask (tracemalloc; target 3 KB)")
     return 0
 
 
@@ -672,6 +720,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--asks", type=int, required=True)
         parser.add_argument("--agents", type=int, required=True)
         parser.add_argument("--same", action="store_true")
+        parser.add_argument("--heap", action="store_true", help="say the heap per waiting ask, by tracemalloc")
+        parser.add_argument("--heap-top", help="write where that heap went (the top allocation sites) to this file")
         asyncio.run(asker(parser.parse_args(argv[1:])))
         return 0
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__.split("\n\n")[0])
@@ -685,7 +735,13 @@ def main(argv: list[str] | None = None) -> int:
         "--sigterm", type=_ints, help="pending counts: SIGTERM to a `qbroker web` holding each (default none)"
     )
     parser.add_argument(
-        "--runs", type=int, default=1, help="how many times each --failover and --sigterm count is measured"
+        "--asker-heap",
+        type=_ints,
+        help="waiting-ask counts: one asking process's heap per waiting ask, by tracemalloc (default none)",
+    )
+    parser.add_argument("--heap-top", help="with --asker-heap: write the asking process's top allocation sites here")
+    parser.add_argument(
+        "--runs", type=int, default=1, help="how many times each --failover, --sigterm and --asker-heap is measured"
     )
     parser.add_argument("--profile", help="write the cProfile statistics of the (last) failover's take-over here")
     parser.add_argument(

@@ -140,6 +140,8 @@ class Ask:
         two more turns of the event loop on the way to Redis and two on the way back (for every ask through the
         gateway), and every coroutine between the caller and the wait is kept per waiting ask.
         """
+        if self.deadline is None and abort is None:
+            return
         loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
         if self.deadline is not None:
@@ -195,8 +197,15 @@ class Ask:
         # An answer passed on as the provider's seal named it keeps the name; one of the answerer's own has none.
         return answered(check_answer(self.request, answer, self.core.settings.limits), answer.answered_by or "")
 
-    async def remote(self) -> AskUserQuestionAnswer:
-        """The end of the chain: enqueue for the namespace's provider and wait."""
+    async def remote(self, abort: asyncio.Event | None = None, *, whole: bool = False) -> AskUserQuestionAnswer:
+        """The end of the chain: enqueue for the namespace's provider and wait.
+
+        ``whole``: this is the ask call's wait itself (no answerers), raced here against the deadline and ``abort``
+        (``arm``, ``raced``) and ended on every way out, as the waterfall's caller does for a chain: no coroutine of
+        the ask call's own, for every coroutine between the caller and the wait is kept per waiting ask.
+        """
+        if whole:
+            self.arm(abort)
         core = self.core
         inbox = core.inbox
         decided: AskUserQuestionAnswer | None = None
@@ -205,38 +214,51 @@ class Ask:
         core.asks[self.request_id] = self
         try:
             try:
-                reply = await self._enqueue()
-                future = self.future or future  # a keyed ask may have re-attached to another request id
-                kept = await self._kept_outcome(reply.value) if reply.kind == "settled" else None
-                if reply.kind == "decided":  # a remembered decision answered it in the script
-                    decided = self._verified_decision(reply)
-                    outcome = ""
-                elif kept is not None:
-                    outcome = kept
-                else:
-                    if reply.kind == "ok":
-                        self._to(AskState.WAITING)
-                    inbox.enqueued(self.request_id)
-                    reply = _NOT_ASKED  # not kept while it waits (only a decision's reply is read after)
-                    # Through a follower: cancelling this task must not cancel the future the inbox resolves.
-                    outcome = await follower(future)
-            except asyncio.CancelledError:
-                # Shielded in a task of the broker's: a caller that keeps cancelling (an anyio
-                # cancel scope does) must not stop the withdrawal half-way.
-                settled = await asyncio.shield(core.track(self._withdraw(future)))
-                if settled is None:
+                try:
+                    reply = await self._enqueue()
+                    future = self.future or future  # a keyed ask may have re-attached to another request id
+                    kept = await self._kept_outcome(reply.value) if reply.kind == "settled" else None
+                    if reply.kind == "decided":  # a remembered decision answered it in the script
+                        decided = self._verified_decision(reply)
+                        outcome = ""
+                    elif kept is not None:
+                        outcome = kept
+                    else:
+                        if reply.kind == "ok":
+                            self._to(AskState.WAITING)
+                        inbox.enqueued(self.request_id)
+                        reply = _NOT_ASKED  # not kept while it waits (only a decision's reply is read after)
+                        # Through a follower: cancelling this task must not cancel the future the inbox resolves.
+                        outcome = await follower(future)
+                except asyncio.CancelledError:
+                    # Shielded in a task of the broker's: a caller that keeps cancelling (an anyio
+                    # cancel scope does) must not stop the withdrawal half-way.
+                    settled = await asyncio.shield(core.track(self._withdraw(future)))
+                    if settled is None:
+                        raise
+                    outcome = settled
+            except Exception as error:
+                coded = self._coded(error, future)
+                if coded is error:
                     raise
-                outcome = settled
-        except Exception as error:
-            coded = self._coded(error, future)
-            if coded is error:
+                raise coded from error
+            finally:
+                inbox.forget(self.request_id)
+                core.asks.pop(self.request_id, None)
+            answer = self._collected(reply, decided, outcome)
+            if answer is None:
+                answer = await self.remote()
+        except BaseException as error:
+            instead = self.raced(error) if whole else None
+            if instead is None:
                 raise
-            raise coded from error
+            raise instead from (None if isinstance(error, asyncio.CancelledError) else error)
         finally:
-            inbox.forget(self.request_id)
-            core.asks.pop(self.request_id, None)
-        answer = self._collected(reply, decided, outcome)
-        return answer if answer is not None else await self.remote()
+            if whole:
+                self.end()
+        if whole:
+            self.raced(None)
+        return answer
 
     async def _enqueue(self) -> Asked:
         """ask.lua for this ask (keyed: ``_ask_keyed``), with what is left of its deadline; a refusal raised."""

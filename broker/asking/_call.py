@@ -1,12 +1,13 @@
 """One ask call: the request checked in the seeds' order, then one ``Ask``'s life (broker/asking/_ask.py).
 
-``Broker.ask``, ``Broker.ask_as`` and ``Agent.ask`` each call ``ask()`` directly: every coroutine
-between a waiting ask and its caller is a frame kept per waiting ask.
+``Broker.ask``, ``Broker.ask_as`` and ``Agent.ask`` each await what ``ask()`` returns: ``ask()`` itself is no
+coroutine, for every coroutine between a waiting ask and its caller is a frame kept per waiting ask.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 import msgspec
 from redis.exceptions import RedisError
@@ -17,7 +18,7 @@ from ..types import AskUserQuestionAnswer, AskUserQuestionRequest
 from ..validation import check_request
 from ._ask import Ask
 from ._ask_script import gate
-from ._core import AskingCore, Caller
+from ._core import Answerer, AskingCore, Caller
 from .options import AskOptions, plan
 
 __all__ = ["ask", "for_agent"]
@@ -28,12 +29,13 @@ def for_agent(request: AskUserQuestionRequest, agent: Caller) -> AskUserQuestion
     return request if request.agent == agent.id else msgspec.structs.replace(request, agent=agent.id)
 
 
-async def ask(
+def ask(
     core: AskingCore, request: AskUserQuestionRequest, agent: Caller | None, options: AskOptions
-) -> AskUserQuestionAnswer:
-    """Check ``request`` (DESIGN.md, in the seeds' order), then ask it: the waterfall, else the provider.
+) -> Awaitable[AskUserQuestionAnswer]:
+    """Check ``request`` (DESIGN.md, in the seeds' order); what to await to ask it: the waterfall, else the provider.
 
-    One frame from the caller's ``ask`` to the wait: every coroutine between them is kept per waiting ask.
+    Called by an ``ask`` coroutine as it runs, and awaited at once, so a check fails where the ask is awaited.
+    With no answerers the wait is ``Ask.remote`` itself, raced there: one frame from the caller's ``ask`` to it.
     """
     durable, routing = plan(options, core.settings.detach_grace)
     abort, timeout = options.get("abort"), options.get("timeout")
@@ -56,26 +58,40 @@ async def ask(
     except UserQuestionError as error:
         problem = error
     answerers = core.answerers_for(request.agent)
+    if problem is not None:
+        return _waterfall(core, request, agent, problem, answerers, abort)
+    one = Ask(core, request, agent, deadline, durable, routing)
+    if not answerers:
+        return one.remote(abort, whole=True)
+    return _waterfall(core, request, agent, one, answerers, abort)
+
+
+async def _waterfall(
+    core: AskingCore,
+    request: AskUserQuestionRequest,
+    agent: Caller | None,
+    one: Ask | UserQuestionError,
+    answerers: list[Answerer],
+    abort: asyncio.Event | None,
+) -> AskUserQuestionAnswer:
+    """The caller gate, then ``one`` asked through ``answerers`` (``one`` an error: the request's problem, raised
+    once the gate let it through), raced against its deadline and ``abort`` as ``Ask.remote`` races its own wait."""
     try:
-        if agent is not None and (problem is not None or answerers):
+        if agent is not None:
             await gate(core, request, agent)  # the seeds' order: the caller gate first
-        if problem is not None:
-            raise problem
-        one = Ask(core, request, agent, deadline, durable, routing)
-        raced = deadline is not None or abort is not None
-        if raced:
-            one.arm(abort)
+        if isinstance(one, UserQuestionError):
+            raise one
+        one.arm(abort)
         try:
-            answer = await (one.waterfall(answerers, 0) if answerers else one.remote())
+            answer = await one.waterfall(answerers, 0)
         except BaseException as error:
-            instead = one.raced(error) if raced else None
+            instead = one.raced(error)
             if instead is None:
                 raise
             raise instead from (None if isinstance(error, asyncio.CancelledError) else error)
         finally:
             one.end()
-        if raced:
-            one.raced(None)
+        one.raced(None)
         return answer
     except (RedisError, OSError) as error:  # a refusal no retry can mend (NOPERM, say)
         raise unavailable(error, "asking") from error
