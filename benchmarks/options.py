@@ -113,26 +113,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+_SIZED_DEFAULTS: dict[str, tuple[float, float]] = {
+    "asks": (200, 4000),
+    "max_seconds": (2.0, 8.0),
+    "min_seconds": (0.5, 2.0),
+    "waiting": (200, 10_000),
+    "failover_runs": (1, 5),
+    "lease_ttl": (1.0, 10.0),
+    "rounds": (1, 2),
+}
+"""each option left unset: its value with ``--quick``, and without"""
+
+
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
     """Fill the defaults that depend on ``--quick``."""
     quick = bool(args.quick)
     if args.concurrency is None:
         args.concurrency = list(QUICK_LEVELS if quick else FULL_LEVELS)
-    if args.asks is None:
-        args.asks = 200 if quick else 4000
-    if args.max_seconds is None:
-        args.max_seconds = 2.0 if quick else 8.0
-    if args.min_seconds is None:
-        args.min_seconds = 0.5 if quick else 2.0
+    for name, (quick_value, full_value) in _SIZED_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick_value if quick else full_value)
     args.min_seconds = min(args.min_seconds, args.max_seconds)
-    if args.waiting is None:
-        args.waiting = 200 if quick else 10_000
-    if args.failover_runs is None:
-        args.failover_runs = 1 if quick else 5
-    if args.lease_ttl is None:
-        args.lease_ttl = 1.0 if quick else 10.0
-    if args.rounds is None:
-        args.rounds = 1 if quick else 2
     if args.no_doc:
         args.doc = None
     elif args.doc is None and not quick:

@@ -24,6 +24,7 @@ from benchmarks.keys import KEYS
 from workers.redis_server import RedisServer
 
 from . import options
+from .processes import stop_process
 from .report import machine, render_table, targets, verdict, write_doc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,16 +118,7 @@ class Proc:
         self.process.stdin.write(text.encode())
 
     async def stop(self, sig: str = "term") -> None:
-        if self.process.returncode is None:
-            if sig == "kill":
-                self.process.kill()
-            else:
-                self.process.terminate()
-            try:
-                await asyncio.wait_for(self.process.wait(), 15)
-            except TimeoutError:
-                self.process.kill()
-                await self.process.wait()
+        await stop_process(self.process, grace=15, kill=sig == "kill")
 
 
 class Bench:

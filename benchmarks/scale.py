@@ -557,6 +557,12 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or not b else f"{a / b:.2f}x"
 
 
+def _growth(what: str, table: dict[int, dict[str, float]], figure: str, unit: str) -> str:
+    """How ``figure`` grows from the table's smallest size to its largest (the target: within 2x)."""
+    low, high = min(table), max(table)
+    return f"{what}, {high} vs {low} {unit}: {_ratio(table[high][figure], table[low][figure])} (target within 2x)"
+
+
 async def measure(args: argparse.Namespace) -> int:
     askers_levels = [n for n in args.askers or (ASKERS_FULL if args.full else ASKERS) if n]
     pending_levels = [n for n in args.pending or (PENDING_FULL if args.full else PENDING) if n]
@@ -621,12 +627,8 @@ def report(
             f" {same[n]['answer_s']:.3f} |"
         )
     if same:
-        low, high = min(same), max(same)
-        out.append("")
-        out.append(
-            f"one question, {high} vs {low} askers: {_ratio(same[high]['cpu_per_ask_ms'], same[low]['cpu_per_ask_ms'])}"
-            " (target within 2x)"
-        )
+        high = max(same)
+        out += ["", _growth("one question", same, "cpu_per_ask_ms", "askers")]
         out.append(
             f"one question vs distinct questions, {high} askers:"
             f" {_ratio(same[high]['cpu_per_ask_ms'], unique[high]['cpu_per_ask_ms'])} (target within 3x)"
@@ -649,12 +651,8 @@ def report(
             f" {_cell(f.get('asker_rss_per_waiting_b'), 0)} |"
         )
     if waiting:
-        low, high = min(waiting), max(waiting)
-        out.append("")
-        out.append(
-            f"show next, {high} vs {low} pending: {_ratio(waiting[high]['show_next_us'], waiting[low]['show_next_us'])}"
-            " (target within 2x)"
-        )
+        high = max(waiting)
+        out += ["", _growth("show next", waiting, "show_next_us", "pending")]
         out.append(
             f"asking processes' RSS per waiting ask at {high}: {waiting[high]['asker_rss_per_waiting_b']:.0f} B"
             " (target at most 3 KB)"

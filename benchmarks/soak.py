@@ -62,6 +62,7 @@ from redis.exceptions import BusyLoadingError, ConnectionError, ResponseError, T
 
 from benchmarks.keys import ENV as KEY_ENV
 from benchmarks.keys import KEYS
+from benchmarks.processes import stop_process
 from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, Broker, UserQuestionError
 from workers.redis_server import RedisServer
 
@@ -170,13 +171,7 @@ class Provider:
         self.process.send_signal(signal.SIGKILL)
 
     async def stop(self) -> None:
-        if self.alive:
-            self.process.terminate()
-            try:
-                await asyncio.wait_for(self.process.wait(), 10)
-            except TimeoutError:
-                self.process.kill()
-        await self.process.wait()
+        await stop_process(self.process, grace=10)
         await self._reader
 
 

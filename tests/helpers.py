@@ -199,3 +199,17 @@ async def code_of(awaitable: Awaitable[Any]) -> str:
     with pytest.raises(UserQuestionError) as raised:
         await asyncio.wait_for(awaitable, 10)
     return raised.value.code
+
+
+async def ends_withdrawn(task: Awaitable[Any], pending: PendingRequest, code: str) -> None:
+    """The ask ``task`` ends with ``code``, and the card it was shown as (``pending``) comes down within 5 s."""
+    assert await code_of(task) == code
+    await asyncio.wait_for(pending.withdrawn.wait(), 5)
+
+
+async def cancelled_withdraws(task: asyncio.Future[Any], pending: PendingRequest) -> None:
+    """Cancel the ask ``task``: it ends cancelled, and the card it was shown as (``pending``) comes down within 5 s."""
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.wait_for(pending.withdrawn.wait(), 5)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError, NoPermissionError
 
-from broker import Broker, Remember, UserQuestionError
+from broker import Agent, Broker, Remember, UserQuestionError
 from broker._lua import SCRIPTS
 from broker.connection import redis_from_url
 from broker.errors import BROKER_UNAVAILABLE
@@ -83,14 +85,20 @@ def open_broker(url: str, namespace: str) -> Broker:
     return Broker(url, namespace, **KEYS)
 
 
-async def test_an_acl_fenced_broker_works_in_its_own_namespace(acl_server):
-    url = url_for(acl_server, "team-a", "pw-a")
+@contextlib.asynccontextmanager
+async def team_a(server: RedisServer) -> AsyncIterator[tuple[Agent, Broker]]:
+    """Agent 'root' of an asking broker, and an answering broker, both as team A's ACL user in its namespace."""
+    url = url_for(server, "team-a", "pw-a")
     async with (
         open_broker(url, "team-a") as asking,
         open_broker(url, "team-a") as answering,
         asking.agent("root") as agent,
-        answering.provider("ui") as provider,
     ):
+        yield agent, answering
+
+
+async def test_an_acl_fenced_broker_works_in_its_own_namespace(acl_server):
+    async with team_a(acl_server) as (agent, answering), answering.provider("ui") as provider:
         task = asyncio.create_task(agent.ask(one_question()))
         await (await next_pending(provider)).answer(pick("yes"), by="alice")
         assert await asyncio.wait_for(task, 10) == pick("yes")
@@ -98,12 +106,7 @@ async def test_an_acl_fenced_broker_works_in_its_own_namespace(acl_server):
 
 async def test_remembered_decisions_work_under_the_namespace_acl(acl_server):
     """The documented per-namespace ACL allows setting, using, listing and revoking decisions."""
-    url = url_for(acl_server, "team-a", "pw-a")
-    async with (
-        open_broker(url, "team-a") as asking,
-        open_broker(url, "team-a") as answering,
-        asking.agent("root") as agent,
-    ):
+    async with team_a(acl_server) as (agent, answering):
         async with answering.provider("ui") as provider:
             task = asyncio.create_task(agent.ask(one_question()))
             await (await next_pending(provider)).answer(pick("yes"), by="alice", remember=Remember(scope="agent"))

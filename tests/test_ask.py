@@ -8,7 +8,19 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import AskUserQuestionRequest, Broker, PlanReviewIntent, UserQuestionError
-from tests.helpers import KEYS, answer, code_of, next_pending, one_question, pick, plan_review, question, trail
+from tests.helpers import (
+    KEYS,
+    answer,
+    cancelled_withdraws,
+    code_of,
+    ends_withdrawn,
+    next_pending,
+    one_question,
+    pick,
+    plan_review,
+    question,
+    trail,
+)
 
 # -- the check order -----------------------------------------------------------------------
 
@@ -179,8 +191,7 @@ async def test_a_timeout_is_ask_timed_out_and_withdraws(make_broker, answering, 
     broker = await make_broker()
     task = asyncio.create_task(broker.ask(one_question(), timeout=0.5))
     pending = await next_pending(answering)
-    assert await code_of(task) == "ASK_TIMED_OUT"
-    await asyncio.wait_for(pending.withdrawn.wait(), 5)
+    await ends_withdrawn(task, pending, "ASK_TIMED_OUT")
     assert await code_of(pending.answer(pick("yes"))) == "NOT_PENDING"
     assert await redis.exists(broker.keys.request(pending.request_id)) == 0
 
@@ -191,18 +202,14 @@ async def test_an_abort_while_waiting_is_ask_aborted_and_withdraws(make_broker, 
     task = asyncio.create_task(broker.ask(one_question(), abort=abort))
     pending = await next_pending(answering)
     abort.set()
-    assert await code_of(task) == "ASK_ABORTED"
-    await asyncio.wait_for(pending.withdrawn.wait(), 5)
+    await ends_withdrawn(task, pending, "ASK_ABORTED")
 
 
 async def test_cancelling_the_asking_task_withdraws(make_broker, answering):
     broker = await make_broker()
     task = asyncio.create_task(broker.ask(one_question()))
     pending = await next_pending(answering)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    await asyncio.wait_for(pending.withdrawn.wait(), 5)
+    await cancelled_withdraws(task, pending)
     assert await code_of(pending.answer(pick("yes"))) == "NOT_PENDING"
 
 
@@ -242,10 +249,7 @@ async def test_cancelling_an_ask_with_a_timeout_withdraws_and_stays_a_cancellati
     broker = await make_broker()
     task = asyncio.create_task(broker.ask(one_question(), timeout=30))
     pending = await next_pending(answering)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    await asyncio.wait_for(pending.withdrawn.wait(), 5)
+    await cancelled_withdraws(task, pending)
     events = [f for f in await trail(redis, broker.keys) if f.get("rid") == pending.request_id]
     assert [e["event"] for e in events] == ["asked", "withdrawn"]
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from broker import Agent, Broker, PendingRequest, Provider, Remember, UserQuestionError
+from broker import Agent, AskUserQuestionAnswer, Broker, PendingRequest, Provider, Remember, UserQuestionError
 from broker._lua import SCRIPTS
 from broker.errors import BAD_ANSWER, CALLER_NOT_LIVE
 from broker.operating.housekeeping import end_away, reap_abandoned, run_housekeeping
@@ -36,6 +36,12 @@ async def detached(broker: Broker, provider: Provider, **options: Any) -> Pendin
     """A keyed ask of agent 'ci' in ``broker``, shown, then cancelled there (detached); the agent then stops."""
     async with broker.agent("ci") as agent:
         return await cancelled(agent, provider, **options)
+
+
+async def asked_again(broker: Broker) -> AskUserQuestionAnswer:
+    """The keyed ask asked anew by agent 'ci' in ``broker`` (the asker come back): what it gets within 5 s."""
+    async with broker.agent("ci") as agent:
+        return await asyncio.wait_for(agent.ask(one_question("yes", "no"), key=KEY), 5)
 
 
 async def cancelled(agent: Agent, provider: Provider, **options: Any) -> PendingRequest:
@@ -116,9 +122,7 @@ async def test_3_min_replicas_keeps_the_answer_of_a_detached_asker_for_its_resta
             pending = await cancelled(alive, provider)
             await pending.answer(pick("yes"))
             await asyncio.sleep(0.3)  # the notice reached the detached process
-        second = await make_broker(url=master.url)
-        async with second.agent("ci") as agent:
-            assert await asyncio.wait_for(agent.ask(one_question("yes", "no"), key=KEY), 5) == pick("yes")
+        assert await asked_again(await make_broker(url=master.url)) == pick("yes")
         assert provider.pending == []
 
 
@@ -142,9 +146,7 @@ async def test_5_a_detached_asker_that_keeps_running_stays_away_and_its_answer_w
             assert pending.asker_away
             await pending.answer(pick("yes"))
             await asyncio.sleep(0.3)
-        second = await make_broker()
-        async with second.agent("ci") as agent:
-            assert await asyncio.wait_for(agent.ask(one_question("yes", "no"), key=KEY), 5) == pick("yes")
+        assert await asked_again(await make_broker()) == pick("yes")
         assert provider.pending == []
 
 
@@ -167,9 +169,7 @@ async def test_6_a_cancel_during_the_re_attach_leaves_the_question_for_the_next_
             await until(lambda: pending.asker_away)
             await pending.answer(pick("no"))
             await asyncio.sleep(0.5)
-        third = await make_broker()
-        async with third.agent("ci") as agent:
-            assert await asyncio.wait_for(agent.ask(one_question("yes", "no"), key=KEY), 5) == pick("no")
+        assert await asked_again(await make_broker()) == pick("no")
         assert provider.pending == []
 
 
@@ -248,9 +248,7 @@ async def test_11_a_collected_keyed_answer_leaves_no_durable_key_nor_away_member
     async with holder.provider("ui") as provider:
         pending = await detached(await make_broker(), provider, detach_grace=0.5)
         await pending.answer(pick("yes"))
-        second = await make_broker(result_ttl=5.0)
-        async with second.agent("ci") as agent:
-            assert await asyncio.wait_for(agent.ask(one_question("yes", "no"), key=KEY), 5) == pick("yes")
+        assert await asked_again(await make_broker(result_ttl=5.0)) == pick("yes")
     durable = holder.keys.durable("ci", KEY)
     await until(lambda: _gone(redis, durable), 3)
     assert await redis.zscore(holder.keys.away, pending.request_id) is None

@@ -15,20 +15,22 @@ ROOT = Path(__file__).resolve().parent.parent
 pytest.importorskip("arq")
 
 
+def run_module(module: str, *args: str, timeout: float = 55) -> subprocess.CompletedProcess[str]:
+    """``python -m module args`` from the repository root, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_benchmark_runs_and_prints_a_table(tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
-    result = subprocess.run(
-        [
-            sys.executable, "-m", "benchmarks", "--quick",
-            "--concurrency", "1,4", "--asks", "10", "--max-seconds", "1",
-            "--waiting", "20", "--failover-runs", "1", "--lease-ttl", "0.6",
-            "--doc", str(doc),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    result = run_module(
+        "benchmarks", "--quick",
+        "--concurrency", "1,4", "--asks", "10", "--max-seconds", "1",
+        "--waiting", "20", "--failover-runs", "1", "--lease-ttl", "0.6",
+        "--doc", str(doc),
         timeout=150,  # 40 s on a quiet machine; it starts Redis servers, a Cluster and arq workers
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -59,14 +61,9 @@ def test_bench_command_registers_the_benchmark_options() -> None:
 
 def run_quick(systems: str, asks: int) -> subprocess.CompletedProcess[str]:
     """A quick benchmark run of ``systems`` at concurrency 1 and 4, no extras, no docs written."""
-    return subprocess.run(
-        [
-            sys.executable, "-m", "benchmarks", "--quick", "--concurrency", "1,4", "--asks", str(asks),
-            "--max-seconds", "0.5", "--systems", systems, "--skip-extras", "--no-doc",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    return run_module(
+        "benchmarks", "--quick", "--concurrency", "1,4", "--asks", str(asks),
+        "--max-seconds", "0.5", "--systems", systems, "--skip-extras", "--no-doc",
         timeout=150,  # 40 s on a quiet machine; it starts Redis servers, a Cluster and arq workers
     )  # fmt: skip
 
@@ -99,10 +96,7 @@ def test_signed_asks_are_set_beside_the_unsigned_counterfactual() -> None:
 
 
 def test_the_feature_cost_figures_are_printed() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.feature_cost", "--asks", "300"],
-        cwd=ROOT, capture_output=True, text=True, timeout=55,
-    )  # fmt: skip
+    result = run_module("benchmarks.feature_cost", "--asks", "300")
     assert result.returncode == 0, result.stderr[-3000:]
     figures = dict(line.rsplit(": ", 1) for line in result.stdout.splitlines())
     assert set(figures) == {
@@ -122,13 +116,7 @@ def test_leftover_keys_are_summarised_by_kind() -> None:
 
 @pytest.mark.slow
 def test_the_settle_benchmark_settles_a_card_and_prints_its_cost_per_asker() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.settle_instructions", "--askers", "300"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=55,
-    )
+    result = run_module("benchmarks.settle_instructions", "--askers", "300")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "a card of 300 askers in calls of 256" in result.stdout
     commands = float(result.stdout.split("commands: ")[1].split()[0])
@@ -137,13 +125,7 @@ def test_the_settle_benchmark_settles_a_card_and_prints_its_cost_per_asker() -> 
 
 @pytest.mark.slow
 def test_the_scale_benchmark_runs_and_prints_its_tables() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.scale", "--askers", "40,80", "--pending", "250", "--window", "1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=55,
-    )
+    result = run_module("benchmarks.scale", "--askers", "40,80", "--pending", "250", "--window", "1")
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     rows = [line for line in lines if line.startswith(("| 40 |", "| 80 |", "| 250 |"))]
@@ -155,13 +137,9 @@ def test_the_scale_benchmark_runs_and_prints_its_tables() -> None:
 
 @pytest.mark.slow
 def test_the_gateway_benchmark_runs_and_prints_its_figures() -> None:
-    result = subprocess.run(
-        [
-            sys.executable, "-m", "benchmarks.gateway", "--clients", "5", "--asks-per-client", "3",
-            "--probes", "5", "--answer-after", "0.2",
-        ],
-        cwd=ROOT, capture_output=True, text=True, timeout=55,
-    )  # fmt: skip
+    result = run_module(
+        "benchmarks.gateway", "--clients", "5", "--asks-per-client", "3", "--probes", "5", "--answer-after", "0.2"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "15 waiting asks from 5 clients" in result.stdout
     assert re.search(r"gateway Redis connections: \d+ at most", result.stdout)
@@ -172,33 +150,18 @@ def test_the_gateway_benchmark_runs_and_prints_its_figures() -> None:
 
 @pytest.mark.slow
 def test_the_gateway_comparison_runs_a_gateway_per_tree_and_prints_each_round() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.gateway_ab", f"a={ROOT}", f"b={ROOT}", "--probes", "5", "--rounds", "2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=55,
-    )  # fmt: skip
+    result = run_module("benchmarks.gateway_ab", f"a={ROOT}", f"b={ROOT}", "--probes", "5", "--rounds", "2")
     assert result.returncode == 0, result.stderr[-3000:]
     rounds = [line for line in result.stdout.splitlines() if line.startswith("round ")]
     assert len(rounds) == 2 and all(re.search(r"; a [\d.]+ \(\+-?[\d.]+, CPU [\d.]+\); b ", line) for line in rounds)
-    refused = subprocess.run(
-        [sys.executable, "-m", "benchmarks.gateway_ab", "no-tree-here"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    refused = run_module("benchmarks.gateway_ab", "no-tree-here", timeout=30)
     assert refused.returncode == 2 and "NAME=TREE" in refused.stderr
 
 
 @pytest.mark.slow
 def test_the_scale_benchmark_measures_a_failover_and_the_web_servers_memory_once_per_run() -> None:
-    no_askers_no_pending = [sys.executable, "-m", "benchmarks.scale", "--askers", "0", "--pending", "0"]
-    result = subprocess.run(
-        [*no_askers_no_pending, "--failover", "300", "--runs", "2"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
+    no_askers_no_pending = ["--askers", "0", "--pending", "0"]
+    result = run_module("benchmarks.scale", *no_askers_no_pending, "--failover", "300", "--runs", "2", timeout=110)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line for line in result.stdout.splitlines() if line.startswith("| 300 |")]
     assert len(rows) == 2, result.stdout  # "every card within 10 s in every run" needs every run's row
@@ -209,13 +172,7 @@ def test_the_scale_benchmark_measures_a_failover_and_the_web_servers_memory_once
 
 @pytest.mark.slow
 def test_the_urgent_benchmark_prints_how_long_an_urgent_ask_takes_to_reach_an_open_page() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.urgent", "--pending", "300", "--repeats", "2", "--no-browser"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=55,
-    )
+    result = run_module("benchmarks.urgent", "--pending", "300", "--repeats", "2", "--no-browser")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "300 pending:" in result.stdout
     # Both faces measured got it, twice each: a median and a slowest, not "not within the wait".
@@ -227,27 +184,10 @@ def test_the_urgent_benchmark_prints_how_long_an_urgent_ask_takes_to_reach_an_op
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="the page's figures need Chromium")
 def test_the_api_page_benchmark_prints_each_rounds_filtered_pages_and_first_card() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.api_page",
-            "--questions",
-            "150",
-            "--agents",
-            "10",
-            "--repeats",
-            "2",
-            "--page-repeats",
-            "1",
-            "--runs",
-            "2",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=55,
-    )
+    result = run_module(
+        "benchmarks.api_page", "--questions", "150", "--agents", "10", "--repeats", "2", "--page-repeats", "1",
+        "--runs", "2",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "150 pending questions from 10 agents" in result.stdout
     for number in (1, 2):

@@ -14,7 +14,7 @@ import pytest
 
 from broker import PendingRequest, Provider, UserQuestionError
 from broker.operating.housekeeping import digest_audit, end_away, reap_abandoned
-from tests.helpers import code_of, next_pending, one_question, pick, trail, until
+from tests.helpers import code_of, ends_withdrawn, next_pending, one_question, pick, trail, until
 
 KEY = "deploy-2.4.0"
 
@@ -168,8 +168,7 @@ async def test_a_timeout_or_an_abort_gives_a_keyed_question_up(make_broker, prov
         aborting = asyncio.ensure_future(agent.ask(one_question("yes", "no"), key="other", abort=abort))
         pending = await next_pending(provider)
         abort.set()
-        assert await code_of(aborting) == "ASK_ABORTED"
-        await asyncio.wait_for(pending.withdrawn.wait(), 5)
+        await ends_withdrawn(aborting, pending, "ASK_ABORTED")
 
 
 async def test_closing_the_broker_detaches_a_keyed_ask(make_broker, provider):

@@ -17,7 +17,7 @@ from broker.errors import BROKER_UNAVAILABLE
 from tests.faultproxy import FaultProxy
 from tests.helpers import next_pending, one_question, pick
 from tests.redis_server import RedisServer
-from tests.test_lost_replies import asks, seen
+from tests.test_lost_replies import asks, seen, shown_and_listening
 
 __all__ = ["asks"]  # the fixture the tests use
 
@@ -45,10 +45,7 @@ async def ends_within(task: asyncio.Task[object], bound: float = BOUND) -> objec
 async def test_a_notice_lost_with_its_connection_ends_the_ask_after_an_immediate_reconnect(proxy, make_broker, asks):
     asking, answering = await make_broker(url=proxy.url, sweep_every=60.0), await make_broker()
     async with answering.provider("ui") as provider:
-        task = asyncio.create_task(asking.ask(one_question()))
-        asks.append(task)
-        pending = await next_pending(provider)
-        await seen(proxy, "BLMPOP")
+        task, pending = await shown_and_listening(asking, provider, proxy, asks)
         lost = proxy.drop_next_reply(b"BLMPOP", skip_empty=True)
         await pending.answer(pick("yes"))
         assert await asyncio.to_thread(lost.wait, 5)
@@ -71,10 +68,7 @@ async def test_an_entry_lost_with_its_connection_is_shown_after_an_immediate_rec
 async def test_an_ask_behind_a_silent_connection_ends_within_the_bound(proxy, make_broker, asks):
     asking, answering = await make_broker(url=proxy.url, unavailable_after=5.0), await make_broker()
     async with answering.provider("ui") as provider:
-        task = asyncio.create_task(asking.ask(one_question()))
-        asks.append(task)
-        pending = await next_pending(provider)
-        await seen(proxy, "BLMPOP")
+        task, pending = await shown_and_listening(asking, provider, proxy, asks)
         proxy.silence()
         try:
             await pending.answer(pick("yes"))  # answered, but the asker cannot hear it

@@ -20,7 +20,7 @@ from broker.operating.housekeeping import (
     run_housekeeping,
     trim_audit,
 )
-from tests.helpers import one_question, pick
+from tests.helpers import cancelled_withdraws, one_question, pick
 
 
 async def _audit(redis: Any, keys: Keys, event: str) -> list[dict[str, str]]:
@@ -200,10 +200,7 @@ async def test_audit_digest_counts_each_end_once(make_broker, redis):
         await asyncio.wait_for(task, 5)
         gone = asyncio.create_task(asking.ask(one_question()))
         shown_gone = await _next(provider)
-        gone.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await gone
-        await asyncio.wait_for(shown_gone.withdrawn.wait(), 5)
+        await cancelled_withdraws(gone, shown_gone)
     ends = await digest_audit(other)  # another worker reads on from the shared cursor
     assert ends is not None
     # the askers' log (the withdrawal) is read before the audit (the answer): each once, in either order

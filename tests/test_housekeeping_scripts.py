@@ -13,7 +13,16 @@ from redis.asyncio import Redis
 
 from broker._keys import GROUP
 from broker._lua import Script
-from tests.test_script_invariants import RESULT_MS, Namespace, delivered_request, holder, ns, outcome, redis_ms
+from tests.test_script_invariants import (
+    RESULT_MS,
+    Namespace,
+    after_a_redis_start,
+    delivered_request,
+    holder,
+    ns,
+    outcome,
+    redis_ms,
+)
 
 __all__ = ["ns"]  # the fixture the tests use
 
@@ -66,14 +75,7 @@ async def test_reap_leaves_a_request_whose_asker_is_alive(ns):
     assert await ns.snapshot() == before
 
 
-@pytest.mark.parametrize(
-    ("created", "grace_ms", "reply"),
-    [
-        pytest.param(1, 10**13, "live", id="asked-before-the-server-started-within-the-grace"),
-        pytest.param(None, 10**13, "withdrawn", id="asked-since-the-server-started"),
-        pytest.param(1, 0, "withdrawn", id="the-grace-is-over"),
-    ],
-)
+@after_a_redis_start(kept="live", dropped="withdrawn")
 async def test_reap_gives_askers_time_to_beat_again_after_a_redis_start(ns, created, grace_ms, reply):
     """A restart that outlasted the TTLs dropped live askers' keys with the dead ones' (issue 26 item 4)."""
     _, _, entry = await delivered_request(ns)

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from broker import AskUserQuestionItem, AskUserQuestionRequest
+from broker import AskUserQuestionItem, AskUserQuestionRequest, Broker, PendingRequest, Provider
 from broker._keys import TOMBSTONE_MS
 from broker._lua import SCRIPTS
 from broker.asking._inbox import _DRAIN
@@ -54,10 +54,7 @@ async def test_a_notice_lost_with_a_broken_inbox_read_is_caught_up(proxy, make_b
     asking = await make_broker(url=proxy.url, sweep_every=60.0)  # only the catch-up can recover it
     answering = await make_broker()
     async with answering.provider("ui") as provider:
-        task = asyncio.create_task(asking.ask(one_question()))  # no timeout of its own
-        asks.append(task)
-        pending = await next_pending(provider)
-        await seen(proxy, "BLMPOP")
+        task, pending = await shown_and_listening(asking, provider, proxy, asks)  # no timeout of its own
         lost = proxy.drop_next_reply(b"BLMPOP", skip_empty=True)
         proxy.refuse()  # open connections (the command connection) keep working
         try:
@@ -131,6 +128,18 @@ async def seen(proxy: FaultProxy, command: str, within: float = 10.0) -> None:
     async with asyncio.timeout(within):
         while not proxy.seen(command):
             await asyncio.sleep(0.02)
+
+
+async def shown_and_listening(
+    asking: Broker, provider: Provider, proxy: FaultProxy, asks: list[asyncio.Task[object]]
+) -> tuple[asyncio.Task[object], PendingRequest]:
+    """An ask of ``asking`` (added to ``asks``) shown to ``provider``, once its asker's blocking read for the
+    answer (BLMPOP) has gone through ``proxy``: the ask's task and the card."""
+    task: asyncio.Task[object] = asyncio.create_task(asking.ask(one_question()))
+    asks.append(task)
+    pending = await next_pending(provider)
+    await seen(proxy, "BLMPOP")
+    return task, pending
 
 
 async def test_a_settle_retried_after_the_asker_cleaned_up_is_recognised_as_done(proxy, make_broker, redis, asks):

@@ -21,18 +21,24 @@ from tests.helpers import answer, next_pending, one_question, options, pick, pla
 
 pytestmark = pytest.mark.timeout(30)
 
-POLICY = """
-[groups]
-sre = ["alice", "bob", "dave"]
-dba = ["erin"]
-
+DEPLOYS = """
 [[policy]]
 name = "deploys"
 match = { header = ["Deploy*"] }
 approvals = 2
 groups = ["sre"]
 approve = ["yes"]
+"""
+"""two of the sre group approve a card headed Deploy..."""
 
+POLICY = (
+    """
+[groups]
+sre = ["alice", "bob", "dave"]
+dba = ["erin"]
+"""
+    + DEPLOYS
+    + """
 [[policy]]
 name = "schema"
 match = { text = "drop table" }
@@ -40,6 +46,7 @@ approvals = 2
 decline = "quorum"
 approve = ["yes"]
 """
+)
 
 
 @pytest.fixture
@@ -295,19 +302,15 @@ def test_groups_come_from_the_users_file(tmp_path) -> None:
     assert policies.voters(policies.policies[0]) == frozenset({"alice", "bob"})
 
 
-ESCALATING = """
+ESCALATING = (
+    """
 [groups]
 sre = ["alice", "bob"]
 leads = ["lee"]
 billing = ["erin"]
-
-[[policy]]
-name = "deploys"
-match = { header = ["Deploy*"] }
-approvals = 2
-groups = ["sre"]
-approve = ["yes"]
-escalate = { after = "600ms", to = "leads" }
+"""
+    + DEPLOYS
+    + """escalate = { after = "600ms", to = "leads" }
 
 [[policy]]
 name = "billing"
@@ -315,6 +318,7 @@ match = { text = "invoice" }
 route = "billing"
 escalate = { after = 0.6, to = "leads" }
 """
+)
 
 
 async def test_after_its_delay_the_escalation_group_may_vote_too(make_broker, tmp_path) -> None:

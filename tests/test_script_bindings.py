@@ -235,14 +235,19 @@ def test_a_bindings_entries_are_the_headers_repeated_items(name: str) -> None:
     assert sent_args[len(contract.fixed["ARGV"]) :] == argv
 
 
+def _with_helpers_of(files: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> str:
+    """Script ``s`` of ``files`` (name to source) with the helpers it includes, read from ``files`` too."""
+    monkeypatch.setattr(_lua, "_read", files.__getitem__)
+    return _lua._with_helpers("s", files["s"])
+
+
 def test_a_helper_may_include_another_and_each_is_included_once(monkeypatch: pytest.MonkeyPatch) -> None:
     files = {
         "s": "#!lua\n--! include _b\n--! include _a\nreturn b() + a()",
         "_b": "-- b: calls a\n--! include _a\nlocal function b()\n  return a()\nend",
         "_a": "-- a\nlocal function a() return 1 end",
     }
-    monkeypatch.setattr(_lua, "_read", files.__getitem__)
-    source = _lua._with_helpers("s", files["s"]).split("\n")
+    source = _with_helpers_of(files, monkeypatch).split("\n")
     assert source == [
         "#!lua",
         "local function a() return 1 end local function b() return a() end",
@@ -257,6 +262,5 @@ def test_a_helper_that_includes_itself_is_refused(monkeypatch: pytest.MonkeyPatc
         "_a": "--! include _b\nlocal x = 1",
         "_b": "--! include _a\nlocal y = 2",
     }
-    monkeypatch.setattr(_lua, "_read", files.__getitem__)
     with pytest.raises(ValueError, match="includes itself"):
-        _lua._with_helpers("s", files["s"])
+        _with_helpers_of(files, monkeypatch)

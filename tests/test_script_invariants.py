@@ -578,14 +578,20 @@ async def test_deliver_of_a_stale_entry_acks_and_removes_it(ns):
     assert await ns.stream_ids() == []
 
 
-@pytest.mark.parametrize(
-    ("created", "grace_ms", "reply"),
-    [
-        pytest.param(1, 10**13, "ok", id="asked-before-the-server-started-within-the-grace"),
-        pytest.param(None, 10**13, "gone", id="asked-since-the-server-started"),
-        pytest.param(1, 0, "gone", id="the-grace-is-over"),
-    ],
-)
+def after_a_redis_start(kept: str, dropped: str) -> Any:
+    """Parametrize (created, grace_ms, reply): an asker whose liveness key a Redis restart dropped is given its
+    grace (the script replies ``kept``) only if it asked before the server started and the grace is not over."""
+    return pytest.mark.parametrize(
+        ("created", "grace_ms", "reply"),
+        [
+            pytest.param(1, 10**13, kept, id="asked-before-the-server-started-within-the-grace"),
+            pytest.param(None, 10**13, dropped, id="asked-since-the-server-started"),
+            pytest.param(1, 0, dropped, id="the-grace-is-over"),
+        ],
+    )
+
+
+@after_a_redis_start(kept="ok", dropped="gone")
 async def test_deliver_gives_askers_time_to_beat_again_after_a_redis_start(ns, created, grace_ms, reply):
     """A restart that outlasted the TTLs dropped live askers' keys with the dead ones' (issue 26 item 4)."""
     fence, epoch = await holder(ns)

@@ -267,16 +267,22 @@ def _edit_to(path: str):
     return respond
 
 
+async def _run_edited(
+    human: Any, agent: Any, name: str, decisions: list[str], *, thread: str, **middleware: Any
+) -> tuple[list[str], Any, Any]:
+    """The agent deletes file ``name`` under HITL allowing ``decisions``; the person approves the call with its path
+    edited to ``name``.bak. What the tool ran on, the person, and the graph's end state."""
+    ran: list[str] = []
+    person = await human(_edit_to(f"{name}.bak"))
+    interrupt_on = {"delete_file": {"allowed_decisions": decisions}}
+    graph = _agent(ran, [_calls(name), AIMessage(content="done")], interrupt_on=interrupt_on, **middleware)
+    state = await run_graph(graph, PROMPT, {"configurable": {"thread_id": thread}}, asker=agent)
+    return ran, person, state
+
+
 @pytest.mark.timeout(30)
 async def test_batched_hitl_edit_runs_the_tool_with_the_edited_arguments(human, agent):
-    ran: list[str] = []
-    person = await human(_edit_to("a.bak"))
-    graph = _agent(
-        ran,
-        [_calls("a"), AIMessage(content="done")],
-        interrupt_on={"delete_file": {"allowed_decisions": ["approve", "edit", "reject"]}},
-    )
-    state = await run_graph(graph, PROMPT, {"configurable": {"thread_id": "e1"}}, asker=agent)
+    ran, person, state = await _run_edited(human, agent, "a", ["approve", "edit", "reject"], thread="e1")
     assert ran == ["a.bak"]  # the edited arguments reached the tool
     assert _tool_messages(state)["c-a"].endswith("deleted a.bak")
     assert "a human reviewer replaced this tool call" in _tool_messages(state)["c-a"]  # the middleware's own edit
@@ -286,15 +292,8 @@ async def test_batched_hitl_edit_runs_the_tool_with_the_edited_arguments(human, 
 
 @pytest.mark.timeout(30)
 async def test_per_call_hitl_edit_carries_the_tools_schema_and_runs_the_edit(human, agent):
-    ran: list[str] = []
-    person = await human(_edit_to("b.bak"))
-    graph = _agent(
-        ran,
-        [_calls("b"), AIMessage(content="done")],
-        interrupt_on={"delete_file": {"allowed_decisions": ["edit", "reject"]}},  # no plain approve
-        interrupt_mode="per_call",
-    )
-    state = await run_graph(graph, PROMPT, {"configurable": {"thread_id": "e2"}}, asker=agent)
+    no_plain_approve = ["edit", "reject"]
+    ran, person, state = await _run_edited(human, agent, "b", no_plain_approve, thread="e2", interrupt_mode="per_call")
     assert ran == ["b.bak"] and _tool_messages(state)["c-b"].endswith("deleted b.bak")
     item = person.seen[0].questions[0]
     assert [o.label for o in item.options or ()] == ["Approve", "Reject"]

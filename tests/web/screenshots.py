@@ -73,27 +73,17 @@ async def take(out: Path) -> None:
                 ),
                 agent="builder-7",
             )
-            plan = PlanReviewIntent(approve="Approve")
-            ask(
-                AskUserQuestionItem(
-                    id="plan",
-                    question="Prune old releases?",
-                    detail=LONG_DETAIL,
-                    options=options("Approve", "Request changes"),
-                    intent=plan,
-                ),
-                timeout=600,
-            )
-            ask(
-                AskUserQuestionItem(
-                    id="migrate",
-                    question="Run the 25-step migration?",
-                    detail=STEPS,
-                    options=options("Approve", "Request changes"),
-                    intent=plan,
-                ),
-                timeout=900,
-            )
+
+            def ask_plan(id: str, question: str, plan: str, timeout: float) -> None:
+                intent = PlanReviewIntent(approve="Approve")
+                choices = options("Approve", "Request changes")
+                ask(
+                    AskUserQuestionItem(id=id, question=question, detail=plan, options=choices, intent=intent),
+                    timeout=timeout,
+                )
+
+            ask_plan("plan", "Prune old releases?", LONG_DETAIL, timeout=600)
+            ask_plan("migrate", "Run the 25-step migration?", STEPS, timeout=900)
             ask(
                 AskUserQuestionItem(
                     id="l", question="Which languages?", options=options("Python", "Go"), multi_select=True

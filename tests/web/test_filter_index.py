@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from broker import AskUserQuestionRequest
-from tests.helpers import one_question, plan_review
-from workers.answering.web.keys import WebKeys
+from tests.helpers import one_question
+from tests.web.served import ask_many_and_rare, web_service
 from workers.answering.web.service import WebProvider, filter_tags
 
 _FILTERS: list[dict[str, str]] = [
@@ -68,56 +68,44 @@ async def test_a_filtered_page_follows_cards_settled_withdrawn_joined_and_raised
     make_broker: Callable[..., Any], namespace: str
 ) -> None:
     asking, web = await make_broker(), await make_broker()
-    service = WebProvider(web, name="web-1", keys=WebKeys(namespace))
-    running = asyncio.create_task(service.run())
-    asks: list[asyncio.Task[Any]] = []
-    try:
-        async with (
-            asyncio.timeout(35),
-            asking.agent("many") as many,
-            asking.agent("rare") as rare,
-            asking.agent("joiner") as joiner,
-        ):
-            await _until(lambda: service.status == "active")
-            for n in range(6):
-                asks.append(asyncio.create_task(many.ask(one_question(f"a{n}", f"b{n}"), timeout=30)))
-            asks.append(asyncio.create_task(rare.ask(one_question("yes", "no"), timeout=30)))
-            asks.append(asyncio.create_task(many.ask(plan_review(), timeout=30)))
-            await _until(lambda: len(service.requests()) == 8)
-            _agree(service)
+    async with (
+        web_service(web, namespace) as (service, asks),
+        asyncio.timeout(35),
+        asking.agent("many") as many,
+        asking.agent("rare") as rare,
+        asking.agent("joiner") as joiner,
+    ):
+        await ask_many_and_rare(service, many, rare, asks, timeout=30)
+        _agree(service)
 
-            judged: list[str] = []
-            (rares,) = _page(service, {"agent": "rare"}, judged)
-            assert set(judged) == {
-                rares
-            }  # only rare's card was judged (on what filters read, then built), not the 7 others
+        judged: list[str] = []
+        (rares,) = _page(service, {"agent": "rare"}, judged)
+        assert set(judged) == {
+            rares
+        }  # only rare's card was judged (on what filters read, then built), not the 7 others
 
-            # Another agent asks what "many" asked: it joins that card, and its filtered page has it.
-            card = _page(service, {"agent": "many"})[2]
-            joined = asyncio.create_task(joiner.ask(one_question("a2", "b2"), timeout=30))
-            await _until(lambda: _page(service, {"agent": "joiner"}) == [card])
-            _agree(service)
-            # It asks once more, urgently: that card goes to the urgent level, and to the urgent page.
-            urgent = AskUserQuestionRequest(questions=one_question("a3", "b3").questions, priority="urgent")
-            raised = _page(service, {"agent": "many"})[3]
-            asks.append(asyncio.create_task(joiner.ask(urgent, timeout=30)))
-            await _until(lambda: _page(service, {"priority": "urgent"}) == [raised])
-            assert _page(service, {"agent": "joiner"}) == [raised, card]
-            _agree(service)
+        # Another agent asks what "many" asked: it joins that card, and its filtered page has it.
+        card = _page(service, {"agent": "many"})[2]
+        joined = asyncio.create_task(joiner.ask(one_question("a2", "b2"), timeout=30))
+        await _until(lambda: _page(service, {"agent": "joiner"}) == [card])
+        _agree(service)
+        # It asks once more, urgently: that card goes to the urgent level, and to the urgent page.
+        urgent = AskUserQuestionRequest(questions=one_question("a3", "b3").questions, priority="urgent")
+        raised = _page(service, {"agent": "many"})[3]
+        asks.append(asyncio.create_task(joiner.ask(urgent, timeout=30)))
+        await _until(lambda: _page(service, {"priority": "urgent"}) == [raised])
+        assert _page(service, {"agent": "joiner"}) == [raised, card]
+        _agree(service)
 
-            # It stops waiting for the first: the card stays for "many" and leaves the joiner's page.
-            joined.cancel()
-            await asyncio.gather(joined, return_exceptions=True)
-            await _until(lambda: _page(service, {"agent": "joiner"}) == [raised])
-            _agree(service)
+        # It stops waiting for the first: the card stays for "many" and leaves the joiner's page.
+        joined.cancel()
+        await asyncio.gather(joined, return_exceptions=True)
+        await _until(lambda: _page(service, {"agent": "joiner"}) == [raised])
+        _agree(service)
 
-            # Settled, a card is on no page; withdrawn, the same.
-            await service.cancel(rares, "not now", by="alice")
-            assert _page(service, {"agent": "rare"}) == []
-            asks[0].cancel()
-            await _until(lambda: len(service.requests()) == 6)
-            _agree(service)
-    finally:
-        for task in [*asks, running]:
-            task.cancel()
-        await asyncio.gather(*asks, running, return_exceptions=True)
+        # Settled, a card is on no page; withdrawn, the same.
+        await service.cancel(rares, "not now", by="alice")
+        assert _page(service, {"agent": "rare"}) == []
+        asks[0].cancel()
+        await _until(lambda: len(service.requests()) == 6)
+        _agree(service)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import one_question, plan_review
-from workers.answering.web.keys import WebKeys
-from workers.answering.web.service import Event, WebProvider
+from tests.web.served import ask_many_and_rare, web_service
+from workers.answering.web.service import Event
 
 
 async def _next(queue: asyncio.Queue[Event | None], kind: str) -> Event:
@@ -22,51 +22,35 @@ async def _next(queue: asyncio.Queue[Event | None], kind: str) -> Event:
             return event
 
 
-async def _serving(service: WebProvider) -> asyncio.Task[None]:
-    """Run the service until it holds the lease: an ask sent before would fail NO_PROVIDER (no "added" ever)."""
-    running = asyncio.create_task(service.run())
-    async with asyncio.timeout(10):
-        while service.status != "active":
-            await asyncio.sleep(0.01)
-    return running
-
-
 @pytest.mark.timeout(30)
 async def test_a_card_shows_the_same_view_when_asked_for_later_and_a_joining_asker_is_announced(
     make_broker: Callable[..., Any], namespace: str
 ) -> None:
     first, second, web = await make_broker(), await make_broker(), await make_broker()
-    service = WebProvider(web, name="web-1", keys=WebKeys(namespace))
-    running = await _serving(service)
-    asks: list[asyncio.Task[Any]] = []
-    try:
-        async with (
-            asyncio.timeout(25),
-            first.agent("builder") as builder,
-            second.agent("tester") as tester,
-            service.subscribe() as queue,
-        ):
-            asks.append(asyncio.create_task(builder.ask(one_question("yes", "no"), timeout=25)))
-            shown = (await _next(queue, "added"))["request"]
-            assert service.view_of(shown["id"]) == shown
-            assert service.requests() == [shown]
-            assert service.page(0, 10, lambda view: True)[0] == [shown]
+    async with (
+        web_service(web, namespace) as (service, asks),
+        asyncio.timeout(25),
+        first.agent("builder") as builder,
+        second.agent("tester") as tester,
+        service.subscribe() as queue,
+    ):
+        asks.append(asyncio.create_task(builder.ask(one_question("yes", "no"), timeout=25)))
+        shown = (await _next(queue, "added"))["request"]
+        assert service.view_of(shown["id"]) == shown
+        assert service.requests() == [shown]
+        assert service.page(0, 10, lambda view: True)[0] == [shown]
 
-            # Another agent asks the same: it joins the card, and pages are told who asks now.
-            asks.append(asyncio.create_task(tester.ask(one_question("yes", "no"), timeout=25)))
-            updated = await _next(queue, "updated")
-            assert updated["id"] == shown["id"]
-            assert [asker["agent"] for asker in updated["askers"]] == ["builder", "tester"]
-            view = service.view_of(shown["id"])
-            assert view is not None
-            assert [asker["agent"] for asker in view["askers"]] == ["builder", "tester"]
-            assert {name: value for name, value in view.items() if name != "askers"} == {
-                name: value for name, value in shown.items() if name != "askers"
-            }
-    finally:
-        for task in [*asks, running]:
-            task.cancel()
-        await asyncio.gather(*asks, running, return_exceptions=True)
+        # Another agent asks the same: it joins the card, and pages are told who asks now.
+        asks.append(asyncio.create_task(tester.ask(one_question("yes", "no"), timeout=25)))
+        updated = await _next(queue, "updated")
+        assert updated["id"] == shown["id"]
+        assert [asker["agent"] for asker in updated["askers"]] == ["builder", "tester"]
+        view = service.view_of(shown["id"])
+        assert view is not None
+        assert [asker["agent"] for asker in view["askers"]] == ["builder", "tester"]
+        assert {name: value for name, value in view.items() if name != "askers"} == {
+            name: value for name, value in shown.items() if name != "askers"
+        }
 
 
 @pytest.mark.timeout(30)
@@ -74,23 +58,20 @@ async def test_a_card_taken_down_before_its_view_was_built_stays_in_the_history(
     make_broker: Callable[..., Any], namespace: str
 ) -> None:
     asking, web = await make_broker(), await make_broker()
-    service = WebProvider(web, name="web-1", keys=WebKeys(namespace))
-    running = await _serving(service)
-    asks: list[asyncio.Task[Any]] = []
-    try:
-        async with asyncio.timeout(25), asking.agent("builder") as builder, service.subscribe() as queue:
-            asks.append(asyncio.create_task(builder.ask(plan_review(), timeout=25)))
-            shown = (await _next(queue, "added"))["request"]
-            await service.cancel(shown["id"], "not now", by="alice")
-            assert (await _next(queue, "removed"))["id"] == shown["id"]
-            assert service.shown(shown["id"]) == {
-                "agent": "builder",
-                "questions": [{"id": "plan", "question": shown["questions"][0]["question"], "approve": "Approve"}],
-            }
-    finally:
-        for task in [*asks, running]:
-            task.cancel()
-        await asyncio.gather(*asks, running, return_exceptions=True)
+    async with (
+        web_service(web, namespace) as (service, asks),
+        asyncio.timeout(25),
+        asking.agent("builder") as builder,
+        service.subscribe() as queue,
+    ):
+        asks.append(asyncio.create_task(builder.ask(plan_review(), timeout=25)))
+        shown = (await _next(queue, "added"))["request"]
+        await service.cancel(shown["id"], "not now", by="alice")
+        assert (await _next(queue, "removed"))["id"] == shown["id"]
+        assert service.shown(shown["id"]) == {
+            "agent": "builder",
+            "questions": [{"id": "plan", "question": shown["questions"][0]["question"], "approve": "Approve"}],
+        }
 
 
 @pytest.mark.timeout(30)
@@ -103,34 +84,26 @@ async def test_a_filtered_page_builds_views_only_for_the_cards_it_returns(
     from workers.answering.web.cards import Unbuilt
 
     asking, web = await make_broker(), await make_broker()
-    service = WebProvider(web, name="web-1", keys=WebKeys(namespace))
-    running = await _serving(service)
-    asks: list[asyncio.Task[Any]] = []
-    try:
-        async with asyncio.timeout(25), asking.agent("many") as many, asking.agent("rare") as rare:
-            for n in range(6):
-                asks.append(asyncio.create_task(many.ask(one_question(f"a{n}", f"b{n}"), timeout=25)))
-            asks.append(asyncio.create_task(rare.ask(one_question("yes", "no"), timeout=25)))
-            asks.append(asyncio.create_task(many.ask(plan_review(), timeout=25)))
-            while len(service.requests()) < 8:
-                await asyncio.sleep(0.02)
-            ids = [view["id"] for view in service.requests()]
-            assert all(isinstance(service.cards.views[rid], Unbuilt) for rid in ids)  # the fault can fire
-            by_rare, _ = service.page(0, 10, lambda view: view["agent"] == "rare")
-            reviews, _ = service.page(0, 10, lambda view: any(q.get("planReview") for q in view["questions"]))
-            everything, _ = service.page(0, 10, lambda view: True)
-            assert [v["agent"] for v in by_rare] == ["rare"]
-            assert len(reviews) == 1 and reviews[0]["questions"][0]["planReview"]
-            assert by_rare[0] in everything and reviews[0] in everything
-            assert all(isinstance(service.cards.views[rid], Unbuilt) for rid in ids)  # nothing kept built either
-            assert (
-                service.cards.filtered(service.cards.pending[by_rare[0]["id"]]).items()
-                <= {
-                    **by_rare[0],
-                    "questions": [{"planReview": q["planReview"]} for q in by_rare[0]["questions"]],
-                }.items()
-            )
-    finally:
-        for task in [*asks, running]:
-            task.cancel()
-        await asyncio.gather(*asks, running, return_exceptions=True)
+    async with (
+        web_service(web, namespace) as (service, asks),
+        asyncio.timeout(25),
+        asking.agent("many") as many,
+        asking.agent("rare") as rare,
+    ):
+        await ask_many_and_rare(service, many, rare, asks, timeout=25)
+        ids = [view["id"] for view in service.requests()]
+        assert all(isinstance(service.cards.views[rid], Unbuilt) for rid in ids)  # the fault can fire
+        by_rare, _ = service.page(0, 10, lambda view: view["agent"] == "rare")
+        reviews, _ = service.page(0, 10, lambda view: any(q.get("planReview") for q in view["questions"]))
+        everything, _ = service.page(0, 10, lambda view: True)
+        assert [v["agent"] for v in by_rare] == ["rare"]
+        assert len(reviews) == 1 and reviews[0]["questions"][0]["planReview"]
+        assert by_rare[0] in everything and reviews[0] in everything
+        assert all(isinstance(service.cards.views[rid], Unbuilt) for rid in ids)  # nothing kept built either
+        assert (
+            service.cards.filtered(service.cards.pending[by_rare[0]["id"]]).items()
+            <= {
+                **by_rare[0],
+                "questions": [{"planReview": q["planReview"]} for q in by_rare[0]["questions"]],
+            }.items()
+        )

@@ -11,8 +11,8 @@ import pytest
 
 from broker import AskUserQuestionItem, AskUserQuestionRequest, load_policies
 from tests.helpers import options
-from workers.answering.web.keys import WebKeys
-from workers.answering.web.service import Event, WebProvider
+from tests.web.served import web_service
+from workers.answering.web.service import Event
 from workers.answering.web.window import PageWindow
 
 NS = "ns"
@@ -110,15 +110,10 @@ async def test_a_windowed_snapshot_holds_and_counts_only_the_cards_its_user_may_
     (tmp_path / "policy.toml").write_text(ROUTED)
     policies = load_policies(tmp_path / "policy.toml", groups={"billing": frozenset({"bob"})})
     asker, web = await make_broker(), await make_broker()
-    service = WebProvider(web, name="web-1", keys=WebKeys(namespace), policies=policies)
-    running = asyncio.create_task(service.run())
     texts = [f"Rename file {n}?" for n in range(3)] + [f"Pay invoice {n}?" for n in range(2)]
-    asks: list[asyncio.Task[Any]] = []
-    try:
+    async with web_service(web, namespace, policies=policies) as (service, asks):
         async with asyncio.timeout(20):
-            while service.status != "active":  # an ask with no provider is refused at once
-                await asyncio.sleep(0.02)
-            asks = [asyncio.create_task(asker.ask(asking(text), timeout=20)) for text in texts]
+            asks += [asyncio.create_task(asker.ask(asking(text), timeout=20)) for text in texts]
             while len(service.requests()) < 5:
                 await asyncio.sleep(0.02)
         alice = service.snapshot(user="alice", window=10)
@@ -129,10 +124,6 @@ async def test_a_windowed_snapshot_holds_and_counts_only_the_cards_its_user_may_
         assert narrow["after"] == service.seq_of(narrow["requests"][-1]["id"])
         bob = service.snapshot(user="bob", window=10)
         assert bob["total"] == 5 and len(bob["requests"]) == 5
-    finally:
-        for task in [*asks, running]:
-            task.cancel()
-        await asyncio.gather(*asks, running, return_exceptions=True)
 
 
 @pytest.mark.timeout(30)
@@ -142,13 +133,8 @@ async def test_a_card_an_urgent_asker_joins_moves_first_and_reaches_a_page_whose
     """Three normal cards, a page holding the first two; another asker asks the third's question urgently (one
     card, coalesced): the card is listed first now, and the page is sent it in full, not only counted."""
     asker, other, web = await make_broker(), await make_broker(), await make_broker()
-    service = WebProvider(web, name="web-1", keys=WebKeys(namespace))
-    running = asyncio.create_task(service.run())
-    asks: list[asyncio.Task[Any]] = []
-    try:
+    async with web_service(web, namespace) as (service, asks):
         async with asyncio.timeout(20):
-            while service.status != "active":
-                await asyncio.sleep(0.02)
             for text in ("First?", "Second?", "Third?"):  # one at a time: each shown before the next is asked
                 asks.append(asyncio.create_task(asker.ask(asking(text), timeout=20)))
                 while len(service.requests()) < len(asks):
@@ -166,7 +152,3 @@ async def test_a_card_an_urgent_asker_joins_moves_first_and_reaches_a_page_whose
         assert event["request"]["questions"][0]["question"] == "Third?" and event["request"]["priority"] == "urgent"
         assert service.requests()[0]["id"] == event["request"]["id"]
         assert service.page(0, 1, lambda view: True)[0][0]["id"] == event["request"]["id"]
-    finally:
-        for task in [*asks, running]:
-            task.cancel()
-        await asyncio.gather(*asks, running, return_exceptions=True)

@@ -26,6 +26,15 @@ async def _shown(provider: Any) -> Any:
     return await asyncio.wait_for(anext(aiter(provider)), 20)
 
 
+async def _deploy_then_migrate(ask: Any, provider: Any, *flags: str) -> tuple[Any, Any, Any, Any]:
+    """'Deploy?' asked by one process and shown, then 'Migrate?' (with ``flags``) by another and shown: the
+    two processes' tasks and the two cards, in that order."""
+    deploying = ask("Deploy?")
+    deploy = await _shown(provider)
+    migrating = ask("Migrate?", *flags)
+    return deploying, deploy, migrating, await _shown(provider)
+
+
 @contextlib.asynccontextmanager
 async def asking(redis_server: Any, namespace: str) -> AsyncIterator[Any]:
     """Start ``qbroker ask --agent deployer`` processes; each is a task of (status, stdout, stderr)."""
@@ -64,10 +73,7 @@ async def test_two_asks_under_one_agent_id_at_once_are_both_answered(make_broker
     """Issue 26 item 2: the older process's question was withdrawn as 'no longer the live instance' (exit 11)."""
     broker = await make_broker()
     async with broker.provider("ui") as provider, asking(redis_server, namespace) as ask:
-        first = ask("Deploy?")
-        deploy = await _shown(provider)
-        second = ask("Migrate?")
-        migrate = await _shown(provider)
+        first, deploy, second, migrate = await _deploy_then_migrate(ask, provider)
         report = await run_housekeeping(broker)  # what `qbroker worker` does every run
         assert report.withdrawn == []
         assert not deploy.withdrawn.is_set() and not migrate.withdrawn.is_set()
@@ -83,10 +89,7 @@ async def test_two_asks_under_one_agent_id_at_once_are_both_answered(make_broker
 async def test_a_restarted_agent_supersedes_its_earlier_processes(make_broker, redis_server, namespace):
     broker = await make_broker()
     async with broker.provider("ui") as provider, asking(redis_server, namespace) as ask:
-        old = ask("Deploy?")
-        deploy = await _shown(provider)
-        new = ask("Migrate?", "--restart")
-        migrate = await _shown(provider)
+        old, deploy, new, migrate = await _deploy_then_migrate(ask, provider, "--restart")
         report = await run_housekeeping(broker)
         assert report.withdrawn == [deploy.request_id]
         status, _, err = await asyncio.wait_for(old, 20)
@@ -115,10 +118,7 @@ async def test_a_superseded_process_says_whole_what_happened_and_what_to_do(
     TTL: every 5 s), never printed at all. It says, once, that a restart superseded it and how to ask again."""
     broker = await make_broker()
     async with broker.provider("ui") as provider, asking(redis_server, namespace) as ask:
-        old = ask("Deploy?")
-        deploy = await _shown(provider)
-        new = ask("Migrate?", "--restart")
-        migrate = await _shown(provider)
+        old, deploy, new, migrate = await _deploy_then_migrate(ask, provider, "--restart")
         if learns == "from-its-heartbeat":
             await asyncio.sleep(AGENT_TTL_S / 3 + 1)  # its next heartbeat finds it superseded (not a timed assertion)
         await run_housekeeping(broker)  # else withdrawn at once: it learns only as it leaves

@@ -39,10 +39,15 @@ def write(path: Path, text: str) -> None:
         out.write(text)
 
 
-def test_a_change_is_read_at_the_next_use_and_listeners_are_told(tmp_path: Path) -> None:
+def watched_with(tmp_path: Path, text: str) -> tuple[Path, WatchedFile[tuple[str, ...]]]:
+    """A file ``f`` in ``tmp_path`` written with ``text``, and it watched."""
     path = tmp_path / "f"
-    write(path, "alice bob")
-    file = watched(path)
+    write(path, text)
+    return path, watched(path)
+
+
+def test_a_change_is_read_at_the_next_use_and_listeners_are_told(tmp_path: Path) -> None:
+    path, file = watched_with(tmp_path, "alice bob")
     told: list[tuple[str, ...]] = []
     file.on_change(told.append)
     assert file.current() == ("alice", "bob")
@@ -87,9 +92,7 @@ def test_a_same_size_rewrite_within_the_file_systems_clock_tick_is_read(
 def test_a_file_turned_bad_keeps_the_last_good_content_and_is_logged_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = tmp_path / "f"
-    write(path, "alice bob")
-    file = watched(path)
+    path, file = watched_with(tmp_path, "alice bob")
     write(path, "alice !")
     with caplog.at_level(logging.ERROR, logger="workers._watched_file"):
         assert file.current() == ("alice", "bob")
@@ -104,9 +107,7 @@ def test_a_file_turned_bad_keeps_the_last_good_content_and_is_logged_once(
 
 
 def test_an_unreadable_file_keeps_the_last_good_content(tmp_path: Path) -> None:
-    path = tmp_path / "f"
-    write(path, "alice")
-    file = watched(path)
+    path, file = watched_with(tmp_path, "alice")
     os.replace(path, tmp_path / "f.bak")
     path.mkdir()  # unreadable even by root
     assert file.current() == ("alice",)
@@ -118,9 +119,7 @@ def test_an_unreadable_file_keeps_the_last_good_content(tmp_path: Path) -> None:
 def test_a_file_that_is_gone_reads_as_missing_until_it_is_back(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = tmp_path / "f"
-    write(path, "alice")
-    file = watched(path)
+    path, file = watched_with(tmp_path, "alice")
     path.unlink()
     with caplog.at_level(logging.ERROR, logger="workers._watched_file"):
         assert file.current() == ()
