@@ -68,10 +68,14 @@ class Policy:
 
     def escalated(self, pending: PendingRequest, now: float | None = None) -> bool:
         """Whether the card waited long enough for the escalation group to answer it too."""
+        return self.escalated_since(pending.created_ms, now)
+
+    def escalated_since(self, created_ms: int, now: float | None = None) -> bool:
+        """Whether a card asked at ``created_ms`` (unix ms) waited long enough for the escalation group."""
         if not self.escalate_to:
             return False
         now_ms = (time.time() if now is None else now) * 1000
-        return now_ms >= pending.created_ms + self.escalate_after * 1000
+        return now_ms >= created_ms + self.escalate_after * 1000
 
     def escalates_in(self, pending: PendingRequest) -> float | None:
         """Seconds until the card escalates (``None``: it never does, or already did)."""

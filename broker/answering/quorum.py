@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,8 +67,14 @@ class Policies:
     def for_card(self, pending: PendingRequest) -> Policy | None:
         if not self.policies:  # no policy: nothing to read off the card (a failover asks 100 000 times)
             return None
-        agents = [asker.agent_id for asker in pending.askers]
-        return next((p for p in self.policies if p.covers(pending.request, pending.priority, agents)), None)
+        return self.for_request(pending.request, pending.priority, [asker.agent_id for asker in pending.askers])
+
+    def for_request(
+        self, request: AskUserQuestionRequest, priority: str, agents: Sequence[str | None]
+    ) -> Policy | None:
+        """The policy of a card of ``request`` asked at ``priority`` by ``agents``: the first that covers it
+        (a standby lists the holder's cards by their requests alone: it has no card)."""
+        return next((p for p in self.policies if p.covers(request, priority, agents)), None)
 
     def voters(self, policy: Policy, escalated: bool = False) -> frozenset[str] | None:
         """Who may vote under ``policy`` (with the escalation group once ``escalated``); ``None``: anyone."""

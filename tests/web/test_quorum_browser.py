@@ -172,6 +172,52 @@ async def test_a_card_routed_to_a_group_is_seen_and_answered_by_its_members_only
     assert (await asyncio.wait_for(chore, 10)).answers[0].selected == ("No",)
 
 
+_WIRE = """(name) => {
+    window[name] = "";
+    fetch("/api/events").then(async (response) => {
+        const reader = response.body.getReader();
+        const text = new TextDecoder();
+        for (;;) {
+            const { value, done } = await reader.read();
+            if (done) return;
+            window[name] += text.decode(value);
+        }
+    });
+}"""
+"""the raw change stream a page is sent, kept in ``window[name]`` (what the page is not shown may still be sent)"""
+
+
+async def test_a_standby_lists_a_routed_card_read_only_to_its_group_only(
+    browser: Browser, webs: list[WebProcess], asker: Broker
+) -> None:
+    """A standby lists the holder's cards read-only; a card routed to a group is listed (and sent) to its
+    members only, as the holder's page shows it: neither the readonly event nor the snapshot carries it."""
+    standby = webs[1]
+    alice, erin = [await page_of(browser, standby, user) for user in ("alice", "erin")]
+    await expect(erin.locator("#banner")).to_contain_text("Standing by")
+    await erin.evaluate(_WIRE, "events")  # the readonly events
+    routed = ask(asker, "Refund invoice 8?", "Billing", "Refund", "Keep")
+    chore = ask(asker, "Rename the wiki?", "Chores", "Yes", "No")  # not routed: everyone sees it
+    try:
+        await expect(alice.locator("#readonly li", has_text="Refund invoice 8")).to_be_visible(timeout=10_000)
+        await expect(alice.locator("#readonly li", has_text="Rename the wiki")).to_be_visible()
+        await expect(erin.locator("#readonly li", has_text="Rename the wiki")).to_be_visible()
+        await expect(erin.locator("#readonly li", has_text="Refund invoice 8")).to_have_count(0)
+        await erin.evaluate(_WIRE, "snapshot")  # a stream opened now starts with a snapshot that lists them
+        await erin.wait_for_function("window.snapshot.includes('Rename the wiki')")
+        for wire in ("events", "snapshot"):
+            sent = await erin.evaluate(f"window.{wire}")
+            assert "Rename the wiki" in sent
+            assert "Refund invoice 8" not in sent, f"the {wire} sent erin (not in sre) a card routed to sre"
+        await erin.reload()
+        await expect(erin.locator("#readonly li", has_text="Rename the wiki")).to_be_visible()
+        await expect(erin.locator("#readonly li", has_text="Refund invoice 8")).to_have_count(0)
+    finally:
+        routed.cancel()
+        chore.cancel()
+        await asyncio.gather(routed, chore, return_exceptions=True)
+
+
 async def test_votes_survive_a_failover_halfway(browser: Browser, webs: list[WebProcess], asker: Broker) -> None:
     first, second = webs
     alice = await page_of(browser, first, "alice")

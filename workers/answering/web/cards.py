@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from broker import PendingRequest, Policies, Tally
+from broker import AskUserQuestionRequest, PendingRequest, Policies, Tally
 from workers.answering.web.paging import Arrivals, Tag
 from workers.answering.web.render import asking_view, plan_review, request_view
 from workers.answering.web.settled import Settled
@@ -170,6 +170,14 @@ class Cards:
             route = event.get("route") or request.get("route")
             routes = [route] if route else []
         return not routes or any(user in self.policies.groups.get(group, frozenset()) for group in routes)
+
+    def routes_for(self, request: AskUserQuestionRequest, created_ms: int) -> list[str]:
+        """The groups a card of ``request`` alone, asked at ``created_ms``, is routed to now, by the policies the
+        live cards are routed by: how a standby routes the holder's cards it lists read-only (``may_see``)."""
+        policy = self.policies.for_request(request, request.priority, [request.agent])
+        if policy is None:
+            return []
+        return list(self.policies.routed_to(policy, policy.escalated_since(created_ms)))
 
     def knows(self, request_id: str) -> bool:
         """Whether the request is pending here or was settled here lately."""

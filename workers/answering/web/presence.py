@@ -15,7 +15,7 @@ from typing import Any, Literal
 import msgspec
 from redis.exceptions import RedisError
 
-from broker import PRIORITIES, Broker, Reads, UserQuestionError
+from broker import PRIORITIES, AskUserQuestionRequest, Broker, Reads, UserQuestionError
 from broker.types import decode_request
 from workers.answering.web.errors import REDIS_DOWN
 from workers.answering.web.keys import WebKeys
@@ -51,10 +51,13 @@ class Presence:
         public_url: str,
         handover_grace: float,
         publish: Callable[[Event | None], None],
+        routes: Callable[[AskUserQuestionRequest, int], list[str]],
     ) -> None:
         self.broker = broker
         self.name, self.keys, self.public_url, self.handover_grace = name, keys, public_url, handover_grace
         self._publish = publish
+        self._routes = routes
+        """the groups a request listed read-only is routed to (``Cards.routes_for``): pages route it as a live card"""
         self.status: Status = "connecting"
         self.holder = ""
         self.holder_url = ""
@@ -187,6 +190,8 @@ class Presence:
             except (msgspec.DecodeError, UserQuestionError, ValueError):
                 continue
             view = readonly_view(ask.request_id, request, ask.created_ms)
+            if routes := self._routes(request, ask.created_ms):
+                view["routes"] = routes  # shown only to those groups' members (``stream``), as on the holder's page
             listed.append((PRIORITIES.index(request.priority), ask.created_ms, view))
         listed.sort(key=lambda item: item[:2])
         return [view for _, _, view in listed]

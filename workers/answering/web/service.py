@@ -74,10 +74,16 @@ class WebProvider:
         self.keys = keys
         self.public_url = public_url
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
-        self.presence = Presence(
-            broker, name=name, keys=keys, public_url=public_url, handover_grace=handover_grace, publish=self._publish
-        )
         self.cards = Cards(broker.namespace, self.policies, self._publish)
+        self.presence = Presence(
+            broker,
+            name=name,
+            keys=keys,
+            public_url=public_url,
+            handover_grace=handover_grace,
+            publish=self._publish,
+            routes=self.cards.routes_for,
+        )
         self._delivery = Delivery(broker, self.cards)
         self._retry_delay = retry_delay
         self._provider: Provider | None = None

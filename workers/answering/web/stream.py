@@ -31,15 +31,19 @@ _SESSION_CHECK_S = 1.0
 
 
 def _routed(event: Event, services: dict[str, WebProvider], user: str) -> Event | None:
-    """The event as ``user`` may see it: cards routed to a group they are not in are left out."""
+    """The event as ``user`` may see it: cards routed to a group they are not in are left out, those a
+    standby lists read-only (the holder's: ``readonly``) as much as its own."""
     service = services.get(event.get("namespace") or (event.get("request") or {}).get("namespace", ""))
     if service is None or event.get("type") in ("status", "keepalive", "stopping"):
         return event
-    if event.get("type") in ("snapshot", "addedMany"):
+    if event.get("type") in ("snapshot", "addedMany", "readonly"):
         views = [view for view in event["requests"] if service.may_see(view, user)]
         if event["type"] == "addedMany" and not views:
             return None
-        return {**event, "requests": views}
+        routed = {**event, "requests": views}
+        if event["type"] == "snapshot":
+            routed["readonly"] = [view for view in event["readonly"] if service.may_see(view, user)]
+        return routed
     return event if service.may_see(event, user) else None
 
 
