@@ -49,6 +49,12 @@ class Screen:
     def press(self, key: str) -> None:
         self._tmux("send-keys", "-t", "main", key)
 
+    async def answer(self, key: str, count: int = 1) -> None:
+        """Choose ``key``, then send it as it is (Enter at the ``count``-th "Send:" prompt: nothing remembered)."""
+        self.send(key)
+        await self.expect("Send:", count)
+        self.send("")
+
     def send(self, *keys: str) -> None:
         for key in keys:
             self._tmux("send-keys", "-t", "main", "-l", key)
@@ -85,9 +91,7 @@ async def test_single_select(screen, make_broker):
     asker = await make_broker()
     asking = asyncio.create_task(asker.ask(one_question("yes", "no")))
     await screen.expect("Choice:")
-    screen.send("2")
-    await screen.expect("Send:")
-    screen.send("")  # Enter: send it without remembering
+    await screen.answer("2")  # Enter: send it without remembering
     assert await asyncio.wait_for(asking, 10) == answer(("q1", ("no",), None))
     assert await asker.decisions() == []
 
@@ -167,9 +171,7 @@ async def test_a_withdrawn_request_leaves_the_screen_and_the_next_one_shows(scre
     await screen.expect("The asker withdrew this request")
     second = asyncio.create_task(asker.ask(one_question("c", "d")))
     await screen.expect("Choice:", count=2)
-    screen.send("1")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("1")
     assert await asyncio.wait_for(second, 10) == answer(("q1", ("c",), None))
 
 
@@ -183,9 +185,7 @@ async def test_losing_the_lease_stops_presenting_and_says_so(screen, make_broker
         "Answering namespace", count=2
     )  # nobody else holds it: it takes the lease back, and the question
     await screen.expect("Choice:", count=2)
-    screen.send("2")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("2")
     assert await asyncio.wait_for(asking, 10) == answer(("q1", ("b",), None))
 
 
@@ -239,15 +239,11 @@ async def test_a_keyed_question_whose_asker_stopped_says_so_and_its_answer_waits
         await keyed
     assert await redis.zcard(stopping.keys.away) == 1
     await asyncio.sleep(1.0)  # the provider hears of the detach (kind=away) before it presents
-    screen.send("1")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("1")
     assert await asyncio.wait_for(first, 10) == answer(("q1", ("ok",), None))
     await screen.expect("your answer is kept until it comes back")
     assert "asker away" in screen.text()
-    screen.send("2")
-    await screen.expect("Send:", count=2)
-    screen.send("")
+    await screen.answer("2", count=2)
     await screen.expect("Answer sent.", count=2)
     restarted = await make_broker()
     again = await asyncio.wait_for(restarted.ask(one_question("ship", "hold"), key="release"), 10)
@@ -304,20 +300,14 @@ async def test_urgent_identical_questions_of_two_agents_come_first_as_one_prompt
         await asyncio.sleep(0.2)  # a1's first: the banner names the askers in the order they joined
         pair.append(asyncio.create_task(a2.ask(urgent)))
         await asyncio.sleep(0.5)  # both delivered: one card with two askers
-        screen.send("1")
-        await screen.expect("Send:")
-        screen.send("")
+        await screen.answer("1")
         assert await asyncio.wait_for(busy, 10) == answer(("q1", ("ok",), None))
         await screen.expect("URGENT · Request from 2 agents (a1 (claimed), a2 (claimed))")
         await screen.expect("One answer goes to each of them.")
-        screen.send("1")
-        await screen.expect("Send:", count=2)
-        screen.send("")
+        await screen.answer("1", count=2)
         assert await asyncio.wait_for(asyncio.gather(*pair), 10) == [answer(("q1", ("roll back",), None))] * 2
         await screen.expect("LOW · Request from agent a1 (claimed)")
-        screen.send("2")
-        await screen.expect("Send:", count=3)
-        screen.send("")
+        await screen.answer("2", count=3)
         assert await asyncio.wait_for(later, 10) == answer(("q1", ("stop",), None))
 
 
@@ -329,9 +319,7 @@ async def test_the_banner_counts_the_questions_still_waiting_behind_the_one_show
     async with asyncio.timeout(10):  # both delivered to the provider (it stamps the epoch on each)
         while len([r for r in await asker_requests(redis, asker) if r.get("delivered")]) < 3:
             await asyncio.sleep(0.05)
-    screen.send("1")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("1")
     assert await asyncio.wait_for(first, 10) == answer(("q1", ("a",), None))
     await screen.expect("1 more waiting")
     for task in later:
@@ -416,9 +404,7 @@ async def test_a_take_over_is_told_at_the_prompt_and_the_terminal_hands_over_aft
     await page.request_handover("web-1", by="alice")
     await screen.expect("alice asks to take over for web-1")
     assert not taking.done()  # the question on screen is finished first
-    screen.send("1")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("1")
     assert await asyncio.wait_for(asking, 10) == answer(("q1", ("yes",), None))
     await asyncio.wait_for(holding.wait(), 10)
     assert standing == ["desk"]
@@ -496,9 +482,7 @@ async def test_asker_text_cannot_steer_the_terminal(screen, make_broker):
     assert "Delete \\x1bM\\x1bE\\x1b[2J\\x1b]0;pwned\\x07?" in text
     assert "H\\x1bM" in text and "detail \\x1bM" in text and "\\u2066x\\u2069" in text
     assert "1. yes\\u202eon — d\\x1b[31mred" in text
-    screen.send("1")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("1")
     assert await asyncio.wait_for(asking, 10) == answer(
         ("q1", ("yes\u202eon",), None)
     )  # the label itself is the answer
@@ -513,9 +497,7 @@ async def test_the_arguments_an_approval_runs_are_shown_with_the_question(screen
     asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
     await screen.expect("Choice:")
     assert '"cmd": "rm -rf build/\\u202e"' in screen.text()  # shown without asking, as JSON that parses back
-    screen.send("1")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("1")
     await screen.expect("Answer sent.")
     assert await asyncio.wait_for(asking, 10) == answer(("call", ("Approve",), None))
 
@@ -539,9 +521,7 @@ async def test_approving_arguments_not_all_shown_says_how_much_and_takes_a_confi
     assert not asking.done()
     screen.send("1")
     await screen.expect("Approve without seeing", count=2)
-    screen.send("yes")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("yes")
     await screen.expect("Answer sent.")
     assert await asyncio.wait_for(asking, 10) == answer(("call", ("Approve",), None))
 
@@ -556,9 +536,7 @@ async def test_after_v_shows_the_whole_arguments_approving_needs_no_confirmation
     await screen.expect("Choice:")
     screen.send("v")
     await screen.expect("END")
-    screen.send("1")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("1")
     await screen.expect("Answer sent.")
     assert "Approve without seeing" not in screen.text()
     assert await asyncio.wait_for(asking, 10) == answer(("call", ("Approve",), None))
@@ -589,9 +567,7 @@ async def test_an_attached_whole_is_shown_by_v_and_approving_it_unseen_takes_a_c
         await screen.expect("Approve without seeing")  # the attachment is unseen: Allow is not one key away
         screen.send("v")
         await screen.expect("evil.example")  # v shows the whole of what Allow runs
-        screen.send("1")
-        await screen.expect("Send:")
-        screen.send("")
+        await screen.answer("1")
         await screen.expect("Answer sent.")
         assert (await asyncio.wait_for(asking, 10)).answers[0].selected == ("Allow",)
 
