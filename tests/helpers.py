@@ -213,3 +213,19 @@ async def cancelled_withdraws(task: asyncio.Future[Any], pending: PendingRequest
     with pytest.raises(asyncio.CancelledError):
         await task
     await asyncio.wait_for(pending.withdrawn.wait(), 5)
+
+
+def plan_review_arguments(question: str, plan: str, options: tuple[str, ...], approve: str) -> dict[str, Any]:
+    """The ask_user_question tool's arguments, as the JSON an agent sends: one plan review, id "plan", whose
+    approving option is ``approve`` (it may name none of ``options``: a bad call)."""
+    return {
+        "questions": [
+            {
+                "id": "plan",
+                "question": question,
+                "detail": plan,
+                "options": [{"label": label} for label in options],
+                "intent": {"kind": "plan-review", "approve": approve},
+            }
+        ]
+    }
