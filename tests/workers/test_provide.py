@@ -10,12 +10,20 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 from msgspec.structs import replace
 
-from broker import AskUserQuestionAnswer, AskUserQuestionOption, AskUserQuestionRequest, UserQuestionError
+from broker import (
+    AskUserQuestionAnswer,
+    AskUserQuestionOption,
+    AskUserQuestionRequest,
+    Broker,
+    Editable,
+    UserQuestionError,
+)
 from broker._keys import Keys
 from tests.helpers import answer, one_question, plan_review, question
 from tests.workers.procs import run_qbroker
@@ -55,6 +63,12 @@ class Screen:
         await self.expect("Send:", count)
         self.send("")
 
+    async def other(self, text: str) -> None:
+        """Answer the question shown in words of one's own (o, then ``text``)."""
+        self.send("o")
+        await self.expect("Other (empty to go back):")
+        self.send(text)
+
     def send(self, *keys: str) -> None:
         for key in keys:
             self._tmux("send-keys", "-t", "main", "-l", key)
@@ -73,6 +87,26 @@ class Screen:
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False)
+
+
+def approval(arguments: dict[str, Any]) -> AskUserQuestionRequest:
+    """Approve or Deny a tool call that runs with ``arguments``."""
+    item = replace(question("call", "Approve", "Deny"), editable=Editable(arguments=arguments, approve="Approve"))
+    return AskUserQuestionRequest(questions=(item,))
+
+
+async def shown(
+    screen: Screen,
+    make_broker: Callable[..., Awaitable[Broker]],
+    request: AskUserQuestionRequest,
+    prompt: str = "Choice:",
+    **options: Any,
+) -> asyncio.Task[AskUserQuestionAnswer]:
+    """``request`` asked (with ``options``) by a broker of its own, once the terminal shows ``prompt``: the ask."""
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(request, **options))
+    await screen.expect(prompt)
+    return asking
 
 
 @pytest.fixture
@@ -100,16 +134,12 @@ async def test_multi_select_with_other(screen, make_broker):
     options = (AskUserQuestionOption(label="red", description="warm"),
                AskUserQuestionOption(label="blue"), AskUserQuestionOption(label="green"))  # fmt: skip
     item = replace(question("paint", multi=True, header="Paint", detail="**bold** idea"), options=options)
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,))))
-    await screen.expect("Toggle:")
+    asking = await shown(screen, make_broker, AskUserQuestionRequest(questions=(item,)), prompt="Toggle:")
     text = screen.text()
     assert "Paint · question paint?" in text and "1. red — warm" in text and "bold idea" in text
     screen.send("1 3")
     await screen.expect("[x] 3. green")
-    screen.send("o")
-    await screen.expect("Other (empty to go back):")
-    screen.send("teal")
+    await screen.other("teal")
     await screen.expect("Other: teal")
     screen.send("")
     assert await asyncio.wait_for(asking, 10) == answer(("paint", ("red", "green"), "teal"))
@@ -117,23 +147,17 @@ async def test_multi_select_with_other(screen, make_broker):
 
 async def test_single_select_other_replaces_the_choice_and_skip_leaves_a_question_empty(screen, make_broker):
     request = AskUserQuestionRequest(questions=(question("a", "x", "y"), question("b", "z"), question("c")))
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(request, timeout=30))
-    await screen.expect("[1/3]")
+    asking = await shown(screen, make_broker, request, prompt="[1/3]", timeout=30)
     screen.send("s")
     await screen.expect("[2/3]")
-    screen.send("o")
-    await screen.expect("Other (empty to go back):")
-    screen.send("my own")
+    await screen.other("my own")
     await screen.expect("[3/3]")
     screen.send("free words")
     assert await asyncio.wait_for(asking, 10) == answer(("a", (), None), ("b", (), "my own"), ("c", (), "free words"))
 
 
 async def test_cancel_gives_the_asker_ask_cancelled(screen, make_broker):
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(one_question()))
-    await screen.expect("Choice:")
+    asking = await shown(screen, make_broker, one_question())
     screen.send("c")
     with pytest.raises(UserQuestionError) as error:
         await asyncio.wait_for(asking, 10)
@@ -146,9 +170,7 @@ async def test_cancel_gives_the_asker_ask_cancelled(screen, make_broker):
      pytest.param("3", None, id="chat-about-it")],
 )  # fmt: skip
 async def test_plan_review_card(screen, make_broker, key, expected):
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(plan_review("Approve", "Refuse", "Approve")))
-    await screen.expect("Verdict:")
+    asking = await shown(screen, make_broker, plan_review("Approve", "Refuse", "Approve"), prompt="Verdict:")
     text = screen.text()
     assert "1. Approve (approve)" in text and "2. Refuse (decline)" in text and "3. Chat about it" in text
     assert "Plan" in text and "do it" in text  # the plan markdown
@@ -176,9 +198,7 @@ async def test_a_withdrawn_request_leaves_the_screen_and_the_next_one_shows(scre
 
 
 async def test_losing_the_lease_stops_presenting_and_says_so(screen, make_broker, redis, namespace):
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(one_question("a", "b")))
-    await screen.expect("Choice:")
+    asking = await shown(screen, make_broker, one_question("a", "b"))
     await redis.delete(Keys(namespace).provider)  # the lease lapses under the provider
     await screen.expect("Lease lost")
     await screen.expect(
@@ -279,12 +299,8 @@ async def test_after_an_answer_it_offers_to_remember_it_for_the_agent_or_the_nam
 
 
 async def test_free_text_answers_are_sent_without_the_offer(screen, make_broker):
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(one_question("yes", "no"), timeout=30))
-    await screen.expect("Choice:")
-    screen.send("o")
-    await screen.expect("Other (empty to go back):")
-    screen.send("only on Fridays")
+    asking = await shown(screen, make_broker, one_question("yes", "no"), timeout=30)
+    await screen.other("only on Fridays")
     assert await asyncio.wait_for(asking, 10) == answer(("q1", (), "only on Fridays"))
     assert "Send:" not in screen.text()
 
@@ -339,9 +355,13 @@ async def test_edit_the_arguments_and_approve(screen, make_broker):
         question("call", "Approve", "Deny"),
         editable=Editable(arguments={"path": "build/"}, approve="Approve", schema=schema),
     )
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
-    await screen.expect("e: edit the arguments and Approve")
+    asking = await shown(
+        screen,
+        make_broker,
+        AskUserQuestionRequest(questions=(item,)),
+        prompt="e: edit the arguments and Approve",
+        timeout=30,
+    )
     screen.send("e")
     await screen.expect('{"path": "build/"}')
     screen.send("{not json")
@@ -453,9 +473,9 @@ async def test_handing_a_question_on_at_a_take_over_leaves_it_pending_for_the_pa
 
 
 async def test_a_multi_select_confirmed_with_nothing_picked_is_not_a_skip(screen, make_broker):
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(question("m", "a", "b", multi=True),))))
-    await screen.expect("Toggle:")
+    asking = await shown(
+        screen, make_broker, AskUserQuestionRequest(questions=(question("m", "a", "b", multi=True),)), prompt="Toggle:"
+    )
     screen.send("")  # Enter with nothing toggled
     await screen.expect("Toggle:", count=2)
     await asyncio.sleep(0.3)
@@ -475,9 +495,7 @@ async def test_asker_text_cannot_steer_the_terminal(screen, make_broker):
     )
     item = replace(question("q1", header="H\x1bM", detail=f"detail {evil} \u2066x\u2069"), options=options)
     item = replace(item, question=f"Delete {evil}?")
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
-    await screen.expect("Choice:")
+    asking = await shown(screen, make_broker, AskUserQuestionRequest(questions=(item,)), timeout=30)
     text = screen.text()
     assert "Delete \\x1bM\\x1bE\\x1b[2J\\x1b]0;pwned\\x07?" in text
     assert "H\\x1bM" in text and "detail \\x1bM" in text and "\\u2066x\\u2069" in text
@@ -489,13 +507,7 @@ async def test_asker_text_cannot_steer_the_terminal(screen, make_broker):
 
 
 async def test_the_arguments_an_approval_runs_are_shown_with_the_question(screen, make_broker):
-    from broker import Editable
-
-    item = replace(question("call", "Approve", "Deny"), editable=Editable(arguments={"cmd": "rm -rf build/\u202e"},
-                                                                          approve="Approve"))  # fmt: skip
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
-    await screen.expect("Choice:")
+    asking = await shown(screen, make_broker, approval({"cmd": "rm -rf build/\u202e"}), timeout=30)
     assert '"cmd": "rm -rf build/\\u202e"' in screen.text()  # shown without asking, as JSON that parses back
     await screen.answer("1")
     await screen.expect("Answer sent.")
@@ -503,14 +515,8 @@ async def test_the_arguments_an_approval_runs_are_shown_with_the_question(screen
 
 
 async def test_approving_arguments_not_all_shown_says_how_much_and_takes_a_confirmation(screen, make_broker):
-    from broker import Editable
-
     long = "x" * 5000
-    item = replace(question("call", "Approve", "Deny"), editable=Editable(arguments={"a": "top", "z": long + "END"},
-                                                                          approve="Approve"))  # fmt: skip
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
-    await screen.expect("Choice:")
+    asking = await shown(screen, make_broker, approval({"a": "top", "z": long + "END"}), timeout=30)
     text = " ".join(screen.text().split())
     assert '"a": "top"' in text and "END" not in text
     assert "characters of the arguments are not shown (v shows them whole, as does the web page)" in text
@@ -527,13 +533,7 @@ async def test_approving_arguments_not_all_shown_says_how_much_and_takes_a_confi
 
 
 async def test_after_v_shows_the_whole_arguments_approving_needs_no_confirmation(screen, make_broker):
-    from broker import Editable
-
-    item = replace(question("call", "Approve", "Deny"), editable=Editable(arguments={"z": "x" * 5000 + "END"},
-                                                                          approve="Approve"))  # fmt: skip
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
-    await screen.expect("Choice:")
+    asking = await shown(screen, make_broker, approval({"z": "x" * 5000 + "END"}), timeout=30)
     screen.send("v")
     await screen.expect("END")
     await screen.answer("1")
