@@ -203,7 +203,8 @@ async def code_of(awaitable: Awaitable[Any]) -> str:
 
 async def ends_withdrawn(task: Awaitable[Any], pending: PendingRequest, code: str) -> None:
     """The ask ``task`` ends with ``code``, and the card it was shown as (``pending``) comes down within 5 s."""
-    assert await code_of(task) == code
+    ended = await code_of(task)
+    assert ended == code, f"the ask ended {ended}, not {code}"
     await asyncio.wait_for(pending.withdrawn.wait(), 5)
 
 
