@@ -35,7 +35,7 @@ import collections
 import socket
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 __all__ = ["FaultProxy", "parse_resp"]
@@ -315,54 +315,59 @@ class FaultProxy:
     def _due(self) -> float:
         return self._loop.time() + self._delay
 
-    async def _read_commands(
-        self, connection: _Connection, reader: asyncio.StreamReader, out: asyncio.Queue[tuple[float, Any]]
-    ) -> None:
+    async def _messages(
+        self, reader: asyncio.StreamReader
+    ) -> AsyncIterator[tuple[float, bytes, list[tuple[bytes, Any]]]]:
+        """Each read from ``reader`` until it closes: when it is due out, its bytes, and the whole RESP messages
+        it completes, each with its own bytes (a message cut across reads comes with the read that ends it)."""
         buf = bytearray()
         while data := await self._read(reader):
             due = self._due()
             buf += data
+            messages: list[tuple[bytes, Any]] = []
             pos = 0
             while (parsed := parse_resp(buf, pos)) is not None:
-                pos, command = parsed
+                end, message = parsed
+                messages.append((bytes(buf[pos:end]), message))
+                pos = end
+            del buf[:pos]
+            yield due, data, messages
+
+    async def _read_commands(
+        self, connection: _Connection, reader: asyncio.StreamReader, out: asyncio.Queue[tuple[float, Any]]
+    ) -> None:
+        async for due, data, commands in self._messages(reader):
+            for _, command in commands:
                 if isinstance(command, list) and command and all(isinstance(w, bytes) for w in command):
                     connection.asked.append(command[:4])
                     self.commands[command[0].decode(errors="replace").upper()] += 1
-            del buf[:pos]
             out.put_nowait((due, data))
         out.put_nowait((self._due(), None))  # the client closed: close upstream after the rest
 
     async def _read_replies(
         self, connection: _Connection, reader: asyncio.StreamReader, out: asyncio.Queue[tuple[float, Any]]
     ) -> None:
-        buf = bytearray()
-        while data := await self._read(reader):
-            due = self._due()
-            buf += data
-            pos = start = 0
-            while (parsed := parse_resp(buf, pos)) is not None:
-                end, reply = parsed
+        async for due, _, replies in self._messages(reader):
+            held = bytearray()  # the replies passed on as they are, sent together
+            for raw, reply in replies:
+                rule = None
                 if not (isinstance(reply, tuple) and reply[:1] == ("push",)) and connection.asked:
                     command = connection.asked.popleft()
                     rule = next((r for r in self._rules if r.matches(command, reply)), None)
-                    if rule is not None and rule.error is not None:
-                        self._rules.remove(rule)
-                        if pos > start:
-                            out.put_nowait((due, bytes(buf[start:pos])))
-                        out.put_nowait((due, b"-" + rule.error + b"\r\n"))
-                        out.put_nowait((due, (_FIRED, rule)))
-                        pos = start = end
-                        continue
-                    if rule is not None:
-                        self._rules.remove(rule)
-                        if pos > start:
-                            out.put_nowait((due, bytes(buf[start:pos])))
-                        out.put_nowait((due, (_KILL, rule)))
-                        return
-                pos = end
-            if pos > start:
-                out.put_nowait((due, bytes(buf[start:pos])))
-            del buf[:pos]
+                if rule is None:
+                    held += raw
+                    continue
+                self._rules.remove(rule)
+                if held:
+                    out.put_nowait((due, bytes(held)))
+                    held = bytearray()
+                if rule.error is None:
+                    out.put_nowait((due, (_KILL, rule)))
+                    return
+                out.put_nowait((due, b"-" + rule.error + b"\r\n"))
+                out.put_nowait((due, (_FIRED, rule)))
+            if held:
+                out.put_nowait((due, bytes(held)))
         out.put_nowait((self._due(), None))
 
     @staticmethod

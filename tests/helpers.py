@@ -203,7 +203,8 @@ async def code_of(awaitable: Awaitable[Any]) -> str:
 
 async def ends_withdrawn(task: Awaitable[Any], pending: PendingRequest, code: str) -> None:
     """The ask ``task`` ends with ``code``, and the card it was shown as (``pending``) comes down within 5 s."""
-    assert await code_of(task) == code
+    ended = await code_of(task)
+    assert ended == code, f"the ask ended {ended}, not {code}"
     await asyncio.wait_for(pending.withdrawn.wait(), 5)
 
 
@@ -213,3 +214,19 @@ async def cancelled_withdraws(task: asyncio.Future[Any], pending: PendingRequest
     with pytest.raises(asyncio.CancelledError):
         await task
     await asyncio.wait_for(pending.withdrawn.wait(), 5)
+
+
+def plan_review_arguments(question: str, plan: str, options: tuple[str, ...], approve: str) -> dict[str, Any]:
+    """The ask_user_question tool's arguments, as the JSON an agent sends: one plan review, id "plan", whose
+    approving option is ``approve`` (it may name none of ``options``: a bad call)."""
+    return {
+        "questions": [
+            {
+                "id": "plan",
+                "question": question,
+                "detail": plan,
+                "options": [{"label": label} for label in options],
+                "intent": {"kind": "plan-review", "approve": approve},
+            }
+        ]
+    }

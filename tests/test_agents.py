@@ -4,15 +4,17 @@ Redis restart that outlasts the record's TTL supersedes nobody (issue 26 items 2
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import textwrap
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from broker import Broker
+from broker import Agent, AskUserQuestionAnswer, Broker, Provider
 from broker.operating.housekeeping import run_housekeeping
 from tests.helpers import KEYS, code_of, next_pending, one_question, pick
 
@@ -94,49 +96,51 @@ async def _stop_with_data(server: Any) -> None:
     await asyncio.to_thread(server.process.wait)
 
 
-@pytest.mark.timeout(45)
-async def test_a_waiting_ask_survives_a_redis_restart_longer_than_the_agent_ttl(redis_factory):
-    """Issue 26 item 4: the record expired in the outage and the ask ended CALLER_NOT_LIVE."""
-    server = redis_factory("--appendonly", "yes")
-    asking, judging = await _open(server.url, unavailable_after=20), await _open(server.url)
+@contextlib.asynccontextmanager
+async def _shown_then_stopped(
+    server: Any, *, unavailable_after: float
+) -> AsyncIterator[tuple[Broker, Provider, Agent, asyncio.Task[AskUserQuestionAnswer]]]:
+    """Agent deployer asks (its broker: ``unavailable_after``), provider ui of another broker is shown it, then
+    Redis stops with its data: the other broker, the provider, the agent and the ask's task."""
+    asking, judging = await _open(server.url, unavailable_after=unavailable_after), await _open(server.url)
     try:
         async with judging.provider("ui", standby=True) as provider, asking.agent("deployer") as agent:
             task = asyncio.create_task(agent.ask(one_question("yes", "no"), timeout=40))
             await next_pending(provider, 10)
             await _stop_with_data(server)
-            await asyncio.sleep(3 * TTL)  # every liveness key's TTL passes: Redis drops them on load
-            server.start()
-            loop = asyncio.get_running_loop()
-            until = loop.time() + 4 * TTL
-            while loop.time() < until:  # housekeeping judges the asker while it comes back, and after
-                report = await run_housekeeping(judging)
-                assert (report.withdrawn, report.away) == ([], [])
-                await asyncio.sleep(0.2)
-            assert agent.alive and not task.done()
-            async with asyncio.timeout(15):
-                while not provider.pending:
-                    await asyncio.sleep(0.05)
-            await provider.pending[0].answer(pick("yes"))
-            assert await asyncio.wait_for(task, 15) == pick("yes")
+            yield judging, provider, agent, task
     finally:
         await asking.aclose()
         await judging.aclose()
+
+
+@pytest.mark.timeout(45)
+async def test_a_waiting_ask_survives_a_redis_restart_longer_than_the_agent_ttl(redis_factory):
+    """Issue 26 item 4: the record expired in the outage and the ask ended CALLER_NOT_LIVE."""
+    server = redis_factory("--appendonly", "yes")
+    async with _shown_then_stopped(server, unavailable_after=20) as (judging, provider, agent, task):
+        await asyncio.sleep(3 * TTL)  # every liveness key's TTL passes: Redis drops them on load
+        server.start()
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 4 * TTL
+        while loop.time() < until:  # housekeeping judges the asker while it comes back, and after
+            report = await run_housekeeping(judging)
+            assert (report.withdrawn, report.away) == ([], [])
+            await asyncio.sleep(0.2)
+        assert agent.alive and not task.done()
+        async with asyncio.timeout(15):
+            while not provider.pending:
+                await asyncio.sleep(0.05)
+        await provider.pending[0].answer(pick("yes"))
+        assert await asyncio.wait_for(task, 15) == pick("yes")
 
 
 @pytest.mark.timeout(45)
 async def test_a_waiting_ask_ends_broker_unavailable_when_the_outage_outlasts_unavailable_after(redis_factory):
     server = redis_factory("--appendonly", "yes")
-    asking, judging = await _open(server.url, unavailable_after=2.0), await _open(server.url)
-    try:
-        async with judging.provider("ui", standby=True) as provider, asking.agent("deployer") as agent:
-            task = asyncio.create_task(agent.ask(one_question("yes", "no"), timeout=40))
-            await next_pending(provider, 10)
-            await _stop_with_data(server)
-            assert await code_of(asyncio.wait_for(task, 25)) == "BROKER_UNAVAILABLE"
-            server.start()
-    finally:
-        await asking.aclose()
-        await judging.aclose()
+    async with _shown_then_stopped(server, unavailable_after=2.0) as (_, _, _, task):
+        assert await code_of(asyncio.wait_for(task, 25)) == "BROKER_UNAVAILABLE"
+        server.start()
 
 
 ASKER = textwrap.dedent(

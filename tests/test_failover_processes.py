@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from broker import AskUserQuestionRequest
+from broker import AskUserQuestionAnswer, AskUserQuestionRequest, Broker
 from tests.helpers import one_question, pick
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,6 +77,30 @@ def labelled() -> AskUserQuestionRequest:
     return one_question("from-a", "from-b")
 
 
+async def held_with_a_standby(
+    spawn: Callable[..., ProviderProcess], asking: Broker, *, delay: float, asks: int
+) -> tuple[ProviderProcess, ProviderProcess, list[asyncio.Task[AskUserQuestionAnswer]]]:
+    """Process a holds the lease (answering each ask after ``delay`` s), b stands by, and ``asks`` asks have
+    reached a: the two processes and the asks' tasks."""
+    holder = spawn("a", "from-a", delay=delay)
+    await holder.expect("HOLDING")
+    standby = spawn("b", "from-b")
+    await standby.expect("STANDBY")
+    tasks = [asyncio.create_task(asking.ask(labelled(), timeout=30)) for _ in range(asks)]
+    for _ in range(asks):
+        await holder.expect("GOT")
+    return holder, standby, tasks
+
+
+async def answered_after(
+    holder: ProviderProcess, signum: int, standby: ProviderProcess, asks: list[asyncio.Task[AskUserQuestionAnswer]]
+) -> list[AskUserQuestionAnswer]:
+    """The holder sent ``signum``: the standby takes the lease, and the asks' answers."""
+    holder.signal(signum)
+    await standby.expect("HOLDING")
+    return await asyncio.gather(*asks)
+
+
 async def answered_once_each(redis, keys, count: int) -> None:
     audit = await redis.xrange(keys.audit)
     answered = [f["rid"] for _, f in audit if f["event"] == "answered"]
@@ -85,33 +109,17 @@ async def answered_once_each(redis, keys, count: int) -> None:
 
 async def test_kill_9_of_the_holder_loses_no_question(make_broker, spawn, redis):
     asking = await make_broker()
-    holder = spawn("a", "from-a", delay=3600)  # receives, never answers in time
-    await holder.expect("HOLDING")
-    standby = spawn("b", "from-b")
-    await standby.expect("STANDBY")
-    asks = [asyncio.create_task(asking.ask(labelled(), timeout=30)) for _ in range(20)]
-    for _ in range(20):
-        await holder.expect("GOT")
-    holder.signal(signal.SIGKILL)
-    await standby.expect("HOLDING")
-    answers = await asyncio.gather(*asks)
-    assert answers == [pick("from-b")] * 20
+    # the holder receives them, and never answers in time
+    holder, standby, asks = await held_with_a_standby(spawn, asking, delay=3600, asks=20)
+    assert await answered_after(holder, signal.SIGKILL, standby, asks) == [pick("from-b")] * 20
     await answered_once_each(redis, asking.keys, 20)
 
 
 async def test_a_paused_holder_is_fenced_when_it_wakes(make_broker, spawn, redis):
     asking = await make_broker()
-    holder = spawn("a", "from-a", delay=1.5)
-    await holder.expect("HOLDING")
-    standby = spawn("b", "from-b")
-    await standby.expect("STANDBY")
-    asks = [asyncio.create_task(asking.ask(labelled(), timeout=30)) for _ in range(5)]
-    for _ in range(5):
-        await holder.expect("GOT")
-    holder.signal(signal.SIGSTOP)  # past its 1 s lease, before its 1.5 s answers
-    await standby.expect("HOLDING")
-    answers = await asyncio.gather(*asks)
-    assert answers == [pick("from-b")] * 5
+    holder, standby, asks = await held_with_a_standby(spawn, asking, delay=1.5, asks=5)
+    # stopped past its 1 s lease, before its 1.5 s answers
+    assert await answered_after(holder, signal.SIGSTOP, standby, asks) == [pick("from-b")] * 5
     holder.signal(signal.SIGCONT)
     lines = await holder.finish()
     refused = [line for line in lines if line.startswith("REFUSED")]

@@ -31,12 +31,17 @@ async def _next(provider: Any) -> Any:
     return await asyncio.wait_for(anext(aiter(provider)), 5)
 
 
+async def _asked(asker: Any, provider: Any, **options: Any) -> tuple[asyncio.Task[Any], Any]:
+    """An ask of ``asker`` (a broker or an agent) shown to ``provider``: its task, and the card."""
+    task = asyncio.create_task(asker.ask(one_question(), **options))
+    return task, await _next(provider)
+
+
 async def test_agent_gone_request_is_withdrawn_and_asker_told(make_broker, redis):
     asking, answering = await make_broker(), await make_broker()
     keys = asking.keys
     async with answering.provider("p1") as provider, asking.agent("a1") as agent:
-        task = asyncio.create_task(agent.ask(one_question()))
-        shown = await _next(provider)
+        task, shown = await _asked(agent, provider)
         await redis.delete(keys.agent("a1"))  # the record expired
 
         withdrawn, _ = await reap_abandoned(answering)
@@ -59,8 +64,7 @@ async def test_stopped_process_request_is_withdrawn_and_a_paused_one_still_told(
     asking, answering = await make_broker(), await make_broker()
     keys = asking.keys
     async with answering.provider("p1") as provider:
-        task = asyncio.create_task(asking.ask(one_question()))
-        shown = await _next(provider)
+        task, shown = await _asked(asking, provider)
         # The process stopped heart-beating (dead, or paused past its liveness TTL).
         await redis.delete(keys.client(asking.client_id))
 
@@ -78,10 +82,8 @@ async def test_stopped_process_request_is_withdrawn_and_a_paused_one_still_told(
 async def test_live_requests_are_left_alone_and_reaping_is_idempotent(make_broker, redis):
     asking, stopped, answering = await make_broker(), await make_broker(), await make_broker()
     async with answering.provider("p1") as provider, asking.agent("a1") as agent:
-        live = asyncio.create_task(agent.ask(one_question()))
-        shown_live = await _next(provider)
-        gone = asyncio.create_task(stopped.ask(one_question(), coalesce=False))
-        shown_gone = await _next(provider)
+        live, shown_live = await _asked(agent, provider)
+        gone, shown_gone = await _asked(stopped, provider, coalesce=False)
         await redis.delete(stopped.keys.client(stopped.client_id))
 
         first, _ = await reap_abandoned(answering)
@@ -100,12 +102,9 @@ async def test_deadline_passes_asker_gets_timed_out(make_broker, redis):
     asking, answering = await make_broker(), await make_broker()
     keys = asking.keys
     async with answering.provider("p1") as provider:
-        overdue = asyncio.create_task(asking.ask(one_question()))
-        shown_overdue = await _next(provider)
-        later = asyncio.create_task(asking.ask(one_question()))
-        shown_later = await _next(provider)
-        timeless = asyncio.create_task(asking.ask(one_question()))
-        shown_timeless = await _next(provider)
+        overdue, shown_overdue = await _asked(asking, provider)
+        later, shown_later = await _asked(asking, provider)
+        timeless, shown_timeless = await _asked(asking, provider)
         # Broker.ask() has no way to set a deadline yet; set the field ask.lua stores.
         now_s, now_us = await redis.time()
         now_ms = now_s * 1000 + now_us // 1000
@@ -131,8 +130,7 @@ async def test_deadline_passes_asker_gets_timed_out(make_broker, redis):
 async def test_expiry_loses_to_an_earlier_answer(make_broker, redis):
     asking, answering = await make_broker(), await make_broker()
     async with answering.provider("p1") as provider:
-        task = asyncio.create_task(asking.ask(one_question()))
-        shown = await _next(provider)
+        task, shown = await _asked(asking, provider)
         await redis.hset(asking.keys.request(shown.request_id), "deadline", 1)
         await shown.answer(pick("yes"))
         assert await expire_overdue(answering) == []
@@ -151,8 +149,7 @@ async def test_stale_entries_are_removed(make_broker, redis):
 async def test_pending_requests_lists_unsettled_asks(make_broker, redis):
     asking, answering = await make_broker(), await make_broker()
     async with answering.provider("p1") as provider, asking.agent("a1") as agent:
-        task = asyncio.create_task(agent.ask(one_question()))
-        shown = await _next(provider)
+        task, shown = await _asked(agent, provider)
         [info] = await pending_requests(answering)
         assert info.request_id == shown.request_id
         assert info.agent_id == "a1"
@@ -193,13 +190,11 @@ async def test_a_run_is_claimed_once(make_broker):
 async def test_audit_digest_counts_each_end_once(make_broker, redis):
     asking, answering, other = await make_broker(), await make_broker(), await make_broker()
     async with answering.provider("p1") as provider:
-        task = asyncio.create_task(asking.ask(one_question()))
-        shown = await _next(provider)
+        task, shown = await _asked(asking, provider)
         assert await digest_audit(answering) == []  # asked, not yet ended
         await shown.answer(pick("yes"))
         await asyncio.wait_for(task, 5)
-        gone = asyncio.create_task(asking.ask(one_question()))
-        shown_gone = await _next(provider)
+        gone, shown_gone = await _asked(asking, provider)
         await cancelled_withdraws(gone, shown_gone)
     ends = await digest_audit(other)  # another worker reads on from the shared cursor
     assert ends is not None

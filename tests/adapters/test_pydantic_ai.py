@@ -35,6 +35,7 @@ from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQues
 from broker_adapters import pydantic_ai as adapter
 from broker_adapters.tool import ask_user_question_function
 from tests.adapters.killed_asker import answered_after_a_kill, approved_with_path
+from tests.helpers import plan_review_arguments
 
 
 def _agent() -> Agent[None, str | DeferredToolRequests]:
@@ -108,17 +109,7 @@ async def test_the_ask_tool_carries_intent_and_detail(human, agent):
     person = await human(
         lambda request: AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id="plan", selected=("Approve",)),))
     )
-    call = {
-        "questions": [
-            {
-                "id": "plan",
-                "question": "Apply the migration plan?",
-                "detail": "1. add column",
-                "options": [{"label": "Approve"}, {"label": "Revise"}],
-                "intent": {"kind": "plan-review", "approve": "Approve"},
-            }
-        ]
-    }
+    call = plan_review_arguments("Apply the migration plan?", "1. add column", ("Approve", "Revise"), "Approve")
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if len(messages) == 1:

@@ -67,8 +67,27 @@ async def client(start_web: Callable[..., WebProcess]) -> AsyncIterator[httpx.As
         yield client
 
 
+@pytest.fixture
+async def alice_and_bob(
+    start_web: Callable[..., WebProcess],
+) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    """Alice and Bob signed in to one web server."""
+    web = start_web()
+    async with signed_in(web, "alice") as alice, signed_in(web, "bob") as bob:
+        yield alice, bob
+
+
 def asking(broker: Broker, request: AskUserQuestionRequest) -> asyncio.Task[AskUserQuestionAnswer]:
     return asyncio.create_task(broker.ask(request, abort=None, timeout=30))
+
+
+async def asked_and_listed(
+    asker: Broker, client: httpx.AsyncClient
+) -> tuple[asyncio.Task[AskUserQuestionAnswer], dict[str, Any], str]:
+    """A yes/no question of ``asker``, listed to ``client``: the ask's task, the request as listed, its answer URL."""
+    asked = asking(asker, one_question("yes", "no"))
+    request = await wait_request(client)
+    return asked, request, f"/api/requests/{request['id']}/answer"
 
 
 async def test_nothing_without_signing_in(client: httpx.AsyncClient) -> None:
@@ -134,11 +153,8 @@ async def test_csrf_is_required_with_a_session(
     start_web: Callable[..., WebProcess], make_broker: Callable[..., Any]
 ) -> None:
     web = start_web()
-    asker = await make_broker()
-    asked = asking(asker, one_question("yes", "no"))
     async with signed_in(web) as client:
-        request = await wait_request(client)
-        url = f"/api/requests/{request['id']}/answer"
+        asked, _request, url = await asked_and_listed(await make_broker(), client)
         body = {"answers": [{"id": "q1", "selected": ["yes"]}]}
         no_token = await client.post(url, json=body, headers={"X-CSRF-Token": ""})
         assert no_token.status_code == 403 and no_token.json()["code"] == "CSRF"
@@ -161,9 +177,7 @@ async def test_csrf_is_required_with_a_session(
 async def test_answer_with_a_token_is_audited(
     client: httpx.AsyncClient, make_broker: Callable[..., Any], redis: Redis, namespace: str
 ) -> None:
-    asker = await make_broker()
-    asked = asking(asker, one_question("yes", "no", agent=None))
-    request = await wait_request(client)
+    asked, request, _ = await asked_and_listed(await make_broker(), client)
     assert request["questions"][0]["options"] == [
         {"label": "yes", "text": "yes", "description": None},
         {"label": "no", "text": "no", "description": None},
@@ -183,47 +197,39 @@ async def test_answer_with_a_token_is_audited(
 
 
 async def test_refusals_carry_code_and_status(
-    start_web: Callable[..., WebProcess], make_broker: Callable[..., Any]
+    alice_and_bob: tuple[httpx.AsyncClient, httpx.AsyncClient], make_broker: Callable[..., Any]
 ) -> None:
-    web = start_web()
-    asker = await make_broker()
-    asked = asking(asker, one_question("yes", "no"))
-    async with signed_in(web, "alice") as alice, signed_in(web, "bob") as bob:
-        request = await wait_request(alice)
-        url = f"/api/requests/{request['id']}/answer"
-        bad = await alice.post(url, json={"answers": [{"id": "q1", "selected": ["maybe"]}]})
-        assert bad.status_code == 422 and bad.json()["code"] == "BAD_ANSWER"
-        malformed = await alice.post(url, json={"answers": "nope"})
-        assert malformed.status_code == 422 and malformed.json()["code"] == "BAD_ANSWER"
-        assert await pending_ids(alice) == [request["id"]]  # still pending after a refusal
-        first = await alice.post(url, json={"answers": [{"id": "q1", "selected": ["yes"]}]})
-        assert first.status_code == 200
-        second = await bob.post(url, json={"answers": [{"id": "q1", "selected": ["no"]}]})
-        assert second.status_code == 409
-        assert second.json() == {
-            "name": "UserQuestionError",
-            "code": "NOT_PENDING",
-            "message": f"request {request['id']} was already answered by alice",
-            "winner": {"state": "answered", "by": "alice", "answer": {"answers": [{"id": "q1", "selected": ["yes"]}]}},
-        }
-        unknown = await bob.post("/api/requests/nope/cancel", json={})
-        assert unknown.status_code == 409 and unknown.json()["code"] == "NOT_PENDING"
+    alice, bob = alice_and_bob
+    asked, request, url = await asked_and_listed(await make_broker(), alice)
+    bad = await alice.post(url, json={"answers": [{"id": "q1", "selected": ["maybe"]}]})
+    assert bad.status_code == 422 and bad.json()["code"] == "BAD_ANSWER"
+    malformed = await alice.post(url, json={"answers": "nope"})
+    assert malformed.status_code == 422 and malformed.json()["code"] == "BAD_ANSWER"
+    assert await pending_ids(alice) == [request["id"]]  # still pending after a refusal
+    first = await alice.post(url, json={"answers": [{"id": "q1", "selected": ["yes"]}]})
+    assert first.status_code == 200
+    second = await bob.post(url, json={"answers": [{"id": "q1", "selected": ["no"]}]})
+    assert second.status_code == 409
+    assert second.json() == {
+        "name": "UserQuestionError",
+        "code": "NOT_PENDING",
+        "message": f"request {request['id']} was already answered by alice",
+        "winner": {"state": "answered", "by": "alice", "answer": {"answers": [{"id": "q1", "selected": ["yes"]}]}},
+    }
+    unknown = await bob.post("/api/requests/nope/cancel", json={})
+    assert unknown.status_code == 409 and unknown.json()["code"] == "NOT_PENDING"
     assert (await asked).answers[0].selected == ("yes",)
 
 
 async def test_racing_answers_have_one_winner(
-    start_web: Callable[..., WebProcess], make_broker: Callable[..., Any]
+    alice_and_bob: tuple[httpx.AsyncClient, httpx.AsyncClient], make_broker: Callable[..., Any]
 ) -> None:
-    web = start_web()
-    asker = await make_broker()
-    asked = asking(asker, one_question("yes", "no"))
-    async with signed_in(web, "alice") as alice, signed_in(web, "bob") as bob:
-        request = await wait_request(alice)
-        url = f"/api/requests/{request['id']}/answer"
-        replies = await asyncio.gather(
-            alice.post(url, json={"answers": [{"id": "q1", "selected": ["yes"]}]}),
-            bob.post(url, json={"answers": [{"id": "q1", "selected": ["no"]}]}),
-        )
+    alice, bob = alice_and_bob
+    asked, _request, url = await asked_and_listed(await make_broker(), alice)
+    replies = await asyncio.gather(
+        alice.post(url, json={"answers": [{"id": "q1", "selected": ["yes"]}]}),
+        bob.post(url, json={"answers": [{"id": "q1", "selected": ["no"]}]}),
+    )
     statuses = sorted(r.status_code for r in replies)
     assert statuses == [200, 409]
     winner = next(r for r in replies if r.status_code == 200).json()["by"]
@@ -305,9 +311,7 @@ async def test_standby_then_takeover(start_web: Callable[..., WebProcess], make_
 async def test_fenced_provider_refuses_and_stands_by(
     client: httpx.AsyncClient, make_broker: Callable[..., Any], redis: Redis, namespace: str
 ) -> None:
-    asker = await make_broker()
-    asked = asking(asker, one_question("yes", "no"))
-    request = await wait_request(client)
+    asked, request, _ = await asked_and_listed(await make_broker(), client)
     # Another holder takes the lease behind the web provider's back (a stall, a partition).
     await redis.set(Keys(namespace).provider, "99:intruder-token:intruder", px=30_000)
 
@@ -450,11 +454,8 @@ async def test_a_late_answer_on_another_server_learns_the_winner(
     start_web: Callable[..., WebProcess], make_broker: Callable[..., Any]
 ) -> None:
     first = start_web("web-1")
-    asker = await make_broker()
-    asked = asking(asker, one_question("yes", "no"))
     async with signed_in(first, "alice") as alice:
-        request = await wait_request(alice)
-        url = f"/api/requests/{request['id']}/answer"
+        asked, request, url = await asked_and_listed(await make_broker(), alice)
         assert (
             await alice.post(url, json={"answers": [{"id": "q1", "selected": [], "custom": "alice's words"}]})
         ).status_code == 200

@@ -99,11 +99,30 @@ async def browser() -> AsyncIterator[Browser]:
         await browser.close()
 
 
+async def fill_sign_in(page: Page, user: str, password: str | None = None) -> None:
+    """Fill the sign-in form as ``user`` (with their password unless told another) and press Sign in."""
+    await page.fill("#user", user)
+    await page.fill("#password", PASSWORDS[user] if password is None else password)
+    await page.click("#sign-in-button")
+
+
+class HeldRoute:
+    """A route handler that holds the first request it sees until ``released`` is set (an answer that comes
+    late, as under load); ``seen`` is set once that request came."""
+
+    def __init__(self) -> None:
+        self.seen, self.released = asyncio.Event(), asyncio.Event()
+
+    async def __call__(self, route: Route) -> None:
+        if not self.seen.is_set():
+            self.seen.set()
+            await self.released.wait()
+        await route.continue_()
+
+
 async def sign_in(page: Page, user: str) -> None:
     """Sign in as ``user`` on the page's form; returns once the cards' pane shows."""
-    await page.fill("#user", user)
-    await page.fill("#password", PASSWORDS[user])
-    await page.click("#sign-in-button")
+    await fill_sign_in(page, user)
     await expect(page.locator("#main")).to_be_visible()
 
 
@@ -126,6 +145,23 @@ class People:
     async def close(self) -> None:
         for context in self.contexts:
             await context.close()
+
+
+@contextlib.asynccontextmanager
+async def own_web(
+    browser: Browser, redis_url: str, namespace: str, tmp_path: Path, *, release: asyncio.Event | None = None
+) -> AsyncIterator[tuple[WebProcess, People]]:
+    """A web server of the test's own (one it kills, restarts or cuts off), and people's pages on it; at the end
+    ``release`` is set (a route held on it lets go), the pages close and the server stops."""
+    web = WebProcess(redis_url, namespace, write_users_file(tmp_path / "u.toml"), tmp_path / "w.log").start()
+    people = People(browser, web)
+    try:
+        yield web, people
+    finally:
+        if release is not None:
+            release.set()
+        await people.close()
+        web.stop()
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -166,9 +202,7 @@ async def write_other(scope: Locator, text: str) -> None:
 
 async def test_sign_in_and_answer_single(people: People, asker: Broker, screenshots: Path) -> None:
     page = await people.page(user=None)
-    await page.fill("#user", "alice")
-    await page.fill("#password", "wrong")
-    await page.click("#sign-in-button")
+    await fill_sign_in(page, "alice", "wrong")
     await expect(page.locator("#sign-in-error")).to_contain_text("wrong")
     await page.screenshot(path=screenshots / "01-sign-in.png")
     await page.fill("#password", PASSWORDS["alice"])
@@ -562,9 +596,7 @@ async def test_disconnected_page_pauses_and_resumes(
     browser: Browser, redis_server: RedisServer, tmp_path: Path, screenshots: Path
 ) -> None:
     namespace = f"down{os.getpid()}"
-    web = WebProcess(redis_server.url, namespace, write_users_file(tmp_path / "u.toml"), tmp_path / "w.log").start()
-    people = People(browser, web)
-    try:
+    async with own_web(browser, redis_server.url, namespace, tmp_path) as (web, people):
         page = await people.page()
         async with Broker(redis_server.url, namespace, **KEYS) as asker:
             asked = ask(asker, AskUserQuestionItem(id="q", question="Still there?", options=options("yes", "no")))
@@ -584,9 +616,6 @@ async def test_disconnected_page_pauses_and_resumes(
             await request.get_by_role("button", name="Send answer").click()
             await expect(request).to_have_count(0)
             assert (await asked).answers[0].custom == "typed before the crash"
-    finally:
-        await people.close()
-        web.stop()
 
 
 async def test_a_card_delivered_again_while_the_page_asks_what_became_of_it_stays_answerable(
@@ -596,20 +625,11 @@ async def test_a_card_delivered_again_while_the_page_asks_what_became_of_it_stay
     server took the lease was shown no cards and asked the history what became of its card; the card was
     delivered again while that answer was on its way, and the late answer (not settled) closed it for good."""
     namespace = f"again{os.getpid()}"
-    web = WebProcess(redis_server.url, namespace, write_users_file(tmp_path / "u.toml"), tmp_path / "w.log").start()
-    people = People(browser, web)
-    asked_history, history_held = asyncio.Event(), asyncio.Event()
-
-    async def hold_history(route: Route) -> None:
-        # The history read the reconnected page starts is slow, as under load: it answers after the redelivery.
-        if not asked_history.is_set():
-            asked_history.set()
-            await history_held.wait()
-        await route.continue_()
-
-    try:
+    # The history read the reconnected page starts is slow, as under load: it answers after the redelivery.
+    history = HeldRoute()
+    async with own_web(browser, redis_server.url, namespace, tmp_path, release=history.released) as (web, people):
         page = await people.page()
-        await page.route("**/api/history*", hold_history)
+        await page.route("**/api/history*", history)
         lease = Keys(namespace).provider
         async with (
             Broker(redis_server.url, namespace, **KEYS) as asker,
@@ -632,14 +652,14 @@ async def test_a_card_delivered_again_while_the_page_asks_what_became_of_it_stay
             await asyncio.to_thread(web.start)
             await expect(page.locator("#banner")).to_contain_text("Standing by")
             async with asyncio.timeout(20):
-                await asked_history.wait()  # the standby showed no cards: the page asks what became of them
+                await history.seen.wait()  # the standby showed no cards: the page asks what became of them
             await redis.delete(lease)  # the lease lapses: the new server takes it and delivers the card again
             async with asyncio.timeout(20):
                 while "Still there?" not in await (await page.request.get(web.url + "/api/requests")).text():
                     await asyncio.sleep(0.1)
             later = ask(asker, AskUserQuestionItem(id="q", question="Asked after the takeover?", options=options("ok")))
             await expect(card(page, "Asked after the takeover?")).to_be_visible()  # the redelivery reached the page
-            history_held.set()
+            history.released.set()
             # The page has acted on the late history answer: the card it names gone left its note.
             await expect(page.locator(".settled-note")).to_contain_text("Withdrawn meanwhile? — Withdrawn")
             await expect(request.locator(".notice")).to_have_text("")
@@ -650,10 +670,6 @@ async def test_a_card_delivered_again_while_the_page_asks_what_became_of_it_stay
             assert (await asyncio.wait_for(asked, 10)).answers[0].custom == "typed before the crash"
             later.cancel()
             await asyncio.gather(later, return_exceptions=True)
-    finally:
-        history_held.set()
-        await people.close()
-        web.stop()
 
 
 async def test_standby_links_the_active_server(
@@ -791,9 +807,7 @@ async def phone(browser: Browser, web: WebProcess) -> AsyncIterator[Page]:
     try:
         page = await context.new_page()
         await page.goto(web.url)
-        await page.fill("#user", "alice")
-        await page.fill("#password", PASSWORDS["alice"])
-        await page.click("#sign-in-button")
+        await fill_sign_in(page, "alice")
         yield page
     finally:
         await context.close()
@@ -867,9 +881,7 @@ async def test_no_serious_accessibility_violations(browser: Browser, web: WebPro
         await page.goto(web.url)
         await expect(page.locator("#sign-in")).to_be_visible()
         assert await axe_violations(page) == []
-        await page.fill("#user", "alice")
-        await page.fill("#password", PASSWORDS["alice"])
-        await page.click("#sign-in-button")
+        await fill_sign_in(page, "alice")
         planned = ask(asker, plan("Accessible plan?", "Approve", "Request changes", approve="Approve"))
         batch = ask(
             asker,
@@ -900,9 +912,7 @@ async def test_opt_in_desktop_notification(browser: Browser, web: WebProcess, as
     try:
         page = await context.new_page()
         await page.goto(web.url)
-        await page.fill("#user", "bob")
-        await page.fill("#password", PASSWORDS["bob"])
-        await page.click("#sign-in-button")
+        await fill_sign_in(page, "bob")
         notify = page.get_by_role("button", name="Notify")
         await expect(notify).to_have_attribute("aria-pressed", "false")  # off until asked for
         await notify.click()
@@ -1169,9 +1179,7 @@ async def test_a_redis_outage_is_named_at_once_and_a_card_withdrawn_meanwhile_le
 ) -> None:
     redis = redis_factory()
     namespace = f"outage{os.getpid()}"
-    web = WebProcess(redis.url, namespace, write_users_file(tmp_path / "u.toml"), tmp_path / "w.log").start()
-    people = People(browser, web)
-    try:
+    async with own_web(browser, redis.url, namespace, tmp_path) as (web, people):
         page = await people.page()
         async with Broker(redis.url, namespace, **KEYS) as asker:
             stays = ask(
@@ -1202,9 +1210,6 @@ async def test_a_redis_outage_is_named_at_once_and_a_card_withdrawn_meanwhile_le
             await still.get_by_role("button", name="Send answer").click()
             assert (await asyncio.wait_for(stays, 10)).answers[0].selected == ("yes",)
             await asyncio.gather(goes, return_exceptions=True)
-    finally:
-        await people.close()
-        web.stop()
 
 
 async def test_own_send_is_confirmed_and_a_dismissal_carries_its_reason(people: People, asker: Broker) -> None:
@@ -1238,9 +1243,7 @@ async def test_a_load_asks_for_nothing_missing_and_inline_code_is_code(people: P
     page = await people.page(user=None)
     page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
     await page.reload()
-    await page.fill("#user", "alice")
-    await page.fill("#password", PASSWORDS["alice"])
-    await page.click("#sign-in-button")
+    await fill_sign_in(page, "alice")
     item = AskUserQuestionItem(
         id="q",
         question="Allow Bash: `make test` in `/srv/app`?",

@@ -20,7 +20,7 @@ from broker_adapters._approvals import ToolCall, _args_text, approval_request
 from tests.redis_server import RedisServer
 from tests.web import test_browser as shared
 from tests.web.conftest import WebProcess, write_users_file
-from tests.web.test_browser import VIEWPORTS, ask, card, sign_in
+from tests.web.test_browser import VIEWPORTS, ask, card, fill_sign_in, sign_in
 
 web, asker, browser, screenshots = shared.web, shared.asker, shared.browser, shared.screenshots
 
@@ -117,15 +117,11 @@ async def test_an_empty_sign_in_says_what_is_missing(
     page = await open_page(web.url, "mobile", user=None)
     sent: list[str] = []
     page.on("request", lambda request: sent.append(request.url) if request.method == "POST" else None)
-    await page.fill("#user", user)
-    await page.fill("#password", password)
-    await page.click("#sign-in-button")
+    await fill_sign_in(page, user, password)
     await expect(page.locator("#sign-in-error")).to_have_text(says + ".")
     assert sent == []  # said on the page: no attempt spent, nothing to throttle
     await page.screenshot(path=screenshots / f"sign-in-user-{bool(user)}-password-{bool(password)}.png")
-    await page.fill("#user", "alice")
-    await page.fill("#password", "alice-password")
-    await page.click("#sign-in-button")
+    await fill_sign_in(page, "alice")
     await expect(page.locator("#main")).to_be_visible()
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Route, expect
+from playwright.async_api import Browser, expect
 from redis.asyncio import Redis
 
 from broker import AskUserQuestionAnswer, AskUserQuestionAnswerItem, AskUserQuestionItem, Broker
@@ -21,8 +21,8 @@ from broker._keys import Keys
 from tests.helpers import KEYS
 from tests.redis_server import RedisServer
 from tests.web import test_browser as shared
-from tests.web.conftest import PASSWORDS, WebProcess, write_users_file
-from tests.web.test_browser import People, ask, card, options, plan
+from tests.web.conftest import WebProcess, write_users_file
+from tests.web.test_browser import HeldRoute, People, ask, card, fill_sign_in, options, own_web, plan
 from tests.workers.procs import run_qbroker
 
 pytestmark = shared.BROWSER_MARKS
@@ -144,30 +144,20 @@ async def test_a_redis_restart_that_lost_the_data_leaves_one_clear_state_and_ver
         rotate = ask(asker, AskUserQuestionItem(id="r", question="Rotate the keys?", options=options("Now")))
         await terminal
         await rotate
-    web = WebProcess(redis.url, namespace, write_users_file(tmp_path / "u.toml"), tmp_path / "w.log").start()
-    people = People(browser, web)
-    probed, signed_out = asyncio.Event(), asyncio.Event()
-
-    async def hold_the_first_probe(route: Route) -> None:
-        # The page asks /healthz as its stream breaks; that answer comes late, as under load.
-        if not probed.is_set():
-            probed.set()
-            await signed_out.wait()
-        await route.continue_()
-
-    try:
+    probe = HeldRoute()  # the page asks /healthz as its stream breaks; that answer comes late, as under load
+    async with own_web(browser, redis.url, namespace, tmp_path, release=probe.released) as (_, people):
         async with asyncio.timeout(40):
             await sealed_by(redis.url, namespace, "web-1")  # it sealed the audit as it took the lease
             page = await people.page()
             await expect(page.locator("#empty")).to_contain_text("No pending questions")
-            await page.route("**/healthz", hold_the_first_probe)
+            await page.route("**/healthz", probe)
             await asyncio.to_thread(redis.restart)  # no persistence: sessions, audit, everything is gone
             await expect(page.locator("#sign-in")).to_be_visible(timeout=20_000)
             await expect(page.locator("#banner")).to_be_hidden()
             await expect(page.locator("#sign-in-error")).to_contain_text("lost its data")
-            assert probed.is_set(), "the broken stream was never probed"
+            assert probe.seen.is_set(), "the broken stream was never probed"
             async with page.expect_request_finished(lambda request: request.url.endswith("/healthz")):
-                signed_out.set()  # the probe of the broken stream answers only now, after the page signed out
+                probe.released.set()  # the probe of the broken stream answers only now, after the page signed out
             await page.evaluate("() => new Promise((resolve) => setTimeout(resolve, 0))")  # the page has read it
             await expect(page.locator("#banner")).to_be_hidden()
             await sealed_by(redis.url, namespace, "web-1", after=True)  # serving again: it sealed the new audit
@@ -179,12 +169,6 @@ async def test_a_redis_restart_that_lost_the_data_leaves_one_clear_state_and_ver
             assert status == 20, text
             assert "(the history before it is gone" in text and "(the beginning of the chain)" not in text
 
-            await page.fill("#user", "alice")
-            await page.fill("#password", PASSWORDS["alice"])
-            await page.click("#sign-in-button")
+            await fill_sign_in(page, "alice")
             await expect(page.locator("#empty")).to_contain_text("No pending questions")
             await expect(page.locator("#banner")).to_be_hidden()
-    finally:
-        signed_out.set()
-        await people.close()
-        web.stop()

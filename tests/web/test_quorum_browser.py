@@ -26,6 +26,7 @@ from tests.helpers import KEYS
 from tests.redis_server import RedisServer
 from tests.web import test_browser as shared
 from tests.web.conftest import WebProcess
+from tests.web.test_browser import fill_sign_in
 from workers.answering.web.config import hash_password
 
 pytestmark = [*shared.BROWSER_MARKS, pytest.mark.timeout(45)]
@@ -85,9 +86,7 @@ async def page_of(browser: Browser, web: WebProcess, user: str) -> Page:
     context = await browser.new_context(viewport={"width": 1000, "height": 800})
     page = await context.new_page()
     await page.goto(web.url)
-    await page.fill("#user", user)
-    await page.fill("#password", password(user))
-    await page.click("#sign-in-button")
+    await fill_sign_in(page, user, password(user))
     await expect(page.locator("#who")).to_have_text(user)
     return page
 

@@ -22,7 +22,7 @@ from broker import AskUserQuestionItem, AskUserQuestionRequest
 from tests.redis_server import RedisServer
 from tests.web import test_browser as shared
 from tests.web.conftest import TOKEN, Backlog, WebProcess, backlog_shown, module_web
-from tests.web.test_browser import AXE, People, axe_violations, options
+from tests.web.test_browser import AXE, People, axe_violations, fill_sign_in, options
 
 WINDOW = 10
 PENDING = 1000
@@ -205,8 +205,6 @@ async def test_the_window_and_its_count_have_no_serious_accessibility_violations
     people.contexts.append(context)
     page = await context.new_page()
     await page.goto(people.web.url)
-    await page.fill("#user", "alice")
-    await page.fill("#password", "alice-password")
-    await page.click("#sign-in-button")
+    await fill_sign_in(page, "alice")
     await expect(page.locator("#more")).to_be_visible()
     assert await axe_violations(page) == []

@@ -7,6 +7,7 @@ watches what it does through Redis, a webhook receiver on loopback, and its /met
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
@@ -280,6 +281,21 @@ async def _stop(task: asyncio.Task[Any]) -> None:
         await task
 
 
+@contextlib.asynccontextmanager
+async def _notifying(
+    spawn_worker: Any, make_broker: Any, receiver: Any, statuses: list[int], *, attempts: int
+) -> AsyncIterator[tuple[Any, Any]]:
+    """A worker told to notify (``attempts`` tries) a receiver that replies ``statuses`` in turn, and a question
+    left waiting: the receiver and the worker; the ask is stopped after the block."""
+    recv = await receiver(*statuses)
+    asking, answering = await make_broker(), await make_broker()
+    worker = spawn_worker(*_notify_flags(recv.url, "--attempts", str(attempts)))
+    async with answering.provider("p1") as provider:
+        task, _ = await _waiting_question(asking, provider)
+        yield recv, worker
+        await _stop(task)
+
+
 async def test_signed_notification_sent_once_per_request(spawn_worker, make_broker, receiver, redis):
     recv = await receiver()
     asking, answering = await make_broker(), await make_broker()
@@ -308,30 +324,20 @@ async def test_signed_notification_sent_once_per_request(spawn_worker, make_brok
 
 
 async def test_receiver_failing_twice_gets_one_counted_delivery(spawn_worker, make_broker, receiver):
-    recv = await receiver(500, 503)
-    asking, answering = await make_broker(), await make_broker()
-    worker = spawn_worker(*_notify_flags(recv.url, "--attempts", "5"))
-    async with answering.provider("p1") as provider:
-        task, _ = await _waiting_question(asking, provider)
+    async with _notifying(spawn_worker, make_broker, receiver, [500, 503], attempts=5) as (recv, worker):
         assert await eventually(_metric(worker, "qbroker_notifications_total", result="delivered")) == 1
         assert len(recv.hits) == 3
         assert len({h[DELIVERY_HEADER] for h, _ in recv.hits}) == 1  # one notice, three attempts
         assert all(verify(SECRET, h, b) for h, b in recv.hits)
         assert await _metric(worker, "qbroker_notifications_total", result="retried")() == 2
         assert await _metric(worker, "qbroker_notifications_total", result="failed")() == 0
-        await _stop(task)
 
 
 async def test_receiver_that_never_succeeds_is_given_up(spawn_worker, make_broker, receiver):
-    recv = await receiver(*([500] * 50))
-    asking, answering = await make_broker(), await make_broker()
-    worker = spawn_worker(*_notify_flags(recv.url, "--attempts", "3"))
-    async with answering.provider("p1") as provider:
-        task, _ = await _waiting_question(asking, provider)
+    async with _notifying(spawn_worker, make_broker, receiver, [500] * 50, attempts=3) as (recv, worker):
         assert await eventually(_metric(worker, "qbroker_notifications_total", result="failed")) == 1
         assert len(recv.hits) == 3
         assert await _metric(worker, "qbroker_notifications_total", result="delivered")() == 0
-        await _stop(task)
     assert "gave up on waiting notice" in worker.log.read_text()
 
 

@@ -35,7 +35,7 @@ from broker import (
     UserQuestionError,
 )
 from broker.types import convert_request
-from tests.helpers import KEYS, SIGNING_KEY, pick, serving
+from tests.helpers import KEYS, SIGNING_KEY, pick, plan_review_arguments, serving
 from tests.redis_server import RedisServer
 from workers.asking.mcp.tool import OUTPUT_SCHEMA, parse_arguments
 
@@ -178,17 +178,7 @@ async def test_plan_review_reaches_the_provider_with_its_intent(
             AskUserQuestionAnswer(answers=(AskUserQuestionAnswerItem(id=item.id, selected=(item.intent.approve,)),))
         )
 
-    arguments = {
-        "questions": [
-            {
-                "id": "plan",
-                "question": "Approve the plan?",
-                "detail": "# Plan\n1. migrate",
-                "options": [{"label": "Ship it"}, {"label": "Rework"}],
-                "intent": {"kind": "plan-review", "approve": "Ship it"},
-            }
-        ]
-    }
+    arguments = plan_review_arguments("Approve the plan?", "# Plan\n1. migrate", ("Ship it", "Rework"), "Ship it")
     broker = await make_broker()
     async with provider(broker, approve), mcp_client(redis_server, namespace) as session:
         result = await session.call_tool("ask_user_question", arguments)
@@ -197,17 +187,7 @@ async def test_plan_review_reaches_the_provider_with_its_intent(
 
 BAD_CALLS: dict[str, dict[str, Any]] = {
     "EMPTY_QUESTIONS": {"questions": []},
-    "BAD_INTENT": {
-        "questions": [
-            {
-                "id": "plan",
-                "question": "Approve?",
-                "detail": "the plan",
-                "options": [{"label": "Yes"}, {"label": "No"}],
-                "intent": {"kind": "plan-review", "approve": "Approve"},
-            }
-        ]
-    },
+    "BAD_INTENT": plan_review_arguments("Approve?", "the plan", ("Yes", "No"), approve="Approve"),
     "BAD_REQUEST": {"questions": [{"id": "a", "question": "one?"}, {"id": "a", "question": "two?"}]},
 }
 

@@ -10,12 +10,20 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 from msgspec.structs import replace
 
-from broker import AskUserQuestionAnswer, AskUserQuestionOption, AskUserQuestionRequest, UserQuestionError
+from broker import (
+    AskUserQuestionAnswer,
+    AskUserQuestionOption,
+    AskUserQuestionRequest,
+    Broker,
+    Editable,
+    UserQuestionError,
+)
 from broker._keys import Keys
 from tests.helpers import answer, one_question, plan_review, question
 from tests.workers.procs import run_qbroker
@@ -49,6 +57,18 @@ class Screen:
     def press(self, key: str) -> None:
         self._tmux("send-keys", "-t", "main", key)
 
+    async def answer(self, key: str, count: int = 1) -> None:
+        """Choose ``key``, then send it as it is (Enter at the ``count``-th "Send:" prompt: nothing remembered)."""
+        self.send(key)
+        await self.expect("Send:", count)
+        self.send("")
+
+    async def other(self, text: str) -> None:
+        """Answer the question shown in words of one's own (o, then ``text``)."""
+        self.send("o")
+        await self.expect("Other (empty to go back):")
+        self.send(text)
+
     def send(self, *keys: str) -> None:
         for key in keys:
             self._tmux("send-keys", "-t", "main", "-l", key)
@@ -69,6 +89,26 @@ class Screen:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False)
 
 
+def approval(arguments: dict[str, Any]) -> AskUserQuestionRequest:
+    """Approve or Deny a tool call that runs with ``arguments``."""
+    item = replace(question("call", "Approve", "Deny"), editable=Editable(arguments=arguments, approve="Approve"))
+    return AskUserQuestionRequest(questions=(item,))
+
+
+async def shown(
+    screen: Screen,
+    make_broker: Callable[..., Awaitable[Broker]],
+    request: AskUserQuestionRequest,
+    prompt: str = "Choice:",
+    **options: Any,
+) -> asyncio.Task[AskUserQuestionAnswer]:
+    """``request`` asked (with ``options``) by a broker of its own, once the terminal shows ``prompt``: the ask."""
+    asker = await make_broker()
+    asking = asyncio.create_task(asker.ask(request, **options))
+    await screen.expect(prompt)
+    return asking
+
+
 @pytest.fixture
 async def screen(redis_server, namespace) -> AsyncIterator[Screen]:
     env = {"QBROKER_REDIS_URL": redis_server.url, "QBROKER_NAMESPACE": namespace, "QBROKER_LEASE_TTL": "1",
@@ -85,9 +125,7 @@ async def test_single_select(screen, make_broker):
     asker = await make_broker()
     asking = asyncio.create_task(asker.ask(one_question("yes", "no")))
     await screen.expect("Choice:")
-    screen.send("2")
-    await screen.expect("Send:")
-    screen.send("")  # Enter: send it without remembering
+    await screen.answer("2")  # Enter: send it without remembering
     assert await asyncio.wait_for(asking, 10) == answer(("q1", ("no",), None))
     assert await asker.decisions() == []
 
@@ -96,16 +134,12 @@ async def test_multi_select_with_other(screen, make_broker):
     options = (AskUserQuestionOption(label="red", description="warm"),
                AskUserQuestionOption(label="blue"), AskUserQuestionOption(label="green"))  # fmt: skip
     item = replace(question("paint", multi=True, header="Paint", detail="**bold** idea"), options=options)
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,))))
-    await screen.expect("Toggle:")
+    asking = await shown(screen, make_broker, AskUserQuestionRequest(questions=(item,)), prompt="Toggle:")
     text = screen.text()
     assert "Paint · question paint?" in text and "1. red — warm" in text and "bold idea" in text
     screen.send("1 3")
     await screen.expect("[x] 3. green")
-    screen.send("o")
-    await screen.expect("Other (empty to go back):")
-    screen.send("teal")
+    await screen.other("teal")
     await screen.expect("Other: teal")
     screen.send("")
     assert await asyncio.wait_for(asking, 10) == answer(("paint", ("red", "green"), "teal"))
@@ -113,23 +147,17 @@ async def test_multi_select_with_other(screen, make_broker):
 
 async def test_single_select_other_replaces_the_choice_and_skip_leaves_a_question_empty(screen, make_broker):
     request = AskUserQuestionRequest(questions=(question("a", "x", "y"), question("b", "z"), question("c")))
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(request, timeout=30))
-    await screen.expect("[1/3]")
+    asking = await shown(screen, make_broker, request, prompt="[1/3]", timeout=30)
     screen.send("s")
     await screen.expect("[2/3]")
-    screen.send("o")
-    await screen.expect("Other (empty to go back):")
-    screen.send("my own")
+    await screen.other("my own")
     await screen.expect("[3/3]")
     screen.send("free words")
     assert await asyncio.wait_for(asking, 10) == answer(("a", (), None), ("b", (), "my own"), ("c", (), "free words"))
 
 
 async def test_cancel_gives_the_asker_ask_cancelled(screen, make_broker):
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(one_question()))
-    await screen.expect("Choice:")
+    asking = await shown(screen, make_broker, one_question())
     screen.send("c")
     with pytest.raises(UserQuestionError) as error:
         await asyncio.wait_for(asking, 10)
@@ -142,9 +170,7 @@ async def test_cancel_gives_the_asker_ask_cancelled(screen, make_broker):
      pytest.param("3", None, id="chat-about-it")],
 )  # fmt: skip
 async def test_plan_review_card(screen, make_broker, key, expected):
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(plan_review("Approve", "Refuse", "Approve")))
-    await screen.expect("Verdict:")
+    asking = await shown(screen, make_broker, plan_review("Approve", "Refuse", "Approve"), prompt="Verdict:")
     text = screen.text()
     assert "1. Approve (approve)" in text and "2. Refuse (decline)" in text and "3. Chat about it" in text
     assert "Plan" in text and "do it" in text  # the plan markdown
@@ -167,25 +193,19 @@ async def test_a_withdrawn_request_leaves_the_screen_and_the_next_one_shows(scre
     await screen.expect("The asker withdrew this request")
     second = asyncio.create_task(asker.ask(one_question("c", "d")))
     await screen.expect("Choice:", count=2)
-    screen.send("1")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("1")
     assert await asyncio.wait_for(second, 10) == answer(("q1", ("c",), None))
 
 
 async def test_losing_the_lease_stops_presenting_and_says_so(screen, make_broker, redis, namespace):
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(one_question("a", "b")))
-    await screen.expect("Choice:")
+    asking = await shown(screen, make_broker, one_question("a", "b"))
     await redis.delete(Keys(namespace).provider)  # the lease lapses under the provider
     await screen.expect("Lease lost")
     await screen.expect(
         "Answering namespace", count=2
     )  # nobody else holds it: it takes the lease back, and the question
     await screen.expect("Choice:", count=2)
-    screen.send("2")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("2")
     assert await asyncio.wait_for(asking, 10) == answer(("q1", ("b",), None))
 
 
@@ -239,15 +259,11 @@ async def test_a_keyed_question_whose_asker_stopped_says_so_and_its_answer_waits
         await keyed
     assert await redis.zcard(stopping.keys.away) == 1
     await asyncio.sleep(1.0)  # the provider hears of the detach (kind=away) before it presents
-    screen.send("1")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("1")
     assert await asyncio.wait_for(first, 10) == answer(("q1", ("ok",), None))
     await screen.expect("your answer is kept until it comes back")
     assert "asker away" in screen.text()
-    screen.send("2")
-    await screen.expect("Send:", count=2)
-    screen.send("")
+    await screen.answer("2", count=2)
     await screen.expect("Answer sent.", count=2)
     restarted = await make_broker()
     again = await asyncio.wait_for(restarted.ask(one_question("ship", "hold"), key="release"), 10)
@@ -283,12 +299,8 @@ async def test_after_an_answer_it_offers_to_remember_it_for_the_agent_or_the_nam
 
 
 async def test_free_text_answers_are_sent_without_the_offer(screen, make_broker):
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(one_question("yes", "no"), timeout=30))
-    await screen.expect("Choice:")
-    screen.send("o")
-    await screen.expect("Other (empty to go back):")
-    screen.send("only on Fridays")
+    asking = await shown(screen, make_broker, one_question("yes", "no"), timeout=30)
+    await screen.other("only on Fridays")
     assert await asyncio.wait_for(asking, 10) == answer(("q1", (), "only on Fridays"))
     assert "Send:" not in screen.text()
 
@@ -304,20 +316,14 @@ async def test_urgent_identical_questions_of_two_agents_come_first_as_one_prompt
         await asyncio.sleep(0.2)  # a1's first: the banner names the askers in the order they joined
         pair.append(asyncio.create_task(a2.ask(urgent)))
         await asyncio.sleep(0.5)  # both delivered: one card with two askers
-        screen.send("1")
-        await screen.expect("Send:")
-        screen.send("")
+        await screen.answer("1")
         assert await asyncio.wait_for(busy, 10) == answer(("q1", ("ok",), None))
         await screen.expect("URGENT · Request from 2 agents (a1 (claimed), a2 (claimed))")
         await screen.expect("One answer goes to each of them.")
-        screen.send("1")
-        await screen.expect("Send:", count=2)
-        screen.send("")
+        await screen.answer("1", count=2)
         assert await asyncio.wait_for(asyncio.gather(*pair), 10) == [answer(("q1", ("roll back",), None))] * 2
         await screen.expect("LOW · Request from agent a1 (claimed)")
-        screen.send("2")
-        await screen.expect("Send:", count=3)
-        screen.send("")
+        await screen.answer("2", count=3)
         assert await asyncio.wait_for(later, 10) == answer(("q1", ("stop",), None))
 
 
@@ -329,9 +335,7 @@ async def test_the_banner_counts_the_questions_still_waiting_behind_the_one_show
     async with asyncio.timeout(10):  # both delivered to the provider (it stamps the epoch on each)
         while len([r for r in await asker_requests(redis, asker) if r.get("delivered")]) < 3:
             await asyncio.sleep(0.05)
-    screen.send("1")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("1")
     assert await asyncio.wait_for(first, 10) == answer(("q1", ("a",), None))
     await screen.expect("1 more waiting")
     for task in later:
@@ -351,9 +355,13 @@ async def test_edit_the_arguments_and_approve(screen, make_broker):
         question("call", "Approve", "Deny"),
         editable=Editable(arguments={"path": "build/"}, approve="Approve", schema=schema),
     )
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
-    await screen.expect("e: edit the arguments and Approve")
+    asking = await shown(
+        screen,
+        make_broker,
+        AskUserQuestionRequest(questions=(item,)),
+        prompt="e: edit the arguments and Approve",
+        timeout=30,
+    )
     screen.send("e")
     await screen.expect('{"path": "build/"}')
     screen.send("{not json")
@@ -416,9 +424,7 @@ async def test_a_take_over_is_told_at_the_prompt_and_the_terminal_hands_over_aft
     await page.request_handover("web-1", by="alice")
     await screen.expect("alice asks to take over for web-1")
     assert not taking.done()  # the question on screen is finished first
-    screen.send("1")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("1")
     assert await asyncio.wait_for(asking, 10) == answer(("q1", ("yes",), None))
     await asyncio.wait_for(holding.wait(), 10)
     assert standing == ["desk"]
@@ -467,9 +473,9 @@ async def test_handing_a_question_on_at_a_take_over_leaves_it_pending_for_the_pa
 
 
 async def test_a_multi_select_confirmed_with_nothing_picked_is_not_a_skip(screen, make_broker):
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(question("m", "a", "b", multi=True),))))
-    await screen.expect("Toggle:")
+    asking = await shown(
+        screen, make_broker, AskUserQuestionRequest(questions=(question("m", "a", "b", multi=True),)), prompt="Toggle:"
+    )
     screen.send("")  # Enter with nothing toggled
     await screen.expect("Toggle:", count=2)
     await asyncio.sleep(0.3)
@@ -489,46 +495,28 @@ async def test_asker_text_cannot_steer_the_terminal(screen, make_broker):
     )
     item = replace(question("q1", header="H\x1bM", detail=f"detail {evil} \u2066x\u2069"), options=options)
     item = replace(item, question=f"Delete {evil}?")
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
-    await screen.expect("Choice:")
+    asking = await shown(screen, make_broker, AskUserQuestionRequest(questions=(item,)), timeout=30)
     text = screen.text()
     assert "Delete \\x1bM\\x1bE\\x1b[2J\\x1b]0;pwned\\x07?" in text
     assert "H\\x1bM" in text and "detail \\x1bM" in text and "\\u2066x\\u2069" in text
     assert "1. yes\\u202eon — d\\x1b[31mred" in text
-    screen.send("1")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("1")
     assert await asyncio.wait_for(asking, 10) == answer(
         ("q1", ("yes\u202eon",), None)
     )  # the label itself is the answer
 
 
 async def test_the_arguments_an_approval_runs_are_shown_with_the_question(screen, make_broker):
-    from broker import Editable
-
-    item = replace(question("call", "Approve", "Deny"), editable=Editable(arguments={"cmd": "rm -rf build/\u202e"},
-                                                                          approve="Approve"))  # fmt: skip
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
-    await screen.expect("Choice:")
+    asking = await shown(screen, make_broker, approval({"cmd": "rm -rf build/\u202e"}), timeout=30)
     assert '"cmd": "rm -rf build/\\u202e"' in screen.text()  # shown without asking, as JSON that parses back
-    screen.send("1")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("1")
     await screen.expect("Answer sent.")
     assert await asyncio.wait_for(asking, 10) == answer(("call", ("Approve",), None))
 
 
 async def test_approving_arguments_not_all_shown_says_how_much_and_takes_a_confirmation(screen, make_broker):
-    from broker import Editable
-
     long = "x" * 5000
-    item = replace(question("call", "Approve", "Deny"), editable=Editable(arguments={"a": "top", "z": long + "END"},
-                                                                          approve="Approve"))  # fmt: skip
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
-    await screen.expect("Choice:")
+    asking = await shown(screen, make_broker, approval({"a": "top", "z": long + "END"}), timeout=30)
     text = " ".join(screen.text().split())
     assert '"a": "top"' in text and "END" not in text
     assert "characters of the arguments are not shown (v shows them whole, as does the web page)" in text
@@ -539,26 +527,16 @@ async def test_approving_arguments_not_all_shown_says_how_much_and_takes_a_confi
     assert not asking.done()
     screen.send("1")
     await screen.expect("Approve without seeing", count=2)
-    screen.send("yes")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("yes")
     await screen.expect("Answer sent.")
     assert await asyncio.wait_for(asking, 10) == answer(("call", ("Approve",), None))
 
 
 async def test_after_v_shows_the_whole_arguments_approving_needs_no_confirmation(screen, make_broker):
-    from broker import Editable
-
-    item = replace(question("call", "Approve", "Deny"), editable=Editable(arguments={"z": "x" * 5000 + "END"},
-                                                                          approve="Approve"))  # fmt: skip
-    asker = await make_broker()
-    asking = asyncio.create_task(asker.ask(AskUserQuestionRequest(questions=(item,)), timeout=30))
-    await screen.expect("Choice:")
+    asking = await shown(screen, make_broker, approval({"z": "x" * 5000 + "END"}), timeout=30)
     screen.send("v")
     await screen.expect("END")
-    screen.send("1")
-    await screen.expect("Send:")
-    screen.send("")
+    await screen.answer("1")
     await screen.expect("Answer sent.")
     assert "Approve without seeing" not in screen.text()
     assert await asyncio.wait_for(asking, 10) == answer(("call", ("Approve",), None))
@@ -589,9 +567,7 @@ async def test_an_attached_whole_is_shown_by_v_and_approving_it_unseen_takes_a_c
         await screen.expect("Approve without seeing")  # the attachment is unseen: Allow is not one key away
         screen.send("v")
         await screen.expect("evil.example")  # v shows the whole of what Allow runs
-        screen.send("1")
-        await screen.expect("Send:")
-        screen.send("")
+        await screen.answer("1")
         await screen.expect("Answer sent.")
         assert (await asyncio.wait_for(asking, 10)).answers[0].selected == ("Allow",)
 

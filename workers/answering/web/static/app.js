@@ -1462,14 +1462,20 @@
     if (view === "remembered") loadRemembered();
   }
 
-  async function loadHistory() {
+  // A list view read from the API: list #id holds an item for each of items(data), or the error in their place;
+  // #id-empty shows when there are none.
+  async function loadList(id, path, items, item) {
     let data;
-    try { data = await call("GET", "/api/history?limit=50"); }
-    catch (error) { $("history").replaceChildren(el("li", { class: "error", text: error.message })); return; }
-    const list = $("history");
+    try { data = await call("GET", path); }
+    catch (error) { $(id).replaceChildren(el("li", { class: "error", text: error.message })); return; }
+    const list = $(id);
     list.replaceChildren();
-    $("history-empty").hidden = data.entries.length > 0;
-    for (const entry of data.entries) list.append(historyItem(entry));
+    $(id + "-empty").hidden = items(data).length > 0;
+    for (const entry of items(data)) list.append(item(entry, data));
+  }
+
+  function loadHistory() {
+    return loadList("history", "/api/history?limit=50", (data) => data.entries, (entry) => historyItem(entry));
   }
 
   const VERB = { answered: "answered", cancelled: "dismissed", withdrawn: "withdrawn", expired: "expired", "dead-lettered": "could not be shown" };
@@ -1500,14 +1506,9 @@
 
   // -- remembered answers ----------------------------------------------------------------------
 
-  async function loadRemembered() {
-    let data;
-    try { data = await call("GET", "/api/decisions"); }
-    catch (error) { $("remembered").replaceChildren(el("li", { class: "error", text: error.message })); return; }
-    const list = $("remembered");
-    list.replaceChildren();
-    $("remembered-empty").hidden = data.decisions.length > 0;
-    for (const decision of data.decisions) list.append(rememberedItem(decision, data.nowMs));
+  function loadRemembered() {
+    return loadList("remembered", "/api/decisions", (data) => data.decisions,
+      (decision, data) => rememberedItem(decision, data.nowMs));
   }
 
   function rememberedItem(decision, nowMs) {
