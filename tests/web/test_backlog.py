@@ -17,11 +17,12 @@ BACKLOG = 1200
 """more cards than a page's queue holds events"""
 
 
-def cards(event: Event) -> list[dict[str, Any]]:
+def cards(event: Event, service: WebProvider) -> list[dict[str, Any]]:
+    """The cards an event brings a page, built as a page's stream builds them (``WebProvider.built``)."""
     if event["type"] == "added":
         return [event["request"]]
     if event["type"] == "addedMany":
-        return list(event["requests"])
+        return service.built(event["requests"])
     return []
 
 
@@ -54,7 +55,7 @@ async def test_a_backlog_reaches_a_page_in_batches_without_overflowing_its_queue
             events = [queue.get_nowait() for _ in range(queue.qsize())]
             await subscribed.__aexit__(None, None, None)
             assert None not in events, "the page was dropped: more events than its queue holds"
-            shown = [card["id"] for event in events if event is not None for card in cards(event)]
+            shown = [card["id"] for event in events if event is not None for card in cards(event, service)]
             assert sorted(shown) == sorted(view["id"] for view in service.requests())
             assert len(shown) == BACKLOG
             page, _ = service.page(0, 100, lambda view: True)
@@ -114,7 +115,9 @@ async def test_poison_entries_amid_a_backlog_lose_no_card_and_show_none_twice(
                     await asyncio.sleep(0.02)
             while len(service.requests()) < 2 * half:
                 await asyncio.sleep(0.02)
-            shown = [card for _ in range(queue.qsize()) if (event := queue.get_nowait()) for card in cards(event)]
+            shown = [
+                card for _ in range(queue.qsize()) if (event := queue.get_nowait()) for card in cards(event, service)
+            ]
             assert len(shown) == 2 * half and len({card["id"] for card in shown}) == 2 * half
             labels = {card["questions"][0]["options"][1]["label"]: card["id"] for card in shown}
             assert sorted(labels) == sorted(asks)
@@ -131,6 +134,72 @@ async def test_poison_entries_amid_a_backlog_lose_no_card_and_show_none_twice(
             await subscribed.__aexit__(None, None, None)
     finally:
         tasks = [*asks.values(), *([running] if running else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@pytest.mark.timeout(60)
+async def test_a_backlog_builds_only_the_views_a_pages_window_is_sent(
+    make_broker: Callable[..., Any], namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: at a failover, a page's window keeps the first cards of the backlog's ``addedMany`` events and counts
+    the rest; only the views it is sent are built (every card's view was about a fifth of a take-over's CPU), each
+    the view the API gives of that card."""
+    import workers.answering.web.cards as cards_module
+    import workers.answering.web.delivery as delivery_module
+    from workers.answering.web.window import PageWindow
+
+    built: list[str] = []
+
+    def counted(build: Callable[[Any], dict[str, Any]]) -> Callable[[Any], dict[str, Any]]:
+        def view(pending: Any) -> dict[str, Any]:
+            built.append(pending.request_id)
+            return build(pending)
+
+        return view
+
+    for module in (cards_module, delivery_module):
+        monkeypatch.setattr(module, "request_view", counted(module.request_view))
+    asker, old, web = await make_broker(), await make_broker(), await make_broker()
+    service = WebProvider(web, name="web-1", keys=WebKeys(namespace))
+    running: asyncio.Task[None] | None = None
+    asks: list[asyncio.Task[Any]] = []
+    backlog, size = 400, 100
+    try:
+        async with asyncio.timeout(50):
+            async with old.provider("old") as holder:
+                asks = [
+                    asyncio.create_task(asker.ask(one_question("yes", f"no {n}"), timeout=50)) for n in range(backlog)
+                ]
+                while holder.pending_count < backlog:
+                    await asyncio.sleep(0.05)
+                subscribed = service.subscribe(asyncio.Queue())
+                queue = await subscribed.__aenter__()
+                running = asyncio.create_task(service.run())
+                while service.status != "standby":
+                    await asyncio.sleep(0.02)
+            while len(service.cards.pending) < backlog:
+                await asyncio.sleep(0.02)
+            events = [event for _ in range(queue.qsize()) if (event := queue.get_nowait()) is not None]
+            await subscribed.__aexit__(None, None, None)
+            alone = [event["request"]["id"] for event in events if event["type"] == "added"]
+            assert sorted(built) == sorted(alone), "views were built for cards no page was sent yet"
+            assert sum(len(event["requests"]) for event in events if event["type"] == "addedMany") > size
+
+            built.clear()
+            window, sent = PageWindow(size), []
+            for event in events:  # as a page's stream passes them on (stream.py)
+                passed = window.pass_on(event, len(service.cards.pending), service.seq_of)
+                if passed["type"] == "addedMany":
+                    sent += service.built(passed["requests"])
+                elif passed["type"] == "added":
+                    sent.append(passed["request"])
+            assert len(sent) == size
+            assert len(built) <= size  # the window's, not the backlog's
+            assert sent == [service.view_of(view["id"]) for view in sent]
+    finally:
+        tasks = [*asks, *([running] if running else [])]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

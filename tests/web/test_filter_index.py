@@ -13,6 +13,7 @@ import pytest
 from broker import AskUserQuestionRequest
 from tests.helpers import one_question
 from tests.web.served import ask_many_and_rare, web_service
+from workers.answering.web.cards import card_tags, pending_tags
 from workers.answering.web.service import WebProvider, filter_tags
 
 _FILTERS: list[dict[str, str]] = [
@@ -56,6 +57,8 @@ def _walked(service: WebProvider, filters: dict[str, str]) -> list[str]:
 def _agree(service: WebProvider) -> None:
     for filters in _FILTERS:
         assert _page(service, filters) == _walked(service, filters), filters
+    for request_id, pending in service.cards.pending.items():  # an unbuilt card is filed by what its view would say
+        assert pending_tags(pending) == card_tags(service.view_of(request_id) or {}), request_id
 
 
 async def _until(condition: Callable[[], bool]) -> None:

@@ -128,8 +128,8 @@ class SlackFace:
                 await self._show(view)
         elif kind == "added":
             await self._show(event["request"])
-        elif kind == "addedMany":
-            for view in event["requests"]:
+        elif kind == "addedMany" and (service := self.services.get(event["namespace"])) is not None:
+            for view in service.built(event["requests"]):
                 await self._show(view)
         elif kind == "updated" and "quorum" in event:
             card = self._cards.get(event["id"])

@@ -17,11 +17,11 @@ import msgspec
 
 from broker import AskUserQuestionRequest, PendingRequest, Policies, Tally
 from workers.answering.web.paging import Arrivals, Tag
-from workers.answering.web.render import asking_view, plan_review, request_view
+from workers.answering.web.render import asking_view, plan_review, request_view, shown_agent
 from workers.answering.web.settled import Settled
 from workers.inert import inert
 
-__all__ = ["SETTLED_MEMORY", "Cards", "Event", "Unbuilt", "card_tags", "filter_tags"]
+__all__ = ["SETTLED_MEMORY", "Cards", "Event", "Later", "Unbuilt", "card_tags", "filter_tags", "pending_tags"]
 
 Event = dict[str, Any]
 
@@ -46,6 +46,15 @@ def card_tags(view: dict[str, Any]) -> frozenset[Tag]:
     return _tagset(agents, view["priority"], kinds)
 
 
+def pending_tags(pending: PendingRequest) -> frozenset[Tag]:
+    """``card_tags`` of the view ``pending`` is shown with, read off the card: a failover's unbuilt cards build
+    no view, nor the parts of one that filters read (``filtered``)."""
+    questions = pending.request.questions
+    agents = (shown_agent(pending.agent_id), *(shown_agent(asker.agent_id) for asker in pending.askers))
+    kinds = tuple("none" if plan_review(item, len(questions)) is None else "plan-review" for item in questions)
+    return _tagset(agents, pending.priority, kinds)
+
+
 @functools.lru_cache(maxsize=4096)
 def _tagset(agents: tuple[str | None, ...], priority: str, kinds: tuple[str, ...]) -> frozenset[Tag]:
     """One set shared by the cards of the same tags (an agent's many cards): 100 000 cards hold no set each."""
@@ -62,6 +71,13 @@ class Unbuilt:
 
     def __init__(self, owner: str | None) -> None:
         self.owner = owner
+
+
+class Later(dict[str, Any]):
+    """An unbuilt card in an ``addedMany`` event, its id and namespace: its view is built for a page that is sent it
+    (``Cards.built``), not for every card of a failover's batch when a page's window keeps the first 100 of them."""
+
+    __slots__ = ()
 
 
 class Cards:
@@ -109,6 +125,13 @@ class Cards:
             self.views[request_id] = built
         return built
 
+    def built(self, views: list[Event]) -> list[Event]:
+        """``views`` (an ``addedMany`` event's) with each ``Later`` built, those no longer pending left out."""
+        if not any(isinstance(view, Later) for view in views):
+            return views
+        built = (self.view(view["id"], keep=False) if isinstance(view, Later) else view for view in views)
+        return [view for view in built if view is not None]
+
     def filtered(self, pending: PendingRequest) -> dict[str, Any]:
         """The fields of a card's view that page filters read (the API's agent, priority and intent, routing):
         who asks, how urgently, which questions are plan reviews. An unbuilt card has no route (a routed card's
@@ -116,7 +139,7 @@ class Cards:
         questions = pending.request.questions
         return {
             "id": pending.request_id,
-            "agent": None if pending.agent_id is None else inert(pending.agent_id),  # as the built view shows it
+            "agent": shown_agent(pending.agent_id),  # as the built view shows it
             **asking_view(pending),
             "questions": [{"planReview": plan_review(item, len(questions))} for item in questions],
         }
@@ -189,16 +212,18 @@ class Cards:
 
     # -- what changes them ------------------------------------------------------------
 
-    def show(self, pending: PendingRequest, view: dict[str, Any], *, owner: str | None, keep: bool) -> None:
-        """The card is shown from now on; ``keep``: its view is kept (something may change it), else built
-        again when asked for (``view`` goes to the pages that are told of it, then is let go)."""
-        self.lost.discard(pending.request_id)
-        self.pending[pending.request_id] = pending
-        if keep:
-            self.views[pending.request_id] = view
+    def show(self, pending: PendingRequest, view: dict[str, Any] | None, *, owner: str | None) -> Event:
+        """The card is shown from now on, with ``view`` kept (something may change it), or, without one, its view
+        built whenever asked for; what an event tells pages of it (``view``, or a ``Later`` for ``built``)."""
+        request_id = pending.request_id
+        self.lost.discard(request_id)
+        self.pending[request_id] = pending
+        if view is not None:
+            self.views[request_id] = view
         else:
-            self.views[pending.request_id] = self._unbuilt.setdefault(owner, Unbuilt(owner))
-        self.arrivals.add(pending.request_id, pending.level, card_tags(view))
+            self.views[request_id] = self._unbuilt.setdefault(owner, Unbuilt(owner))
+        self.arrivals.add(request_id, pending.level, card_tags(view) if view is not None else pending_tags(pending))
+        return view if view is not None else Later(id=request_id, namespace=self.namespace)
 
     def tallied(self, pending: PendingRequest, tally: Tally) -> None:
         """Show the votes so far, or settle the card here once they decide it."""

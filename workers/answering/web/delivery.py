@@ -55,21 +55,31 @@ class Delivery:
         # A card withdrawn or settled while a later one of the batch was read is not shown any more.
         views = [view for pending, view in added if self.cards.pending.get(pending.request_id) is pending]
         if len(views) == 1:
-            self.cards.publish({"type": "added", "request": views[0]})
+            self.cards.publish({"type": "added", "request": self.cards.built(views)[0]})
         elif views:
             self.cards.publish({"type": "addedMany", "namespace": self.broker.namespace, "requests": views})
 
     async def _add(self, pending: PendingRequest, contexts: dict[str, Event]) -> Event | None:
-        """The card's view, now shown here (None: not shown); the caller tells the pages."""
+        """What pages are told of the card, now shown here (None: not shown); the caller tells the pages. A card
+        whose view nothing changes once shown (no policy covers it, an asker waits) is told as a ``Later``: its
+        view is built for a page it is sent to, not for each card of a failover's backlog (``Cards.built``)."""
+        context = contexts.get(pending.request_id, {})
+        policies = self.cards.policies
+        policy = policies.for_card(pending)
+        if policy is None and not pending.asker_away:
+            if pending.is_withdrawn:
+                return None
+            try:
+                return self.cards.show(pending, None, owner=context.get("owner"))
+            except Exception:  # never let one odd request stop the others being served
+                log.exception("cannot show request %s", pending.request_id)
+                return None
         try:
             view = request_view(pending)
         except Exception:  # never let one odd request stop the others being served
             log.exception("cannot show request %s", pending.request_id)
             return None
-        context = contexts.get(pending.request_id, {})
         view.update(context, namespace=self.broker.namespace)
-        policies = self.cards.policies
-        policy = policies.for_card(pending)
         if policy is not None:
             try:
                 tally = await policies.current(pending)  # votes given before a failover; may settle it
@@ -89,18 +99,13 @@ class Delivery:
                 self.cards.escalations[pending.request_id] = asyncio.create_task(self._escalate(pending, delay))
         if pending.is_withdrawn:
             return None
-        suspended = policy is not None or pending.asker_away
         away_until = await self._away_until(pending) if pending.asker_away else None
         if pending.is_withdrawn:
             return None
-        if suspended:
-            # Who asks may have changed while the votes or the grace were read (an asker joined or went
-            # away), and the watcher found no view to update then: take it now.
-            view.update(askerAway=pending.asker_away, awayUntilMs=away_until, **asking_view(pending))
-        else:
-            view.update(awayUntilMs=None)
-        self.cards.show(pending, view, owner=context.get("owner"), keep=suspended)
-        return view
+        # Who asks may have changed while the votes or the grace were read (an asker joined or went
+        # away), and the watcher found no view to update then: take it now.
+        view.update(askerAway=pending.asker_away, awayUntilMs=away_until, **asking_view(pending))
+        return self.cards.show(pending, view, owner=context.get("owner"))
 
     async def _escalate(self, pending: PendingRequest, delay: float) -> None:
         """Once the card waited its policy's delay, its escalation group may answer too: show it to them."""

@@ -21,7 +21,7 @@ from markdown_it import MarkdownIt
 from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, PendingRequest, PlanReviewIntent
 from workers.inert import inert, inert_json
 
-__all__ = ["plan_review", "readonly_view", "render_markdown", "request_view", "safe_url"]
+__all__ = ["plan_review", "readonly_view", "render_markdown", "request_view", "safe_url", "shown_agent"]
 
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
 _TAGS = {
@@ -129,7 +129,7 @@ def request_view(pending: PendingRequest) -> dict[str, Any]:
     questions = pending.request.questions
     return {
         "id": pending.request_id,
-        "agent": _agent(pending.agent_id),
+        "agent": shown_agent(pending.agent_id),
         "createdMs": pending.created_ms,
         "askerAway": pending.asker_away,
         **asking_view(pending),
@@ -148,14 +148,16 @@ def asking_view(pending: PendingRequest) -> dict[str, Any]:
         "priority": pending.priority,
         "verified": all(asker.verified for asker in askers),
         "askers": [
-            {"agent": _agent(asker.agent_id), "requestId": asker.request_id, "verified": asker.verified}
+            {"agent": shown_agent(asker.agent_id), "requestId": asker.request_id, "verified": asker.verified}
             for asker in askers
         ],
     }
 
 
-def _agent(agent_id: str | None) -> str | None:
-    """An agent id as shown: an asker names itself, so its id is asker text too."""
+@lru_cache(maxsize=4096)
+def shown_agent(agent_id: str | None) -> str | None:
+    """An agent id as shown: an asker names itself, so its id is asker text too (an agent's many cards: one
+    escape each, not one a card)."""
     return None if agent_id is None else inert(agent_id)
 
 
@@ -170,7 +172,7 @@ def readonly_view(request_id: str, request: AskUserQuestionRequest, created_ms: 
     """A pending request another provider serves, listed read-only: who asks what, no form."""
     return {
         "id": request_id,
-        "agent": _agent(request.agent),
+        "agent": shown_agent(request.agent),
         "createdMs": created_ms,
         "priority": request.priority,
         "questions": [

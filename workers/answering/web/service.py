@@ -145,6 +145,10 @@ class WebProvider:
         """Up to ``limit`` wanted views after the cursor ``after``, and the next page's cursor (``Cards.page``)."""
         return self.cards.page(after, limit, wanted, among)
 
+    def built(self, views: list[Event]) -> list[Event]:
+        """An ``addedMany`` event's cards with their views built (``Cards.built``): a subscriber reads them so."""
+        return self.cards.built(views)
+
     def may_see(self, event: Event, user: str) -> bool:
         """Routing: whether ``user`` may see the card an event is about (``Cards.may_see``)."""
         return self.cards.may_see(event, user)
@@ -181,7 +185,8 @@ class WebProvider:
 
         Pass a queue to share it between the providers of several namespaces (every event
         names its namespace). With ``window``, the snapshot holds the first ``window`` cards
-        ``user`` may see, not all of them (see ``snapshot``).
+        ``user`` may see, not all of them (see ``snapshot``). An ``addedMany`` event's cards are read through
+        ``built``: a card whose view is built when asked for comes as its id (``Later``).
         """
         queue = queue if queue is not None else asyncio.Queue(QUEUE_SIZE)
         queue.put_nowait(self.snapshot(user=user, window=window))

@@ -96,6 +96,8 @@ async def events(request: Request) -> Response:
                 if namespace in by_namespace:
                     service = by_namespace[namespace]
                     event = window.pass_on(event, service.visible_count(identity.user), service.seq_of)
+                    if event["type"] == "addedMany":  # the views of the cards the window keeps, built now
+                        event = {**event, "requests": service.built(event["requests"])}
                 # A status event carries no question: it goes out without a session check, so
                 # an outage is shown at once, not after the check's own wait for Redis; so does
                 # the server's goodbye, which must go out before the server does.
