@@ -145,7 +145,7 @@ class Ask:
         loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
         if self.deadline is not None:
-            self._timer = loop.call_at(self.deadline, _time_out, self)
+            self._timer = loop.call_at(self.deadline, _time_out, self, context=self.core.timer_context)
         if abort is not None:
             watcher = self._watcher = loop.create_task(abort.wait())
             watcher.add_done_callback(lambda waited: None if waited.cancelled() else self._end("aborted"))
