@@ -253,19 +253,23 @@ class Broker:
         """
         named: object = request.agent
         if isinstance(named, Agent):
-            return await ask(self._core, for_agent(request, named), named, options)  # as ask_as() does
-        if named is not None and not isinstance(named, str):
+            waiting = ask(self._core, for_agent(request, named), named, options)  # as ask_as() does
+        elif named is not None and not isinstance(named, str):
             raise UserQuestionError(
                 f"request.agent must be an agent id or an Agent, not {type(named).__name__}", BAD_REQUEST
             )
-        agent = self._agents.get(named) if named is not None else None
-        return await ask(self._core, request, agent, options)
+        else:
+            waiting = ask(self._core, request, self._agents.get(named) if named is not None else None, options)
+        del request, options, named  # not kept while the ask waits (a waiting ask's memory counts)
+        return await waiting
 
     async def ask_as(
         self, agent: Agent, request: AskUserQuestionRequest, **options: Unpack[AskOptions]
     ) -> AskUserQuestionAnswer:
         """Ask as ``agent`` (``request.agent`` is set to its id); ``options`` as ``ask()``'s."""
-        return await ask(self._core, for_agent(request, agent), agent, options)
+        waiting = ask(self._core, for_agent(request, agent), agent, options)
+        del request, options  # not kept while the ask waits (a waiting ask's memory counts)
+        return await waiting
 
     # -- attachments ----------------------------------------------------------------------
 

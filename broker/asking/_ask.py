@@ -31,7 +31,7 @@ from ..validation import check_answer
 from ._ask_script import ask_script
 from ._ask_state import TRANSITIONS, AskState
 from ._core import Answerer, AskingCore, Caller
-from ._outcomes import answer_of, follower, outcome_of
+from ._outcomes import answer_of, outcome_of
 from .options import DEFAULT_ROUTING, Durable, Routing
 
 __all__ = ["Ask"]
@@ -145,7 +145,7 @@ class Ask:
         loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
         if self.deadline is not None:
-            self._timer = loop.call_at(self.deadline, _time_out, self)
+            self._timer = loop.call_at(self.deadline, _time_out, self, context=self.core.timer_context)
         if abort is not None:
             watcher = self._watcher = loop.create_task(abort.wait())
             watcher.add_done_callback(lambda waited: None if waited.cancelled() else self._end("aborted"))
@@ -228,8 +228,9 @@ class Ask:
                             self._to(AskState.WAITING)
                         inbox.enqueued(self.request_id)
                         reply = _NOT_ASKED  # not kept while it waits (only a decision's reply is read after)
-                        # Through a follower: cancelling this task must not cancel the future the inbox resolves.
-                        outcome = await follower(future)
+                        # The inbox's future itself: cancelling this task cancels it, and the withdrawal finds an
+                        # outcome that won the race where it is durable (withdraw.lua says settled; its key holds it).
+                        outcome = await future
                 except asyncio.CancelledError:
                     # Shielded in a task of the broker's: a caller that keeps cancelling (an anyio
                     # cancel scope does) must not stop the withdrawal half-way.

@@ -9,6 +9,7 @@ the whole ``Broker``, and everything they use of it is public here.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -85,6 +86,10 @@ class AskingCore:
         self.connect_blocking = connect or (lambda: redis_from_url(url, name=name, blocking=True))
         """a new blocking client (a provider's reads take one of their own)"""
         self.request_ids = UniqueIds()
+        self.timer_context = contextvars.Context()
+        """the context an ask's deadline timer runs in: it reads no context variable, and the copy of the caller's
+        context that ``call_at`` makes otherwise is kept per waiting ask (one per broker: a context is entered by
+        one callback at a time, and a broker's callbacks run one at a time, on its loop)"""
         self.answerers: list[Registration] = []
         """the waterfall, in order (``Broker.on_request``)"""
         self.asks: dict[str, InFlight] = {}

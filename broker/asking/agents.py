@@ -72,7 +72,9 @@ class Agent:
 
     async def ask(self, request: AskUserQuestionRequest, **options: Unpack[AskOptions]) -> AskUserQuestionAnswer:
         """Ask as this exact instance (``request.agent`` is set to this agent's id); ``options`` as ``Broker.ask``'s."""
-        return await ask(self._core, for_agent(request, self), self, options)
+        waiting = ask(self._core, for_agent(request, self), self, options)
+        del request, options  # not kept while the ask waits (a waiting ask's memory counts, docs/operations.md)
+        return await waiting
 
     async def attach(self, text: str) -> str:
         """``Broker.attach``: keep a text a question names by its SHA-256 (the digest returned)."""
