@@ -233,10 +233,10 @@ class Commands:
             else:
                 reply = await self.call("EVALSHA", sha, len(keys), *keys, *args)
         except NoScriptError:
-            reply = await self._refilled(sha, ("EVAL", source, len(keys), *keys, *args))
+            reply = await self._refilled(sha, ("EVAL", source, len(keys), *keys, *args), script.batches)
         return reply if decode is None else decode(reply)
 
-    async def _refilled(self, sha: str, evaluation: tuple[Any, ...]) -> Any:
+    async def _refilled(self, sha: str, evaluation: tuple[Any, ...], batches: bool) -> Any:
         """A call met NOSCRIPT: Redis restarted or flushed its script cache. The first such call of a script
         sends its source (EVAL caches it); those behind it wait for that reply and go by SHA again, so a
         burst of asks after a restart sends the source once, not once each. On a second NOSCRIPT (a cluster
@@ -250,8 +250,9 @@ class Commands:
                 del self._refilling[sha]
                 refilling.set_result(None)  # whatever the EVAL did: a failed one leaves the others their own
         await asyncio.shield(refilling)  # a waiter cancelled leaves the others waiting
+        again = ("EVALSHA", sha, *evaluation[2:])
         try:
-            return await self.call("EVALSHA", sha, *evaluation[2:])
+            return await (self._merged_call(sha, again) if batches else self.call(*again))
         except NoScriptError:
             return await self.call(*evaluation)
 

@@ -8,6 +8,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import AskUserQuestionRequest, Broker, PlanReviewIntent, UserQuestionError
+from broker._lua import SCRIPTS
 from tests.helpers import (
     KEYS,
     answer,
@@ -284,6 +285,7 @@ async def test_the_asks_of_one_tick_go_in_one_ask_script_call_each_judged_alone(
         async with Broker(server.url, "merged", agent_ttl=60, **KEYS) as broker:
             await redis.zadd(broker.keys.standbys, {"t:standby": 2**52})  # asks are accepted while one stands by
             async with broker.agent("root") as root, broker.agent("child", owner=root) as child:
+                await redis.script_load(SCRIPTS["ask"].source)  # else the first call is NOSCRIPT, then sent again
                 await redis.config_resetstat()
                 asks = [asyncio.ensure_future(a.ask(one_question(), timeout=30)) for a in (root, child, root)]
                 assert await code_of(asks[1]) == "DELEGATED_CALLER"
