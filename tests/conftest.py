@@ -10,6 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import Provider
+from tests.file_order import longest_files_first
 from tests.helpers import SIGNING_KEY, opened_brokers
 from tests.redis_server import RedisServer
 
@@ -18,6 +19,11 @@ os.environ["QBROKER_SIGNING_KEY"] = SIGNING_KEY.to_text()
 os.environ["QBROKER_TRUSTED_KEYS"] = SIGNING_KEY.public_text
 
 _namespaces = itertools.count()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first, for ``-n 3 --dist loadfile`` to end its processes together (tests/file_order.py)."""
+    items[:] = longest_files_first(items)
 
 
 @pytest.fixture(scope="session")
