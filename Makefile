@@ -33,12 +33,9 @@ tests/mcp_ts/node_modules/@modelcontextprotocol/sdk/package.json: tests/mcp_ts/p
 	@if command -v npm >/dev/null; then cd tests/mcp_ts && npm ci --silent --no-audit --no-fund && touch node_modules/@modelcontextprotocol/sdk/package.json; fi
 
 # Three processes, a test file to each: the suite mostly waits on servers and processes of its own.
-# Bytecode caches on even where the environment turns them off (PYTHONDONTWRITEBYTECODE=1, as container images
-# often set): else each of the three rewrites every test module's asserts anew at collection (23 s of CPU
-# each on the loaded 2-core machine, 14 s with the caches) and each process the tests start compiles anew.
 test: install tests/web/node_modules/axe-core/axe.min.js tests/mcp_ts/node_modules/@modelcontextprotocol/sdk/package.json
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server tmux chromium"; exit 1; }
-	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n 3 --dist loadfile
+	$(BIN)/pytest -n 3 --dist loadfile
 
 lint: install
 	$(BIN)/ruff check broker broker_adapters workers tests benchmarks examples
