@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,14 +11,27 @@ import pytest
 from redis.asyncio import Redis
 
 from broker import Provider
+from tests.file_order import longest_files_first
 from tests.helpers import SIGNING_KEY, opened_brokers
 from tests.redis_server import RedisServer
+
+# Bytecode caches on, whatever the environment says (PYTHONDONTWRITEBYTECODE=1, as container images often set):
+# the suite is CPU-bound on two cores, and without them each xdist process rewrites every test module's asserts
+# anew (collecting took 23 s of CPU per process, 14 s with the caches) and each of the processes the tests start
+# compiles the project anew. Caches are gitignored; tests/mutate.py's copies get fresh ones.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # Every qbroker process a test starts signs (providers) and verifies (askers) with the tests' key.
 os.environ["QBROKER_SIGNING_KEY"] = SIGNING_KEY.to_text()
 os.environ["QBROKER_TRUSTED_KEYS"] = SIGNING_KEY.public_text
 
 _namespaces = itertools.count()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first, for ``-n 3 --dist loadfile`` to end its processes together (tests/file_order.py)."""
+    items[:] = longest_files_first(items)
 
 
 @pytest.fixture(scope="session")

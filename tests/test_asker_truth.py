@@ -21,7 +21,7 @@ from broker.errors import BAD_ANSWER, CALLER_NOT_LIVE
 from broker.operating.housekeeping import end_away, reap_abandoned, run_housekeeping
 from tests.faultproxy import FaultProxy
 from tests.helpers import one_question, pick, until
-from tests.redis_server import RedisServer
+from tests.redis_server import FAST_SYNC, RedisServer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -108,8 +108,8 @@ async def test_2_a_new_holder_does_not_see_a_re_attached_asker_as_away(make_brok
 
 
 async def test_3_min_replicas_keeps_the_answer_of_a_detached_asker_for_its_restart(make_broker, redis_factory):
-    master = redis_factory()
-    replica = redis_factory("--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", str(master.port))
+    master = redis_factory(*FAST_SYNC)
+    replica = redis_factory("--replicaof", "127.0.0.1", str(master.port))
     client = Redis.from_url(replica.url, decode_responses=True)
     try:
         await until(lambda: _link_up(client), 20)

@@ -32,7 +32,7 @@ from broker._keys import Keys
 from broker._lua import SCRIPTS
 from tests.faultproxy import FaultProxy
 from tests.helpers import until
-from tests.redis_server import RedisServer
+from tests.redis_server import FAST_SYNC, RedisServer
 from tests.workers.procs import Worker, env_for, run_qbroker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(100)]
@@ -93,8 +93,8 @@ async def provider(url: str, namespace: str, name: str, delay: float) -> Worker:
 
 @contextlib.asynccontextmanager
 async def master_and_replica(redis_factory: Callable[..., RedisServer]) -> AsyncIterator[tuple[RedisServer, Redis]]:
-    master = redis_factory()
-    replica = redis_factory("--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", str(master.port))
+    master = redis_factory(*FAST_SYNC)
+    replica = redis_factory("--replicaof", "127.0.0.1", str(master.port))
     on_replica = Redis.from_url(replica.url, decode_responses=True)
     redis = Redis.from_url(master.url, decode_responses=True)
     try:
