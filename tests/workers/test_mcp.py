@@ -1,7 +1,7 @@
 """``qbroker mcp`` driven by the SDK's own MCP client over stdio, against a real Redis.
 
 The provider answering the questions is an automatic one running in the test process
-(``broker.answering.provider``), so every test sees both ends of the question.
+(``Broker.provider()``), so every test sees both ends of the question.
 """
 
 from __future__ import annotations
