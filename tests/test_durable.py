@@ -158,7 +158,8 @@ async def test_an_uncollected_answer_is_dropped_once_it_lapses_and_the_request_e
 async def test_a_timeout_or_an_abort_gives_a_keyed_question_up(make_broker, provider, redis):
     broker = await make_broker()
     async with broker.agent("ci") as agent:
-        timing_out = asyncio.ensure_future(agent.ask(one_question("yes", "no"), key=KEY, timeout=0.5))
+        # 2 s: long enough for the card to be shown first on a loaded machine (0.5 s could lapse before it was)
+        timing_out = asyncio.ensure_future(agent.ask(one_question("yes", "no"), key=KEY, timeout=2))
         pending = await next_pending(provider)
         with pytest.raises(UserQuestionError) as raised:
             await asyncio.wait_for(timing_out, 5)
