@@ -72,6 +72,7 @@ def forged_settle(client: Redis, keys: Any, request_id: str, client_id: str) -> 
         "c1",
         "claimed",
         "",
+        "",
         0,
     ]
     return client.execute_command("EVAL", SCRIPTS["settle"].source, len(script_keys), *script_keys, *args)

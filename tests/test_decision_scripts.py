@@ -51,7 +51,7 @@ async def settle_remembering(
     keys += [k.request(rid), k.outcome(rid), k.inbox("c1"), k.request(rid), k.decision(FP, agent or None)]
     summary = json.dumps({"scope": "agent" if agent else "namespace", "agent": agent or None, "fingerprint": FP})
     args: list[Any] = [fence, "ui", epoch, GROUP, AUDIT_MAX, RESULT_MS, "0"]
-    args += [rid, "answered", outcome("yes"), "alice", call, "claimed", ""]
+    args += [rid, "answered", outcome("yes"), "alice", call, "claimed", "", ""]
     args += [1, decision, 60_000, '["yes"]', summary, '{"sig":"-"}']
     reply = await ns.script("settle", keys, args)
     return [list(reply)] if reply[0] == "err" else [list(r) for r in reply[1]]

@@ -72,7 +72,7 @@ async def test_a_settle_with_the_lease_fence_read_by_the_agent_is_not_an_answer(
         keys = [k + "provider", k + "requests", k + "audit", k + "decisions", k + "decisions:expiry"]
         keys += [f"{k}req:{rid}", f"{k}ans:{rid}", f"{k}inbox:{client}", f"{k}req:{rid}"]
         args = [f"{epoch}:{token}:", "ui", epoch, "providers", 100, 60_000, "0"]
-        args += [rid, "answered", FORGED, "alice", "forged-call", "claimed", "", 0]
+        args += [rid, "answered", FORGED, "alice", "forged-call", "claimed", "", "", 0]
         reply = await asker.commands.script(SCRIPTS["settle"], keys, args)
         assert reply == ["ok", [["ok"]]]  # the forged settlement landed, "by alice" in the audit
         assert await redis.hget(f"{k}req:{rid}", "state") == "answered"

@@ -127,6 +127,10 @@ async def _refused(attempt: Callable[[Redis], Awaitable[Any]], server: RedisServ
         pytest.param(
             lambda r: r.xadd(P + "audit", {"event": "answered", "rid": "r1", "by": "alice"}), id="14-write-the-audit"
         ),
+        pytest.param(
+            lambda r: r.xadd(P + "audit", {"event": "answered", "rid": "r1", "by": "alice", "route": "[]"}),
+            id="34-record-a-routed-cards-route-as-nobody-so-history-shows-it-to-all",
+        ),
         pytest.param(lambda r: r.xtrim(P + "audit", maxlen=0), id="14-erase-the-audit"),
         pytest.param(lambda r: r.set(P + "audit:head", "1-0 forged"), id="14-move-the-audit-chain-head"),
         pytest.param(lambda r: r.xrange(P + "audit"), id="13-read-the-audit"),

@@ -156,7 +156,7 @@ class Namespace:
         args: list[Any] = [fence, "ui", epoch, GROUP, AUDIT_MAX, RESULT_MS, "0"]
         for rid, outcome, call, state, client in settles:
             keys += [k.request(rid), k.outcome(rid), k.inbox(client), k.request(rid)]  # unkeyed
-            args += [rid, state, outcome, "", call, "claimed", "", 0]
+            args += [rid, state, outcome, "", call, "claimed", "", "", 0]
         reply = await self.script("settle", keys, args)
         return [list(reply)] if reply[0] == "err" else [list(r) for r in reply[1]]
 

@@ -177,6 +177,8 @@ class Settlement(msgspec.Struct, kw_only=True):
     asker: str
     asked: str
     """what was asked, for the audit entry (broker/audit.py asked_of; '' for none)"""
+    route: str = ""
+    """the groups the card was routed to, for the audit entry (a JSON array; '' when the provider does not route)"""
     decisions: list[Any]
     """D, the decisions remembered with it ('-1': another asker of a coalesced card), then five per decision"""
 
@@ -208,7 +210,7 @@ def settle(
     argv: list[Any] = [fence, provider, epoch, group, audit_max, result_ttl, hold_notices]
     for s in settlements:
         keys += (s.request, s.outcome_key, s.inbox, s.durable, *s.decision_keys)
-        argv += (s.rid, s.state, s.outcome, s.by, s.call, s.asker, s.asked, *s.decisions)
+        argv += (s.rid, s.state, s.outcome, s.by, s.call, s.asker, s.asked, s.route, *s.decisions)
     return commands.script(SCRIPTS["settle"], keys, argv, _settled)
 
 

@@ -23,7 +23,7 @@ from ..validation import check_answer
 from ._members import Members
 from ._schedule import Lineup, Schedule, request_fingerprint
 from .lease import Lease
-from .settling import SealedSettlement, Settler
+from .settling import Route, SealedSettlement, Settler
 
 __all__ = ["Asker", "Cards", "Member", "PendingRequest"]
 
@@ -201,25 +201,27 @@ class PendingRequest:
         return why_not_rememberable(self.request, answer, remember, opted_out=self.opted_out) is None
 
     async def answer(
-        self, answer: AskUserQuestionAnswer, *, by: str = "", remember: Remember | None = None
+        self, answer: AskUserQuestionAnswer, *, by: str = "", remember: Remember | None = None, route: Route = None
     ) -> AskUserQuestionAnswer:
         """Settle with ``answer``; ``BAD_ANSWER`` leaves the request pending. Returns it as sent.
 
-        ``remember`` also stores the answer as a decision for later identical questions (this
-        agent's or the whole namespace's), atomically with the settlement; an answer that cannot
-        be remembered (free text, a skip, an asker that opted out) is refused with ``BAD_ANSWER``.
-        Every asker of a coalesced card gets the answer under its own question ids.
+        ``remember`` also stores the answer as a decision for later identical questions (this agent's or the
+        whole namespace's), atomically with the settlement; an answer that cannot be remembered (free text, a
+        skip, an asker that opted out) is refused with ``BAD_ANSWER``. Every asker of a coalesced card gets the
+        answer under its own question ids. ``route``: for the audit (``Settler.settlements``).
         """
         accepted = check_answer(self.request, answer, self.settler.settings.limits)
         if remember is not None:
             check_remember(self.request, accepted, remember, opted_out=self.opted_out)
-        await self._settle("answered", by, accepted, remember)
+        await self._settle("answered", by, accepted, remember, route=route)
         return accepted
 
-    async def cancel(self, message: str = "the human dismissed the question", *, by: str = "") -> None:
-        """Settle as dismissed: every asker gets ``ASK_CANCELLED``."""
+    async def cancel(
+        self, message: str = "the human dismissed the question", *, by: str = "", route: Route = None
+    ) -> None:
+        """Settle as dismissed: every asker gets ``ASK_CANCELLED``; ``route`` as for ``answer``."""
         error = UserQuestionError(message, ASK_CANCELLED)
-        await self._settle("cancelled", by, error=encode(Outcome(error=error.to_payload())).decode())
+        await self._settle("cancelled", by, error=encode(Outcome(error=error.to_payload())).decode(), route=route)
 
     def _join(self, member: Member) -> None:
         self._members.add(member)
@@ -253,12 +255,13 @@ class PendingRequest:
         answer: AskUserQuestionAnswer | None = None,
         remember: Remember | None = None,
         error: str = "",
+        route: Route = None,
     ) -> None:
         members = list(self._members)
         settler = self.settler
         self._settling = True  # an identical request arriving now gets a card of its own
         try:
-            settlements = await settler.settlements(self.request, members, state, by, answer, remember, error)
+            settlements = await settler.settlements(self.request, members, state, by, answer, remember, error, route)
             try:
                 replies = await settler.settle_all(settlements)
             except (RedisError, OSError) as failure:
@@ -377,8 +380,7 @@ class Cards:
         )
 
     def _reschedule(self, card: PendingRequest, was_level: int) -> None:
-        """A card whose level changed (an urgent asker joined or left) moves in ``pending``; not yet
-        handed out, it queues at its new level."""
+        """A card whose level changed (an urgent asker came or went) moves in ``pending``, requeued if not out."""
         if card.level == was_level:
             return
         if self._cards.get(card.request_id) is card:

@@ -117,11 +117,11 @@ class Policies:
         ``NOT_APPROVER`` when ``by`` may not vote; ``BAD_ANSWER`` for an invalid answer or a ``remember``.
         """
         policy = self.for_card(pending)
-        if policy is None:
+        if policy is None:  # routed to nobody: the audit says so (``route``), and a history shows it to everyone
             if answer is None:
-                await pending.cancel(message or "the human dismissed the question", by=by)
+                await pending.cancel(message or "the human dismissed the question", by=by, route=())
             else:
-                await pending.answer(answer, by=by, remember=remember)
+                await pending.answer(answer, by=by, remember=remember, route=())
             return None
         settler = pending.settler
         escalated = policy.escalated(pending)
@@ -152,7 +152,7 @@ class Policies:
             approving=record.approving,
         )
         result = tally(policy, self.voters(policy, escalated), _votes(votes), escalated)
-        await settle(pending, result)
+        await settle(pending, result, self.routed_to(policy, escalated))
         return result
 
     async def current(self, pending: PendingRequest) -> Tally | None:
@@ -166,7 +166,7 @@ class Policies:
         flat = await pending.settler.votes(pending.request_id)
         escalated = policy.escalated(pending)
         result = tally(policy, self.voters(policy, escalated), _votes(flat), escalated)
-        await settle(pending, result)
+        await settle(pending, result, self.routed_to(policy, escalated))
         return result
 
 
@@ -282,16 +282,17 @@ def approving(policy: Policy, request: AskUserQuestionRequest, answer: AskUserQu
     return True
 
 
-async def settle(pending: PendingRequest, result: Tally) -> None:
-    """Settle a decided card: its answer by every approver, or the decline (a no-op while undecided)."""
+async def settle(pending: PendingRequest, result: Tally, route: Sequence[str]) -> None:
+    """Settle a decided card: its answer by every approver, or the decline (a no-op while undecided); ``route``,
+    the groups it is routed to now, goes into the audit (a history shows the card to them only)."""
     decided = result.decided
     if decided is None:
         return
     by = ", ".join(result.by)
     if decided.answer is None:
-        await pending.cancel(decided.message or f"{by} dismissed the question", by=by)
+        await pending.cancel(decided.message or f"{by} dismissed the question", by=by, route=route)
     else:
-        await pending.answer(decided.answer, by=by)
+        await pending.answer(decided.answer, by=by, route=route)
 
 
 def _votes(flat: Any) -> list[Vote]:

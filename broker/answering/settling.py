@@ -24,7 +24,7 @@ from ..signing import Seal, SigningKey, seal_outcomes
 from ..types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, encode
 from .lease import Lease, replicated
 
-__all__ = ["Asked", "SealedSettlement", "Settler"]
+__all__ = ["Asked", "Route", "SealedSettlement", "Settler"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,8 @@ _CARRIED = -1
 """settle.lua's D for a coalesced card's later asker: the card's decisions go with it when the first asker's
 request was no longer pending"""
 
+Route = Sequence[str] | None
+"""the groups a card was routed to when settled (empty: to nobody); ``None``: its provider does not route"""
 SealedSettlement = tuple[Settlement, Seal]
 """one settlement's part of a settle.lua call, and what seals its outcome"""
 _Queued = tuple[Settlement, Seal, "asyncio.Future[Reply | Refusal]"]
@@ -86,8 +88,14 @@ class Settler:
         answer: AskUserQuestionAnswer | None = None,
         remember: Remember | None = None,
         error: str = "",
+        route: Route = None,
     ) -> list[SealedSettlement]:
-        """A settlement for each of a card's askers (``members``, the first asker first; ``shown`` its request)."""
+        """A settlement for each of a card's askers (``members``, the first asker first; ``shown`` its request).
+
+        ``route``: the groups the card was routed to (empty: to nobody), recorded in each audit entry so that a
+        history shows the card to whom it showed it; ``None``: this provider does not route (none recorded).
+        """
+        routed = "" if route is None else msgspec.json.encode(list(route)).decode()
         now_ms = 0
         if remember is not None:  # a decision's signed expiry is counted by the Redis clock
             seconds, micros = await self.commands.call("TIME")
@@ -109,11 +117,18 @@ class Settler:
                     extra_keys, extra_args = self._remembering(member.request, own, remember, now_ms, by)
                 elif remember is not None:
                     extra_args = [_CARRIED]  # settle.lua writes the first asker's decisions with it if need be
-            settlements.append(self._settlement(member, state, outcome, by, extra_keys, extra_args))
+            settlements.append(self._settlement(member, state, outcome, by, extra_keys, extra_args, routed))
         return settlements
 
     def _settlement(
-        self, member: Asked, state: str, outcome: str, by: str, extra_keys: list[str], extra_args: list[Any]
+        self,
+        member: Asked,
+        state: str,
+        outcome: str,
+        by: str,
+        extra_keys: list[str],
+        extra_args: list[Any],
+        route: str,
     ) -> SealedSettlement:
         keys, request_id = self.keys, member.request_id
         request_key = keys.request(request_id)
@@ -131,6 +146,7 @@ class Settler:
                 call=self.call_ids.next(),
                 asker="verified" if member.verified else "claimed",
                 asked=audit.asked_of(member.request),
+                route=route,
                 decisions=extra_args,
             ),
             Seal(

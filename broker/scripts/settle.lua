@@ -32,7 +32,10 @@
 -- ARGV[a + 5] asker        the asker's identity for the audit ('verified': a pinned gateway attested it; 'claimed')
 -- ARGV[a + 6] asked        what was asked, for the audit entry's asked field (JSON, broker/audit.py asked_of: the
 --                          agent, each question's id and text; '' for none)
--- ARGV[a + 7] decisions    D, the number of decisions to remember with it, usually '0' ('-1': another asker of the
+-- ARGV[a + 7] route        the groups the card was routed to when settled, for the audit entry's route field (a JSON
+--                          array, '[]': routed to nobody, everyone saw it; '' when the provider does not route: a history
+--                          then shows its text only to those who see every card, docs/approvals.md)
+-- ARGV[a + 8] decisions    D, the number of decisions to remember with it, usually '0' ('-1': another asker of the
 --                          coalesced card above, see below), then five per decision: decision id, TTL ms, the selected
 --                          labels (a JSON array), a summary (JSON: scope, agent, fingerprint, question, header), its
 --                          signature (JSON, broker/decisions.py DecisionProof: what an asker checks before the
@@ -77,8 +80,8 @@ local carry = nil -- {key index, argument index, D}: a card's decisions its firs
 local k, a = 6, 8
 while a <= #ARGV do
   local rid, state, outcome, by, call = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
-  local decisions = tonumber(ARGV[a + 7])
-  local dk, da = k + 4, a + 8
+  local decisions = tonumber(ARGV[a + 8])
+  local dk, da = k + 4, a + 9
   local held = carry
   carry = nil
   local r = redis.call('HMGET', KEYS[k], 'state', 'entry', 'settle_call', 'by', 'grace', 'away', 'client', 'remember')
@@ -126,7 +129,8 @@ while a <= #ARGV do
       end
     end
     audit_append(KEYS[3], ARGV[5], 'event', state, 'rid', rid,
-      'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'asker', ARGV[a + 5], 'outcome', outcome, 'asked', ARGV[a + 6])
+      'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'asker', ARGV[a + 5], 'outcome', outcome, 'asked', ARGV[a + 6],
+      'route', ARGV[a + 7])
     local from_k, from_a, count = dk, da, decisions
     if decisions < 0 then
       count = 0

@@ -221,6 +221,33 @@ async def test_a_standby_lists_a_routed_card_read_only_to_its_group_only(
         await asyncio.gather(routed, chore, return_exceptions=True)
 
 
+async def test_history_shows_a_routed_card_to_its_group_only(
+    browser: Browser, webs: list[WebProcess], asker: Broker
+) -> None:
+    """Issue 34: erin (not in sre) is not shown a card routed to sre in History, on the holder or the standby;
+    alice is. An entry whose route is not known (the asker's own log: not trusted) says so, without its text."""
+    alice, erin = [await page_of(browser, webs[0], user) for user in ("alice", "erin")]
+    routed = ask(asker, "Refund invoice 9?", "Billing", "Refund", "Keep")
+    chore = ask(asker, "Archive the board?", "Chores", "Yes", "No")  # not routed: everyone sees it
+    await vote(alice, "Refund invoice 9", "Refund")
+    await vote(erin, "Archive the board", "No")
+    await asyncio.wait_for(asyncio.gather(routed, chore), 10)
+    trail = await asker.commands.call("XRANGE", asker.keys.audit, "-", "+")
+    [rid] = [f["rid"] for _, f in trail if f.get("event") == "answered" and "Refund invoice 9" in f.get("asked", "")]
+    # An end the asker's log claims for it: History shows that something ended, never what or who asked.
+    await asker.commands.call("XADD", asker.keys.asklog, "*", "event", "withdrawn", "rid", rid, "reason", "forged")
+    erin_standby = await page_of(browser, webs[1], "erin")
+    for page in (alice, erin, erin_standby):
+        await page.locator("#show-history").click()
+        await expect(page.locator("#history")).to_contain_text("Archive the board")
+    await expect(alice.locator("#history")).to_contain_text("Refund invoice 9")
+    await expect(erin_standby.locator("#history")).to_contain_text("routed, not shown")
+    for page in (erin, erin_standby):
+        assert "Refund invoice 9" not in await page.locator("#history").inner_text()
+        sent = await page.evaluate("fetch('/api/history').then((r) => r.text())")
+        assert "Refund invoice 9" not in sent, "History sent erin (not in sre) a card routed to sre"
+
+
 async def test_votes_survive_a_failover_halfway(browser: Browser, webs: list[WebProcess], asker: Broker) -> None:
     first, second = webs
     alice = await page_of(browser, first, "alice")

@@ -109,9 +109,12 @@ class Cards:
     # -- what pages see ---------------------------------------------------------------
 
     def publish(self, event: Event | None) -> None:
-        """Tell the pages; an event about a routed card says where it is routed (``may_see`` reads it)."""
-        if event is not None and "id" in event and event["id"] in self.routes:
-            routes = self.routes[event["id"]]
+        """Tell the pages; an event about a routed card says where it is routed (``may_see`` reads it), one about
+        a card gone (a lost card's follow-up: how it was settled) where it was routed while shown."""
+        routes = None
+        if event is not None and "id" in event:
+            routes = self.routes.get(event["id"]) or (self.shown.get(event["id"]) or {}).get("routes")
+        if event is not None and routes:
             event = {**event, "route": routes[0], "routes": routes}
         self._publish(event)
 
@@ -194,6 +197,11 @@ class Cards:
             routes = [route] if route else []
         return not routes or any(user in self.policies.groups.get(group, frozenset()) for group in routes)
 
+    def sees_every_card(self, user: str) -> bool:
+        """Whether ``user`` is in the group of every policy that routes, so may see any card (a history entry
+        whose route is not known, say); with no routing policy, everyone may."""
+        return all(self.may_see({"route": policy.route}, user) for policy in self.policies.policies if policy.route)
+
     def routes_for(self, request: AskUserQuestionRequest, created_ms: int) -> list[str]:
         """The groups a card of ``request`` alone, asked at ``created_ms``, is routed to now, by the policies the
         live cards are routed by: how a standby routes the holder's cards it lists read-only (``may_see``)."""
@@ -267,10 +275,12 @@ class Cards:
         self.arrivals.remove(request_id)
         if view is not None:
             agent, questions, askers = _asked(view, pending)
-            self.shown[request_id] = {"agent": agent, "questions": questions}  # no plan text kept
+            # no plan text kept; its routes (none: routed to nobody), for a history entry that records none
+            routes = self.routes.get(request_id)
+            self.shown[request_id] = {"agent": agent, "questions": questions, "routes": routes}
             for asker_agent, asker_request_id in askers:  # a coalesced card's other askers: their history shows it too
                 if asker_request_id and asker_request_id != request_id:
-                    self.shown[asker_request_id] = {"agent": asker_agent, "questions": questions}
+                    self.shown[asker_request_id] = {"agent": asker_agent, "questions": questions, "routes": routes}
             while len(self.shown) > SETTLED_MEMORY:
                 self.shown.popitem(last=False)
             removed = {"type": "removed", "id": request_id, "reason": reason, "by": by, "settled": settled}

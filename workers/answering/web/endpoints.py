@@ -23,7 +23,7 @@ from workers.answering.web.auth import Auth, Identity, check_same_origin
 from workers.answering.web.cards import filter_tags
 from workers.answering.web.config import WebConfig
 from workers.answering.web.errors import WebError
-from workers.answering.web.history import read_history
+from workers.answering.web.history import read_history, seen_by
 from workers.answering.web.metrics import SIGN_INS
 from workers.answering.web.remembered import list_remembered, parse_remember, revoke_remembered
 from workers.answering.web.service import WebProvider
@@ -279,8 +279,11 @@ async def history(request: Request) -> Response:
         raise WebError(400, "BAD_REQUEST", "limit is a number") from None
     entries: list[dict[str, Any]] = []
     for service in services_of(request, identity):
+        every = service.sees_every_card(identity.user)
         for entry in await read_history(service.broker, limit=limit, known=service.shown):
-            entries.append({**entry, "namespace": service.broker.namespace})
+            # routed as the live page is (docs/approvals.md): what they could not see pending, they do not see now
+            if (seen := seen_by(entry, identity.user, service.may_see, every)) is not None:
+                entries.append({**seen, "namespace": service.broker.namespace})
     entries.sort(key=lambda entry: entry["atMs"], reverse=True)
     return JSONResponse({"entries": entries[:limit]})
 

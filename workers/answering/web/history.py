@@ -8,6 +8,11 @@ housekeeping's: a human's answer, a cancel, a reap; ``broker.audit.newest``) and
 (``known``: the whole text), else from the audit entry itself (its ``asked`` field: the agent, each
 question's text and a plan's approve label, whatever process answered and however long ago), else,
 while it still exists, the request hash; an entry that has none of them shows question ids only.
+
+History is routed like the live page (``seen_by``, docs/approvals.md): each entry carries the groups its card was
+routed to, as the answering side recorded them at settlement (the audit's ``route``; an askers' log entry's is not
+trusted), else as this server routed the card while showing it, else none known (an older entry, or one settled by
+a provider that does not route): shown whole then only to those who see every card.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 from broker import Broker, Reads
 from workers.inert import inert
 
-__all__ = ["TERMINAL", "find_settlement", "outcome_json", "read_history"]
+__all__ = ["TERMINAL", "find_settlement", "outcome_json", "read_history", "seen_by"]
 
 TERMINAL = frozenset({"answered", "cancelled", "withdrawn", "expired", "dead-lettered"})
 _SEARCH_DEPTH = 2_000
@@ -143,7 +148,8 @@ async def read_history(
     settled = [(entry_id, fields) for entry_id, fields in raw if fields.get("event") in TERMINAL]
     settled = settled[:limit]
     # What this server showed (the whole text), else what the audit entry says was asked.
-    shown = [known(fields.get("rid", "")) or _json(fields.get("asked")) for _, fields in settled]
+    views = [known(fields.get("rid", "")) for _, fields in settled]
+    shown = [view or _json(fields.get("asked")) for view, (_, fields) in zip(views, settled, strict=True)]
     stored = await asyncio.gather(
         *(
             Reads(broker).stored_request(fields.get("rid", ""))
@@ -161,9 +167,37 @@ async def read_history(
             if requests[i] is None and str(fields.get("by", "")).startswith("decision:"):
                 requests[i] = _decided_request(fields, decisions)
     return [
-        _entry(entry_id, fields, request, setters)
-        for (entry_id, fields), request in zip(settled, requests, strict=True)
+        {**_entry(entry_id, fields, request, setters), "routes": _routes(fields, view)}
+        for (entry_id, fields), request, view in zip(settled, requests, views, strict=True)
     ]
+
+
+def _routes(fields: dict[str, str], view: dict[str, Any] | None) -> list[str] | None:
+    """The groups a settled card was routed to (empty: to nobody); ``None``: not known. The audit's ``route`` is
+    written by the answering side only (settle.lua); the askers' log is an asker's to write, so its is ignored."""
+    if fields.get("_source") == "audit":
+        recorded = _json(fields.get("route"))
+        if isinstance(recorded, list) and all(isinstance(group, str) for group in recorded):
+            return recorded
+    if view is not None:  # this server routed it while showing it (a view's ``routes``: None when routed to nobody)
+        routes = view.get("routes")
+        return [group for group in routes if isinstance(group, str)] if isinstance(routes, list) else []
+    return None
+
+
+_NOT_SHOWN = {"hidden": True, "agent": None, "asker": None, "by": None, "remembered": False, "message": None}
+
+
+def seen_by(
+    entry: dict[str, Any], user: str, may_see: Callable[[dict[str, Any], str], bool], sees_every_card: bool
+) -> dict[str, Any] | None:
+    """What ``user`` is shown of a history entry (its ``routes`` taken out), by the live page's rule (``may_see``):
+    nothing of a card routed to groups they are not in; of one whose route is not known, everything only if they
+    see every card (``sees_every_card``), else that something settled, not what, who asked or who answered."""
+    routes = entry.pop("routes", None)
+    if routes is None:
+        return entry if sees_every_card else {**entry, **_NOT_SHOWN, "questions": []}
+    return entry if may_see({"routes": routes}, user) else None
 
 
 def _decided_request(fields: dict[str, str], decisions: dict[str, Any]) -> dict[str, Any]:
@@ -189,10 +223,10 @@ def _approve_label(item: dict[str, Any]) -> str | None:
     return None
 
 
-async def find_settlement(broker: Broker, request_id: str) -> tuple[str, str, Any] | None:
-    """``(event, by, answer)`` of a request's settlement among the recent audit events, if there."""
+async def find_settlement(broker: Broker, request_id: str) -> tuple[str, str, Any, list[str] | None] | None:
+    """``(event, by, answer, routes)`` of a request's settlement among the recent audit events, if there."""
     for _entry_id, fields in await _newest(broker, _SEARCH_DEPTH):
         if fields.get("rid") == request_id and fields.get("event") in TERMINAL:
             answer = outcome_json(fields.get("outcome")).get("answer")
-            return str(fields["event"]), fields.get("by") or "", answer
+            return str(fields["event"]), fields.get("by") or "", answer, _routes(fields, None)
     return None

@@ -37,10 +37,11 @@ from broker.errors import NOT_APPROVER
 from workers.answering.web.cards import Cards, Event, filter_tags
 from workers.answering.web.delivery import BATCH, Delivery, ready
 from workers.answering.web.errors import REDIS_DOWN
+from workers.answering.web.history import seen_by
 from workers.answering.web.keys import WebKeys
 from workers.answering.web.paging import Tag
 from workers.answering.web.presence import Presence, Status
-from workers.answering.web.settled import NOT_PENDING, AlreadySettled, settled_in_redis
+from workers.answering.web.settled import NOT_PENDING, AlreadySettled, Settled, settled_in_redis
 from workers.metrics import lease_acquired, lease_lost
 
 __all__ = ["QUEUE_SIZE", "AlreadySettled", "Event", "Status", "WebProvider", "filter_tags"]
@@ -153,6 +154,10 @@ class WebProvider:
         """Routing: whether ``user`` may see the card an event is about (``Cards.may_see``)."""
         return self.cards.may_see(event, user)
 
+    def sees_every_card(self, user: str) -> bool:
+        """Whether ``user`` may see every card here, routed or not (``Cards.sees_every_card``)."""
+        return self.cards.sees_every_card(user)
+
     def knows(self, request_id: str) -> bool:
         """Whether the request is pending here or was settled here lately."""
         return self.cards.knows(request_id)
@@ -225,7 +230,7 @@ class WebProvider:
         async with self._settling(request_id, by) as pending:
             if self.policies.for_card(pending) is not None:
                 return await self._vote(pending, answer, by=by, remember=remember)
-            accepted = await pending.answer(answer, by=by, remember=remember)
+            accepted = await pending.answer(answer, by=by, remember=remember, route=())  # no policy: routed to nobody
             self.cards.settle(request_id, "answered", by, msgspec.to_builtins(accepted))
             return accepted
 
@@ -234,7 +239,7 @@ class WebProvider:
         async with self._settling(request_id, by) as pending:
             if self.policies.for_card(pending) is not None:
                 return await self._vote(pending, None, by=by, message=message)
-            await pending.cancel(message, by=by)
+            await pending.cancel(message, by=by, route=())
             self.cards.settle(request_id, "cancelled", by)
             return None
 
@@ -265,7 +270,7 @@ class WebProvider:
                 raise UserQuestionError(message, _LEASE_LOST)
             pending = self.cards.pending.get(request_id)
             if pending is None:
-                raise await self._not_pending(request_id)
+                raise await self._not_pending(request_id, by)
             if not self.may_see({"routes": self.cards.routes.get(request_id)}, by):
                 raise UserQuestionError(f"{by} may not answer {request_id}: it is routed to a group", NOT_APPROVER)
             try:
@@ -274,14 +279,21 @@ class WebProvider:
                 if error.code != NOT_PENDING:
                     raise
                 self.cards.remove(request_id, "settled", "")
-                raise await self._not_pending(request_id) from error
+                raise await self._not_pending(request_id, by) from error
 
-    async def _not_pending(self, request_id: str) -> AlreadySettled:
+    async def _not_pending(self, request_id: str, user: str | None = None) -> AlreadySettled:
+        """Who settled a card no longer pending, and how; to ``user`` only if History would show them (routing)."""
         settled = self.cards.settled.get(request_id) or await settled_in_redis(self.broker, request_id)
-        if settled is None:
+        if settled is None or (user is not None and not self._may_know(request_id, settled, user)):
             return AlreadySettled(f"request {request_id} is not pending here", None)
         by = f" by {settled.by}" if settled.by else ""
         return AlreadySettled(f"request {request_id} was already {settled.state}{by}", settled.view())
+
+    def _may_know(self, request_id: str, settled: Settled, user: str) -> bool:
+        shown = self.cards.shown.get(request_id)  # settled here: routed as shown; else as the audit recorded
+        routes = (shown.get("routes") or []) if shown is not None else settled.routes
+        seen = seen_by({"routes": routes}, user, self.may_see, self.sees_every_card(user))
+        return seen is not None and not seen.get("hidden")
 
     # -- the lease loop ---------------------------------------------------------------
 

@@ -21,6 +21,8 @@ class Settled:
     by: str
     answer: Any = None
     """the accepted answer as JSON-ready data, when it was answered"""
+    routes: list[str] | None = None
+    """the groups it was routed to, as the audit recorded them (``None``: not known)"""
 
     def view(self) -> dict[str, Any]:
         """What pages are told of it: the answer's labels and text as a page shows them (``workers.inert``)."""

@@ -1501,6 +1501,8 @@
         entry.event === "answered" ? el("span", { class: "a", text: "→ " + (parts.length ? parts.join(", ") : "(skipped)") }) : null));
     }
     if (entry.event !== "answered" && entry.message) body.append(el("li", { class: "muted message", text: entry.message }));
+    // A card whose route was not recorded, to someone outside a routing group: that it settled, not what (docs/approvals.md).
+    if (entry.hidden) body.append(el("li", { class: "muted not-shown", text: "routed, not shown" }));
     return el("li", { class: "history-item card" }, head, body);
   }
 

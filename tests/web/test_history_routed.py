@@ -1,0 +1,144 @@
+"""History is routed like the live page (issue 34, docs/approvals.md), over real HTTP, Redis and web processes.
+
+The answering side records each settled card's route in its audit entry; History shows a card to those who
+could see it pending, on the server that showed it and on one that never did (a standby: the audit alone). A
+route an asker writes into its own log is not trusted, and a late click on a card routed elsewhere is not told
+how it was settled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from broker import AskUserQuestionItem, AskUserQuestionOption, AskUserQuestionRequest, Broker
+from broker._keys import Keys
+from tests.helpers import KEYS
+from tests.redis_server import RedisServer
+from tests.web.conftest import WebProcess, write_users_file
+from tests.web.test_api import eventually, signed_in
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
+
+POLICY = """
+[[policy]]
+name = "billing"
+match = { header = "Billing" }
+route = "sre"
+"""
+ROUTED, OPEN = "Refund invoice 12?", "Rename the repo?"
+
+
+@pytest.fixture
+def webs(redis_server: RedisServer, namespace: str, tmp_path: Path) -> Iterator[list[WebProcess]]:
+    """A holder and a standby of one namespace, with the routing policy; alice is in sre, bob is not."""
+    users = write_users_file(tmp_path / "users.toml")
+    users.write_text(users.read_text() + '[groups]\nsre = ["alice"]\n')
+    (tmp_path / "policy.toml").write_text(POLICY)
+    extra = ["--policy-file", str(tmp_path / "policy.toml")]
+    started = [WebProcess(redis_server.url, namespace, users, tmp_path / "web-1.log", extra=extra).start()]
+    try:
+        started.append(
+            WebProcess(redis_server.url, namespace, users, tmp_path / "web-2.log", name="web-2", extra=extra).start()
+        )
+        yield started
+    finally:
+        for web in started:
+            web.stop()
+
+
+def _request(text: str, header: str) -> AskUserQuestionRequest:
+    options = (AskUserQuestionOption(label="Yes"), AskUserQuestionOption(label="No"))
+    return AskUserQuestionRequest(
+        questions=(AskUserQuestionItem(id="q1", question=text, header=header, options=options),)
+    )
+
+
+async def _answer(client: httpx.AsyncClient, text: str) -> str:
+    """Answer the pending card asking ``text``; its id."""
+
+    async def card() -> str | None:
+        requests = (await client.get("/api/requests")).json()["requests"]
+        return next((r["id"] for r in requests if r["questions"][0]["question"] == text), None)
+
+    request_id: str = await eventually(card, f"{text} shows up")
+    body = {"answers": [{"id": "q1", "selected": ["Yes"]}]}
+    response = await client.post(f"/api/requests/{request_id}/answer", json=body)
+    assert response.status_code == 200, response.text
+    return request_id
+
+
+async def _history(client: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
+    """History by request id (the newest entry of each)."""
+    entries = (await client.get("/api/history")).json()["entries"]
+    return {entry["id"]: entry for entry in reversed(entries)}
+
+
+def _texts(entry: dict[str, Any]) -> list[Any]:
+    return [question["question"] for question in entry["questions"]]
+
+
+async def test_history_shows_a_routed_card_to_its_group_only_from_what_the_audit_recorded(
+    webs: list[WebProcess], redis: Redis
+) -> None:
+    holder, standby = webs
+    async with Broker(holder.redis_url, holder.namespace, **KEYS) as asker:
+        asks = [
+            asyncio.create_task(asker.ask(_request(t, h), timeout=30))
+            for t, h in ((ROUTED, "Billing"), (OPEN, "Chores"))
+        ]
+        async with signed_in(holder, "alice") as alice:
+            routed, unrouted = await _answer(alice, ROUTED), await _answer(alice, OPEN)
+        await asyncio.gather(*asks)
+    audit = {f["rid"]: f for _, f in await redis.xrange(Keys(holder.namespace).audit) if f["event"] == "answered"}
+    assert (json.loads(audit[routed]["route"]), json.loads(audit[unrouted]["route"])) == (["sre"], [])
+
+    # The holder (which showed the cards) and the standby (which never did: the audit alone) alike.
+    for web in (holder, standby):
+        async with signed_in(web, "alice") as alice, signed_in(web, "bob") as bob:
+            alices, bobs = await _history(alice), await _history(bob)
+        assert _texts(alices[routed]) == [ROUTED] and alices[routed]["by"] == "alice", web.name
+        assert _texts(bobs[unrouted]) == [OPEN] and not bobs[unrouted].get("hidden"), web.name
+        assert routed not in bobs, f"{web.name}'s History showed bob (not in sre) a card routed to sre"
+
+
+async def test_a_route_an_asker_writes_into_its_log_is_not_trusted(webs: list[WebProcess], redis: Redis) -> None:
+    """The asker's log is the asker's to write: a settlement forged there, routed to nobody, lands in History
+    (the attack fires) but its route is ignored: bob, outside sre, is shown neither the question nor who answered."""
+    holder, standby = webs
+    async with Broker(holder.redis_url, holder.namespace, **KEYS) as asker:
+        asked = asyncio.create_task(asker.ask(_request(ROUTED, "Billing"), timeout=30))
+        async with signed_in(holder, "alice") as alice:
+            routed = await _answer(alice, ROUTED)
+        await asked
+        # What the asker's own credentials may write: its log (tests/test_roles.py; the audit refuses them).
+        forged = {"event": "answered", "rid": routed, "by": "alice", "route": "[]"}
+        await asker.commands.call("XADD", asker.keys.asklog, "*", *[x for pair in forged.items() for x in pair])
+    async with signed_in(standby, "alice") as alice, signed_in(standby, "bob") as bob:
+        alices = (await alice.get("/api/history")).json()["entries"]
+        bobs = (await bob.get("/api/history")).json()["entries"]
+    assert any(e["id"] == routed and e["source"] == "asker" and e["by"] == "alice" for e in alices), alices
+    shown = [e for e in bobs if e["id"] == routed]
+    assert shown and all(e["source"] == "asker" and e["hidden"] for e in shown), shown  # only the forged entry
+    assert ROUTED not in json.dumps(bobs) and "alice" not in json.dumps(bobs), bobs
+
+
+async def test_a_late_click_on_a_card_routed_elsewhere_is_not_told_how_it_was_settled(webs: list[WebProcess]) -> None:
+    holder, _ = webs
+    async with Broker(holder.redis_url, holder.namespace, **KEYS) as asker:
+        asked = asyncio.create_task(asker.ask(_request(ROUTED, "Billing"), timeout=30))
+        async with signed_in(holder, "alice") as alice, signed_in(holder, "bob") as bob:
+            routed = await _answer(alice, ROUTED)
+            await asked
+            body = {"answers": [{"id": "q1", "selected": ["No"]}]}
+            late = (await bob.post(f"/api/requests/{routed}/answer", json=body)).json()
+            told = (await alice.post(f"/api/requests/{routed}/answer", json=body)).json()
+    assert late["code"] == "NOT_PENDING" and "winner" not in late and "alice" not in json.dumps(late), late
+    assert told["winner"]["by"] == "alice", told  # a member is told who was first
