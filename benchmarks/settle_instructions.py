@@ -64,7 +64,7 @@ def _settle_card(redis: Redis, sha: str, n: int) -> None:
             rid = f"r{i:06d}"
             request = f"qb:{NS}:req:{rid}"
             keys += [request, f"qb:{NS}:ans:{rid}", f"qb:{NS}:inbox:c{i % 80}", request]
-            argv += [rid, "answered", OUTCOME, "bench", f"call-{i}", "verified", ASKED, 0 if i == 0 else -1]
+            argv += [rid, "answered", OUTCOME, "bench", f"call-{i}", "verified", ASKED, "", 0 if i == 0 else -1]
         reply: Any = redis.evalsha(sha, len(keys), *keys, *argv)
         assert reply[0] == "ok" and all(one[0] == "ok" for one in reply[1]), reply
 

@@ -93,6 +93,13 @@ class Policies:
             return ()
         return (policy.route, policy.escalate_to) if escalated and policy.escalate_to else (policy.route,)
 
+    def recorded_route(self, policy: Policy | None, escalated: bool = False) -> tuple[str, ...] | None:
+        """What a settlement records as a card's route in the audit (``route``; a history routes by it): the groups
+        it is routed to, empty for none; ``None`` (no field) when no policy here routes: every card is everyone's."""
+        if not any(p.route for p in self.policies):
+            return None
+        return () if policy is None else self.routed_to(policy, escalated)
+
     def may_see(self, pending: PendingRequest, person: str) -> bool:
         """Routing: a card routed to a group is for its members only (and, once escalated, the escalation group's)."""
         policy = self.for_card(pending)
@@ -117,11 +124,12 @@ class Policies:
         ``NOT_APPROVER`` when ``by`` may not vote; ``BAD_ANSWER`` for an invalid answer or a ``remember``.
         """
         policy = self.for_card(pending)
-        if policy is None:  # routed to nobody: the audit says so (``route``), and a history shows it to everyone
+        if policy is None:
+            route = self.recorded_route(None)
             if answer is None:
-                await pending.cancel(message or "the human dismissed the question", by=by, route=())
+                await pending.cancel(message or "the human dismissed the question", by=by, route=route)
             else:
-                await pending.answer(answer, by=by, remember=remember, route=())
+                await pending.answer(answer, by=by, remember=remember, route=route)
             return None
         settler = pending.settler
         escalated = policy.escalated(pending)
@@ -152,7 +160,7 @@ class Policies:
             approving=record.approving,
         )
         result = tally(policy, self.voters(policy, escalated), _votes(votes), escalated)
-        await settle(pending, result, self.routed_to(policy, escalated))
+        await settle(pending, result, self.recorded_route(policy, escalated))
         return result
 
     async def current(self, pending: PendingRequest) -> Tally | None:
@@ -166,7 +174,7 @@ class Policies:
         flat = await pending.settler.votes(pending.request_id)
         escalated = policy.escalated(pending)
         result = tally(policy, self.voters(policy, escalated), _votes(flat), escalated)
-        await settle(pending, result, self.routed_to(policy, escalated))
+        await settle(pending, result, self.recorded_route(policy, escalated))
         return result
 
 
@@ -282,9 +290,9 @@ def approving(policy: Policy, request: AskUserQuestionRequest, answer: AskUserQu
     return True
 
 
-async def settle(pending: PendingRequest, result: Tally, route: Sequence[str]) -> None:
-    """Settle a decided card: its answer by every approver, or the decline (a no-op while undecided); ``route``,
-    the groups it is routed to now, goes into the audit (a history shows the card to them only)."""
+async def settle(pending: PendingRequest, result: Tally, route: Sequence[str] | None) -> None:
+    """Settle a decided card: its answer by every approver, or the decline (a no-op while undecided); ``route``
+    goes into the audit (``Policies.recorded_route``)."""
     decided = result.decided
     if decided is None:
         return

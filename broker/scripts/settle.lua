@@ -33,8 +33,9 @@
 -- ARGV[a + 6] asked        what was asked, for the audit entry's asked field (JSON, broker/audit.py asked_of: the
 --                          agent, each question's id and text; '' for none)
 -- ARGV[a + 7] route        the groups the card was routed to when settled, for the audit entry's route field (a JSON
---                          array, '[]': routed to nobody, everyone saw it; '' when the provider does not route: a history
---                          then shows its text only to those who see every card, docs/approvals.md)
+--                          array, '[]': routed to nobody, everyone saw it; '': no field, when no policy of the provider
+--                          routes: a history routing by policies then shows its text only to those who see every card,
+--                          docs/approvals.md)
 -- ARGV[a + 8] decisions    D, the number of decisions to remember with it, usually '0' ('-1': another asker of the
 --                          coalesced card above, see below), then five per decision: decision id, TTL ms, the selected
 --                          labels (a JSON array), a summary (JSON: scope, agent, fingerprint, question, header), its
@@ -128,9 +129,13 @@ while a <= #ARGV do
         pushed[KEYS[k + 2]] = true
       end
     end
-    audit_append(KEYS[3], ARGV[5], 'event', state, 'rid', rid,
-      'provider', ARGV[2], 'epoch', ARGV[3], 'by', by, 'asker', ARGV[a + 5], 'outcome', outcome, 'asked', ARGV[a + 6],
-      'route', ARGV[a + 7])
+    if ARGV[a + 7] ~= '' then -- a route recorded only where policies route: an audit field costs 4 % of a settlement
+      audit_append(KEYS[3], ARGV[5], 'event', state, 'rid', rid, 'provider', ARGV[2], 'epoch', ARGV[3], 'by', by,
+        'asker', ARGV[a + 5], 'outcome', outcome, 'asked', ARGV[a + 6], 'route', ARGV[a + 7])
+    else
+      audit_append(KEYS[3], ARGV[5], 'event', state, 'rid', rid, 'provider', ARGV[2], 'epoch', ARGV[3], 'by', by,
+        'asker', ARGV[a + 5], 'outcome', outcome, 'asked', ARGV[a + 6])
+    end
     local from_k, from_a, count = dk, da, decisions
     if decisions < 0 then
       count = 0

@@ -228,12 +228,13 @@ async def _settle(provider: Provider, terminal: Terminal, pending: PendingReques
     try:
         if terminal.policies.for_card(pending) is not None:
             return _voted(terminal, await _vote(terminal, pending, decision))
+        route = terminal.policies.recorded_route(None)  # no policy covers it: routed to nobody (History shows it)
         if decision.cancelled:
-            await pending.cancel("the human dismissed the question", by=provider.name)
+            await pending.cancel("the human dismissed the question", by=provider.name, route=route)
             terminal.say("Cancelled: the asker is told ASK_CANCELLED.", "green")
         else:
             assert decision.answer is not None
-            await pending.answer(decision.answer, by=provider.name, remember=decision.remember)
+            await pending.answer(decision.answer, by=provider.name, remember=decision.remember, route=route)
             if decision.remember is None:
                 terminal.say("Answer sent.", "green")
             else:

@@ -230,7 +230,8 @@ class WebProvider:
         async with self._settling(request_id, by) as pending:
             if self.policies.for_card(pending) is not None:
                 return await self._vote(pending, answer, by=by, remember=remember)
-            accepted = await pending.answer(answer, by=by, remember=remember, route=())  # no policy: routed to nobody
+            route = self.policies.recorded_route(None)  # no policy covers it: routed to nobody
+            accepted = await pending.answer(answer, by=by, remember=remember, route=route)
             self.cards.settle(request_id, "answered", by, msgspec.to_builtins(accepted))
             return accepted
 
@@ -239,7 +240,7 @@ class WebProvider:
         async with self._settling(request_id, by) as pending:
             if self.policies.for_card(pending) is not None:
                 return await self._vote(pending, None, by=by, message=message)
-            await pending.cancel(message, by=by, route=())
+            await pending.cancel(message, by=by, route=self.policies.recorded_route(None))
             self.cards.settle(request_id, "cancelled", by)
             return None
 
