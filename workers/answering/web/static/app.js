@@ -424,7 +424,7 @@
     try { entries = (await call("GET", "/api/history?limit=200")).entries; } catch (e) { entries = []; }
     for (const id of ids) {
       const entry = entries.find((e) => e.id === id);
-      const settled = entry && entry.event === "answered"
+      const settled = entry && entry.event === "answered" && !entry.hidden
         ? { answer: { answers: entry.questions.map((q) => ({ id: q.id, selected: q.selected || [], custom: q.custom || undefined })) } } : null;
       const card = state.cards.get(id);
       if (!entry && truncated) continue;  // not in the snapshot's window, not settled: still pending
