@@ -48,7 +48,7 @@ MERGE_MAX = 32
 """calls merged into one script call at most (a longer script would hold Redis up for longer)"""
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class _Queued:
     args: tuple[Any, ...]
     future: asyncio.Future[Any]

@@ -72,7 +72,7 @@ def _lease_keys(keys: Keys) -> dict[str, str]:
     return {"lease": keys.provider, "standbys": keys.standbys, "record": keys.lease_record}
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class Lease:
     """A held lease: renewed in the background (``keep``) until Redis says it is gone."""
 
