@@ -121,30 +121,28 @@ def _check(target: str, measured: str | None, met: bool | None) -> dict[str, Any
     return {"target": target, "measured": measured or "not measured", "met": met if measured else None}
 
 
+def _compared(
+    ours: dict[str, Any] | None, theirs: dict[str, Any] | None, figure: str, unit: str, digits: int
+) -> tuple[float, str | None]:
+    """One figure of two levels: ours over theirs, and the measurement as a target states it
+    (0.0 and None where either level was not measured or ours is zero)."""
+    if not ours or not theirs:
+        return 0.0, None
+    ratio = ours[figure] / theirs[figure]
+    return ratio, f"{ours[figure]:.{digits}f} vs {theirs[figure]:.{digits}f} {unit} = {ratio:.2f}x" if ratio else None
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target of issue 12 with the measured figure and whether it is met (None: not measured)."""
     checks: list[dict[str, Any]] = []
     broker256, floor256, arq256 = (_level(results, s, 256) for s in ("broker", "floor", "arq"))
-    ratio = broker256["rate"] / floor256["rate"] if broker256 and floor256 else 0.0
-    measured = (
-        f"{broker256['rate']:.0f} vs {floor256['rate']:.0f} asks/s = {ratio:.2f}x"
-        if ratio and broker256 and floor256
-        else None
-    )
+    ratio, measured = _compared(broker256, floor256, "rate", "asks/s", 0)
     checks.append(_check("throughput at c=256 >= 0.35x the fair raw floor", measured, ratio >= 0.35))
     checks.append(_check("stretch: throughput at c=256 >= 0.5x the fair raw floor", measured, ratio >= 0.5))
-    ratio = broker256["rate"] / arq256["rate"] if broker256 and arq256 else 0.0
-    measured = (
-        f"{broker256['rate']:.0f} vs {arq256['rate']:.0f} asks/s = {ratio:.2f}x"
-        if ratio and broker256 and arq256
-        else None
-    )
+    ratio, measured = _compared(broker256, arq256, "rate", "asks/s", 0)
     checks.append(_check("throughput at c=256 >= 5x arq", measured, ratio >= 5))
     broker1, floor1 = _level(results, "broker", 1), _level(results, "floor", 1)
-    ratio = broker1["p50_ms"] / floor1["p50_ms"] if broker1 and floor1 else 0.0
-    measured = (
-        f"{broker1['p50_ms']:.2f} vs {floor1['p50_ms']:.2f} ms = {ratio:.2f}x" if ratio and broker1 and floor1 else None
-    )
+    ratio, measured = _compared(broker1, floor1, "p50_ms", "ms", 2)
     checks.append(_check("p50 latency at c=1 <= 2.0x the fair raw floor", measured, ratio <= 2.0))
     total = cpu_total(broker256) if broker256 else None
     measured = None
@@ -388,6 +386,15 @@ HAND_WRITTEN = "<!-- figures of other benchmarks, written by hand: kept when thi
 """a full run rewrites docs/benchmarks.md down to this line; what follows it is kept"""
 
 
+def _section(title: str, *text: str) -> list[str]:
+    """A section of the page: its heading, its lines, and the blank line that ends it."""
+    return [f"## {title}", "", *text, ""]
+
+
+def _runs(figures: dict[str, Any]) -> str:
+    return ", ".join(f"{t:.2f}" for t in figures["runs"])
+
+
 def write_doc(
     results: dict[str, Any], checks: list[dict[str, Any]], path: Path, before: dict[str, Any] | None = None
 ) -> Path:
@@ -471,9 +478,8 @@ def write_doc(
     ]
     if waiting:
         per_key = waiting["per_key"]
-        lines += [
-            "## Connections, memory, residue",
-            "",
+        lines += _section(
+            "Connections, memory, residue",
             f"One asking process starts {waiting['asks']} asks; the provider holds the lease and answers none, "
             "so every ask is accepted, delivered and pending.",
             "",
@@ -503,36 +509,28 @@ def write_doc(
             "with its group, the lease epoch counter, the lease-release signal list and one liveness key per "
             "broker process (each expires with the client TTL); `req` keys here are the tombstones, which "
             "expire 60 s after their answer (every key is listed in `benchmarks.json`).",
-            "",
-        ]
+        )
     if failover:
-        runs = ", ".join(f"{t:.2f}" for t in failover["runs"])
-        lines += [
-            "## Failover",
-            "",
+        lines += _section(
+            "Failover",
             f"`kill -9` of the lease-holding provider process, then an ask; time to its answer from the standby "
             f"process: **median {failover['median']:.2f} s** with lease TTL **{failover['lease_ttl']:g} s** "
-            f"(runs: {runs} s). The lease is renewed every TTL/3, so it lapses between 2/3 TTL and one TTL "
-            "after the kill; a clean exit releases it at once.",
-            "",
-        ]
+            f"(runs: {_runs(failover)} s). The lease is renewed every TTL/3, so it lapses between 2/3 TTL and one "
+            "TTL after the kill; a clean exit releases it at once.",
+        )
     if cli:
-        runs = ", ".join(f"{t:.2f}" for t in cli["runs"])
-        lines += [
-            "## The command line",
-            "",
+        lines += _section(
+            "The command line",
             "`qbroker ask --question ... --option yes --option no`, a new process each time (interpreter start-up and "
             "imports included), against a `qbroker auto` provider already running: "
-            f"**median {cli['median']:.2f} s** wall, end to end (runs: {runs} s).",
-            "",
-        ]
+            f"**median {cli['median']:.2f} s** wall, end to end (runs: {_runs(cli)} s).",
+        )
     scale = results.get("scale_out")
     if scale:
         single, spread = scale["single"], scale["cluster"]
         per = ", ".join(f"{level['rate']:.0f}" for level in spread["levels"])
-        lines += [
-            "## Scale-out on a Redis Cluster",
-            "",
+        lines += _section(
+            "Scale-out on a Redis Cluster",
             "Three namespaces on a three-master Redis Cluster (on this machine, loopback; each namespace's slot on "
             "another master), each with its own asking process and providing process running at once, against one "
             f"namespace on the run's single Redis; every asker at concurrency {scale['concurrency']}, "
@@ -550,8 +548,7 @@ def write_doc(
             "(client-side slot routing, more processes on the same cores), not the gain three machines would give. "
             "Namespaces share no keys, slots or scripts, so with a master and its processes per machine each "
             "namespace would be expected to run as the single one does here (not measured: one machine).",
-            "",
-        ]
+        )
     lines += ["## Targets (issue 12)", ""]
     for check in checks:
         said = verdict(check).replace("missed", "**missed**")

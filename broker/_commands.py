@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from redis.asyncio import Redis, RedisCluster
@@ -47,23 +48,14 @@ MERGE_MAX = 32
 """calls merged into one script call at most (a longer script would hold Redis up for longer)"""
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class _Queued:
-    __slots__ = ("args", "future", "give_up_at", "merge", "options")
-
-    def __init__(
-        self,
-        args: tuple[Any, ...],
-        future: asyncio.Future[Any],
-        give_up_at: float,
-        options: dict[str, Any],
-        merge: str | None = None,
-    ) -> None:
-        self.args = args
-        self.future = future
-        self.give_up_at = give_up_at
-        self.options = options
-        self.merge = merge
-        """the SHA of a script that takes a batch: queued calls of it go as one"""
+    args: tuple[Any, ...]
+    future: asyncio.Future[Any]
+    give_up_at: float
+    options: dict[str, Any]
+    merge: str | None = None
+    """the SHA of a script that takes a batch: queued calls of it go as one"""
 
 
 def _merged(batch: list[_Queued]) -> list[tuple[tuple[Any, ...], dict[str, Any], list[_Queued]]]:

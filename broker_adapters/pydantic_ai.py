@@ -152,16 +152,8 @@ async def decide(
     return results
 
 
-async def approve(
-    requests: DeferredToolRequests,
-    asker: Asker,
-    *,
-    timeout: float | None = None,
-    key: str | None = None,
-    schemas: Schemas | None = None,
-) -> DeferredToolResults:
-    """``decide``, by its earlier name."""
-    return await decide(requests, asker, timeout=timeout, key=key, schemas=schemas)
+approve = decide
+"""``decide``, by its earlier name."""
 
 
 def handler(

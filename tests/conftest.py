@@ -71,9 +71,15 @@ async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
 
 
 @pytest.fixture
-async def make_broker(redis_server: RedisServer, namespace: str) -> AsyncIterator[Callable[..., Any]]:
-    """Open brokers on the shared server (same namespace unless told); closed at teardown."""
-    async with opened_brokers(redis_server.url, namespace) as make:
+def redis_url(redis_server: RedisServer) -> str:
+    """Where ``make_broker``'s brokers connect: the shared server (a module of another topology overrides it)."""
+    return redis_server.url
+
+
+@pytest.fixture
+async def make_broker(redis_url: str, namespace: str) -> AsyncIterator[Callable[..., Any]]:
+    """Open brokers on ``redis_url`` (same namespace unless told); closed at teardown."""
+    async with opened_brokers(redis_url, namespace) as make:
         yield make
 
 

@@ -7,7 +7,6 @@ import contextlib
 import socket
 import ssl
 import subprocess
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -221,22 +220,15 @@ class TlsRedisServer(RedisServer):
             port=port,
         )  # fmt: skip
 
-    def _wait_ready(self) -> None:
+    def _connect(self) -> socket.socket:
         context = ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
         context.load_cert_chain(str(self.certs / "client.crt"), str(self.certs / "client.key"))
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with (
-                    socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as raw,
-                    context.wrap_socket(raw, server_hostname="127.0.0.1") as sock,
-                ):
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(64).startswith(b"+PONG"):
-                        return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"TLS redis-server on port {self.port} did not start")
+        raw = socket.create_connection(("127.0.0.1", self.port), timeout=0.5)
+        try:
+            return context.wrap_socket(raw, server_hostname="127.0.0.1")
+        except BaseException:
+            raw.close()
+            raise
 
 
 @pytest.fixture

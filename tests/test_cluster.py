@@ -21,7 +21,7 @@ from broker import Broker
 from broker.connection import redis_from_url
 from tests import test_ask, test_durable, test_provider, test_waiting_cost, test_waterfall
 from tests.cluster import RedisClusterFixture
-from tests.helpers import KEYS, next_pending, one_question, opened_brokers, pick
+from tests.helpers import KEYS, next_pending, one_question, pick
 from tests.test_connection import a_killed_read_raises
 from tests.test_durable import provider
 
@@ -59,10 +59,9 @@ async def redis(redis_cluster: RedisClusterFixture) -> AsyncIterator[RedisCluste
 
 
 @pytest.fixture
-async def make_broker(redis_cluster: RedisClusterFixture, namespace: str) -> AsyncIterator[Callable[..., Any]]:
-    """Brokers on the cluster (the redis+cluster:// URL builds RedisCluster clients); closed at teardown."""
-    async with opened_brokers(redis_cluster.url, namespace) as make:
-        yield make
+def redis_url(redis_cluster: RedisClusterFixture) -> str:
+    """``make_broker``'s brokers are on the cluster (the redis+cluster:// URL builds RedisCluster clients)."""
+    return redis_cluster.url
 
 
 def namespaces_on_distinct_masters(cluster: RedisClusterFixture, count: int) -> list[str]:

@@ -49,11 +49,15 @@ class RedisServer:
         self._wait_ready()
         return self
 
+    def _connect(self) -> socket.socket:
+        """A connection to the server, as its clients make one (a TLS server's wraps it)."""
+        return socket.create_connection(("127.0.0.1", self.port), timeout=0.2)
+
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+                with self._connect() as sock:
                     sock.sendall(b"PING\r\n")
                     if sock.recv(64).startswith(b"+PONG"):
                         return

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from redis.asyncio import Redis, RedisCluster
@@ -71,32 +72,29 @@ def _lease_keys(keys: Keys) -> dict[str, str]:
     return {"lease": keys.provider, "standbys": keys.standbys, "record": keys.lease_record}
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class Lease:
     """A held lease: renewed in the background (``keep``) until Redis says it is gone."""
 
-    def __init__(
-        self,
-        *,
-        commands: Commands,
-        keys: Keys,
-        settings: ProviderSettings,
-        name: str,
-        token: str,
-        epoch: int,
-        on_change: Callable[[], None],
-    ) -> None:
-        self.commands = commands
-        self.keys = keys
-        self.settings = settings
-        self.name = name
-        self.token = token
-        self.epoch = epoch
-        self.fence = f"{epoch}:{token}:"
-        self.on_stream = {"lease": keys.provider, "requests": keys.requests, "fence": self.fence, "group": GROUP}
+    commands: Commands
+    keys: Keys
+    settings: ProviderSettings
+    name: str
+    token: str
+    epoch: int
+    on_change: Callable[[], None]
+    """told when the lease is lost or a handover asked: whoever waits for the next card looks again"""
+    handover: Handover | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.fence = f"{self.epoch}:{self.token}:"
+        self.on_stream = {
+            "lease": self.keys.provider,
+            "requests": self.keys.requests,
+            "fence": self.fence,
+            "group": GROUP,
+        }
         """what every fenced script on the request stream takes first: the lease, the stream, the fence, the group"""
-        self.handover: Handover | None = None
-        self._on_change = on_change
-        """told when the lease is lost or a handover asked: whoever waits for the next card looks again"""
         self._lost = asyncio.Event()
         self._handover_asked = asyncio.Event()
 
@@ -116,7 +114,7 @@ class Lease:
         if not self._lost.is_set():
             log.warning("provider %s lost the lease of %s (epoch %s)", self.name, self.keys.namespace, self.epoch)
             self._lost.set()
-            self._on_change()
+            self.on_change()
 
     async def keep(self) -> None:
         """Renew the lease every third of its TTL; fence ourselves once Redis says it is gone.
@@ -165,7 +163,7 @@ class Lease:
             grace = int(grace_ms) / 1000 if grace_ms.isdigit() else HANDOVER_GRACE
             self.handover = Handover(to, by, grace)
             self._handover_asked.set()
-            self._on_change()
+            self.on_change()
 
 
 async def acquire_lease(

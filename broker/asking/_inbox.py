@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis, RedisCluster
 
@@ -114,12 +114,7 @@ class Inbox:
 
     async def keep_alive(self) -> None:
         """Beat every third of the liveness TTL until cancelled, whatever the blocking read does."""
-        while True:
-            await asyncio.sleep(self._beat_every)
-            try:
-                await self.beat()
-            except Exception as error:
-                log.warning("liveness beat failed: %r", error)
+        await _every(self._beat_every, self.beat, "liveness beat")
 
     async def run(self) -> None:
         """Block on the inbox until cancelled; never ends on a Redis failure."""
@@ -155,12 +150,7 @@ class Inbox:
 
     async def sweep(self) -> None:
         """Every ``sweep_every`` seconds, re-read awaited outcomes and end asks whose request is gone."""
-        while True:
-            await asyncio.sleep(self._sweep_every)
-            try:
-                await self._sweep_once()
-            except Exception as error:
-                log.warning("inbox sweep failed: %r", error)
+        await _every(self._sweep_every, self._sweep_once, "inbox sweep")
 
     async def _sweep_once(self) -> None:
         settled_before = self._clock() - self._sweep_every
@@ -279,3 +269,13 @@ class Inbox:
             if future is not None and not future.done():
                 future.set_result(outcome)
         return unresolved
+
+
+async def _every(seconds: float, step: Callable[[], Awaitable[None]], what: str) -> None:
+    """Run ``step`` every ``seconds`` until cancelled; a failed one is logged, and the next runs on time."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await step()
+        except Exception as error:
+            log.warning("%s failed: %r", what, error)

@@ -43,6 +43,18 @@ async def answer_in_a_terminal(redis_url: str, namespace: str, by: str, holding:
             return
 
 
+async def answered_in_a_terminal(
+    asker: Broker, redis_url: str, namespace: str, item: AskUserQuestionItem, *, agent: str | None = None
+) -> None:
+    """``item`` asked (by ``agent``), once a terminal holds the lease, and answered there 'Now' by carol@laptop."""
+    holding = asyncio.Event()
+    terminal = asyncio.create_task(answer_in_a_terminal(redis_url, namespace, "carol@laptop", holding))
+    await holding.wait()
+    asked = ask(asker, item, agent=agent)
+    await terminal
+    await asked
+
+
 @pytest.mark.timeout(50)
 async def test_history_after_a_restart_and_of_a_terminal_answer_reads_the_durable_record(
     browser: Browser, redis_factory: Callable[..., RedisServer], tmp_path: Path
@@ -80,16 +92,8 @@ async def test_history_after_a_restart_and_of_a_terminal_answer_reads_the_durabl
             await people.close()
             await asyncio.to_thread(first.stop)  # the page's server restarts: what it remembered is gone
 
-            holding = asyncio.Event()
-            terminal = asyncio.create_task(answer_in_a_terminal(redis.url, namespace, "carol@laptop", holding))
-            await holding.wait()
-            rotate = ask(
-                asker,
-                AskUserQuestionItem(id="r", question="Rotate the keys?", options=options("Now", "Later")),
-                agent="ops-1",
-            )
-            await terminal
-            await rotate
+            rotate = AskUserQuestionItem(id="r", question="Rotate the keys?", options=options("Now", "Later"))
+            await answered_in_a_terminal(asker, redis.url, namespace, rotate, agent="ops-1")
 
             await asyncio.to_thread(second.start)
             people = People(browser, second)
@@ -138,12 +142,8 @@ async def test_a_redis_restart_that_lost_the_data_leaves_one_clear_state_and_ver
     redis = redis_factory()
     namespace = f"lost{os.getpid()}"
     async with asyncio.timeout(40), Broker(redis.url, namespace, **KEYS) as asker:
-        holding = asyncio.Event()
-        terminal = asyncio.create_task(answer_in_a_terminal(redis.url, namespace, "carol@laptop", holding))
-        await holding.wait()
-        rotate = ask(asker, AskUserQuestionItem(id="r", question="Rotate the keys?", options=options("Now")))
-        await terminal
-        await rotate
+        rotate = AskUserQuestionItem(id="r", question="Rotate the keys?", options=options("Now"))
+        await answered_in_a_terminal(asker, redis.url, namespace, rotate)
     probe = HeldRoute()  # the page asks /healthz as its stream breaks; that answer comes late, as under load
     async with own_web(browser, redis.url, namespace, tmp_path, release=probe.released) as (_, people):
         async with asyncio.timeout(40):

@@ -41,8 +41,10 @@ async def start_module(module: str, *args: str, url: str, namespace: str) -> asy
     )  # fmt: skip
 
 
-async def start_qbroker(*args: str, env: dict[str, str], stdin: bytes | None = None) -> asyncio.subprocess.Process:
-    """``qbroker args`` in ``env``, its output piped, and its input too when there is ``stdin`` to send."""
+async def start_qbroker(
+    *args: str, env: dict[str, str], stdin: bytes | None = None, cwd: Path | None = None
+) -> asyncio.subprocess.Process:
+    """``qbroker args`` in ``env`` (and ``cwd``), its output piped, and its input too when there is ``stdin`` to send."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -52,6 +54,7 @@ async def start_qbroker(*args: str, env: dict[str, str], stdin: bytes | None = N
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=env,
+        cwd=cwd,
     )
 
 

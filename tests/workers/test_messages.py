@@ -6,35 +6,22 @@ askers (docs/security.md forbids it), sends a person the wrong way.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.redis_server import RedisServer
-from tests.workers.procs import env_for
+from tests.workers.procs import env_for, finished, start_qbroker
 
 pytestmark = pytest.mark.timeout(30)
 ROOT = Path(__file__).resolve().parents[2]
 
 
 async def qbroker(*args: str, cwd: Path) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "workers",
-        *args,
-        cwd=cwd,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    _, err = await asyncio.wait_for(process.communicate(), 20)
-    assert process.returncode is not None
-    return process.returncode, err.decode()
+    status, _, err = await finished(await start_qbroker(*args, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=cwd))
+    return status, err.decode()
 
 
 async def test_keys_new_says_where_each_half_of_an_answering_key_goes(tmp_path: Path) -> None:
@@ -57,21 +44,7 @@ async def test_an_ask_without_a_trusted_key_names_the_flag_a_shell_user_types(
 ) -> None:
     env = env_for(redis_server.url, namespace)
     del env["QBROKER_TRUSTED_KEYS"], env["QBROKER_SIGNING_KEY"]
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "workers",
-        "ask",
-        "-q",
-        "Deploy now?",
-        "--timeout",
-        "5",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        stdin=asyncio.subprocess.DEVNULL,
-        env=env,
-    )
-    _, err = await asyncio.wait_for(process.communicate(), 20)
+    status, _, err = await finished(await start_qbroker("ask", "-q", "Deploy now?", "--timeout", "5", env=env))
     error = json.loads(err)
-    assert (process.returncode, error["code"]) == (17, "NO_TRUSTED_KEY")
+    assert (status, error["code"]) == (17, "NO_TRUSTED_KEY")
     assert "--trusted-keys-file" in error["message"] and "QBROKER_TRUSTED_KEYS_FILE" in error["message"], error

@@ -229,7 +229,7 @@ class WebProvider:
         """The answer as accepted, or, on a card a quorum policy covers, the tally after this vote."""
         async with self._settling(request_id, by) as pending:
             if self.policies.for_card(pending) is not None:
-                return await self._vote(pending, answer, by=by, remember=remember)
+                return self._tallied(pending, await self.policies.vote(pending, answer, by=by, remember=remember))
             route = self.policies.recorded_route(None)  # no policy covers it: routed to nobody
             accepted = await pending.answer(answer, by=by, remember=remember, route=route)
             self.cards.settle(request_id, "answered", by, msgspec.to_builtins(accepted))
@@ -239,21 +239,13 @@ class WebProvider:
         """Dismiss; on a card a quorum policy covers, a declining vote (the tally after it)."""
         async with self._settling(request_id, by) as pending:
             if self.policies.for_card(pending) is not None:
-                return await self._vote(pending, None, by=by, message=message)
+                return self._tallied(pending, await self.policies.vote(pending, None, by=by, message=message))
             await pending.cancel(message, by=by, route=self.policies.recorded_route(None))
             self.cards.settle(request_id, "cancelled", by)
             return None
 
-    async def _vote(
-        self,
-        pending: PendingRequest,
-        answer: AskUserQuestionAnswer | None,
-        *,
-        by: str,
-        message: str = "",
-        remember: Remember | None = None,
-    ) -> Tally:
-        tally = await self.policies.vote(pending, answer, by=by, message=message, remember=remember)
+    def _tallied(self, pending: PendingRequest, tally: Tally | None) -> Tally:
+        """The card shows a vote's tally (``Policies.vote``'s, on a card a policy covers)."""
         assert tally is not None  # the caller saw a policy cover the card
         self.cards.tallied(pending, tally)
         return tally

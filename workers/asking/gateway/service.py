@@ -13,6 +13,7 @@ import logging
 import os
 import secrets
 import socket
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Final
 
 import msgspec
@@ -37,34 +38,27 @@ _ASK_FIELDS: Final = frozenset(
 )
 
 
+@dataclass(eq=False, repr=False)
 class Gateway:
     """The asks of authenticated agents, run through one broker; an async context manager."""
 
-    def __init__(
-        self,
-        broker: Broker,
-        *,
-        keep_for: float = 600.0,
-        abandon_after: float = 60.0,
-        max_asks: int = 100,
-        agent_linger: float = 10.0,
-        stop_grace: float = 2.0,
-        name: str = "",
-        beat_every: float = 5.0,
-    ) -> None:
-        self.broker = broker
-        self.name = name or f"gateway@{socket.gethostname()}:{os.getpid()}"
-        """how ``qbroker status`` lists this gateway while it beats"""
-        self.beat_every = beat_every
-        self.stop_grace = stop_grace
-        """stopping, how long the asks' withdrawals and the agents' removals may wait for Redis"""
-        self.keep_for = keep_for
-        """how long a finished ask's outcome stays readable"""
-        self.abandon_after = abandon_after
-        self.max_asks = max_asks
-        """asks one agent may have pending at once"""
-        self.agent_linger = agent_linger
-        """how long an agent's record stays registered after its last ask ended"""
+    broker: Broker
+    _: KW_ONLY
+    keep_for: float = 600.0
+    """how long a finished ask's outcome stays readable"""
+    abandon_after: float = 60.0
+    max_asks: int = 100
+    """asks one agent may have pending at once"""
+    agent_linger: float = 10.0
+    """how long an agent's record stays registered after its last ask ended"""
+    stop_grace: float = 2.0
+    """stopping, how long the asks' withdrawals and the agents' removals may wait for Redis"""
+    name: str = ""
+    """how ``qbroker status`` lists this gateway while it beats (by default ``gateway@<host>:<pid>``)"""
+    beat_every: float = 5.0
+
+    def __post_init__(self) -> None:
+        self.name = self.name or f"gateway@{socket.gethostname()}:{os.getpid()}"
         self._asks: dict[str, GatewayAsk] = {}
         self._by_agent: dict[str, dict[str, GatewayAsk]] = {}
         """the same asks by agent: finding an agent's own costs its asks, not every agent's"""
