@@ -23,7 +23,7 @@ from ..validation import check_answer
 from ._members import Members
 from ._schedule import Lineup, Schedule, request_fingerprint
 from .lease import Lease
-from .settling import Route, SealedSettlement, Settler
+from .settling import Route, SealedSettlement, Settler, Verdict
 
 __all__ = ["Asker", "Cards", "Member", "PendingRequest"]
 
@@ -213,7 +213,7 @@ class PendingRequest:
         accepted = check_answer(self.request, answer, self.settler.settings.limits)
         if remember is not None:
             check_remember(self.request, accepted, remember, opted_out=self.opted_out)
-        await self._settle("answered", by, accepted, remember, route=route)
+        await self._settle(Verdict("answered", by, accepted, remember, route=route))
         return accepted
 
     async def cancel(
@@ -221,7 +221,9 @@ class PendingRequest:
     ) -> None:
         """Settle as dismissed: every asker gets ``ASK_CANCELLED``; ``route`` as for ``answer``."""
         error = UserQuestionError(message, ASK_CANCELLED)
-        await self._settle("cancelled", by, error=encode(Outcome(error=error.to_payload())).decode(), route=route)
+        await self._settle(
+            Verdict("cancelled", by, error=encode(Outcome(error=error.to_payload())).decode(), route=route)
+        )
 
     def _join(self, member: Member) -> None:
         self._members.add(member)
@@ -248,20 +250,12 @@ class PendingRequest:
         self.withdrawn.set()
         self._board._note_change(self)
 
-    async def _settle(
-        self,
-        state: str,
-        by: str,
-        answer: AskUserQuestionAnswer | None = None,
-        remember: Remember | None = None,
-        error: str = "",
-        route: Route = None,
-    ) -> None:
+    async def _settle(self, verdict: Verdict) -> None:
         members = list(self._members)
         settler = self.settler
         self._settling = True  # an identical request arriving now gets a card of its own
         try:
-            settlements = await settler.settlements(self.request, members, state, by, answer, remember, error, route)
+            settlements = await settler.settlements(self.request, members, verdict)
             try:
                 replies = await settler.settle_all(settlements)
             except (RedisError, OSError) as failure:

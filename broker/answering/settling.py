@@ -9,6 +9,7 @@ call together, sealed under one signature; the batches are sent by one task the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -24,7 +25,7 @@ from ..signing import Seal, SigningKey, seal_outcomes
 from ..types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, encode
 from .lease import Lease, replicated
 
-__all__ = ["Asked", "Route", "SealedSettlement", "Settler"]
+__all__ = ["Asked", "Route", "SealedSettlement", "Settler", "Verdict"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,25 @@ request was no longer pending"""
 
 Route = Sequence[str] | None
 """the groups a card was routed to when settled (empty: to nobody); ``None``: its provider does not route"""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verdict:
+    """How a card is settled, the same for each of its askers (``Settler.settlements``)."""
+
+    state: str
+    """'answered' or 'cancelled'"""
+    by: str
+    answer: AskUserQuestionAnswer | None = None
+    remember: Remember | None = None
+    """a decision to remember with the answer (``answer`` only)"""
+    error: str = ""
+    """the outcome JSON of a cancellation"""
+    route: Route = None
+    """the groups the card was routed to (empty: to nobody), recorded in each audit entry so that a history shows
+    the card to whom it showed it; ``None``: this provider does not route (none recorded)"""
+
+
 SealedSettlement = tuple[Settlement, Seal]
 """one settlement's part of a settle.lua call, and what seals its outcome"""
 _Queued = tuple[Settlement, Seal, "asyncio.Future[Reply | Refusal]"]
@@ -80,22 +100,11 @@ class Settler:
         return start_ms + int((asyncio.get_running_loop().time() - start) * 1000)
 
     async def settlements(
-        self,
-        shown: AskUserQuestionRequest,
-        members: Sequence[Asked],
-        state: str,
-        by: str,
-        answer: AskUserQuestionAnswer | None = None,
-        remember: Remember | None = None,
-        error: str = "",
-        route: Route = None,
+        self, shown: AskUserQuestionRequest, members: Sequence[Asked], verdict: Verdict
     ) -> list[SealedSettlement]:
-        """A settlement for each of a card's askers (``members``, the first asker first; ``shown`` its request).
-
-        ``route``: the groups the card was routed to (empty: to nobody), recorded in each audit entry so that a
-        history shows the card to whom it showed it; ``None``: this provider does not route (none recorded).
-        """
-        routed = "" if route is None else msgspec.json.encode(list(route)).decode()
+        """A settlement for each of a card's askers (``members``, the first asker first; ``shown`` its request)."""
+        state, by, answer, remember = verdict.state, verdict.by, verdict.answer, verdict.remember
+        routed = "" if verdict.route is None else msgspec.json.encode(list(verdict.route)).decode()
         now_ms = 0
         if remember is not None:  # a decision's signed expiry is counted by the Redis clock
             seconds, micros = await self.commands.call("TIME")
@@ -104,7 +113,7 @@ class Settler:
         by_ids: dict[tuple[str, ...], tuple[AskUserQuestionAnswer, str]] = {}
         """the answer and its outcome JSON under each set of question ids: a card's askers mostly share one"""
         for member in members:
-            outcome = error
+            outcome = verdict.error
             extra_keys: list[str] = []
             extra_args: list[Any] = [0]
             if answer is not None:
