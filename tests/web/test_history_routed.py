@@ -211,3 +211,34 @@ async def test_a_lost_cards_follow_up_goes_only_to_the_pages_the_card_went_to(we
     assert not [e for e in bobs if routed in json.dumps(e)], f"bob (not in sre) was sent {routed}: {bobs}"
     followed_up = [e for e in alices if e["event"] == "removed" and e["id"] == routed and e["reason"] == "answered"]
     assert followed_up[0]["by"] == "alice" and followed_up[0].get("routes") == ["sre"], followed_up
+
+
+async def _settled_in_the_audit(redis: Redis, namespace: str, count: int, route: list[str], tag: str) -> None:
+    """``count`` settlements routed to ``route`` as the answering side records them (the audit's ``route``), an ask
+    in the askers' log between every ten (History reads both streams, each a page at a time)."""
+    keys = Keys(namespace)
+    async with redis.pipeline(transaction=False) as pipe:
+        for i in range(count):
+            rid = f"{tag}-{i}"
+            pipe.xadd(keys.audit, {"event": "answered", "rid": rid, "by": "alice", "route": json.dumps(route)})
+            if i % 10 == 0:
+                pipe.xadd(keys.asklog, {"event": "asked", "rid": rid})
+        await pipe.execute()
+
+
+async def test_history_fills_a_page_with_what_its_person_may_see_reading_at_most_its_bound(
+    webs: list[WebProcess], redis: Redis
+) -> None:
+    """The page of History a person gets holds up to ``limit`` entries they may see, read on past the newer ones
+    routed away from them, though no further than 4 000 events (``READ_BOUND``, docs/approvals.md)."""
+    holder, _ = webs
+    await _settled_in_the_audit(redis, holder.namespace, 1, [], "open")
+    await _settled_in_the_audit(redis, holder.namespace, 2_000, ["sre"], "sre")  # 2 200 events with their asks
+    async with signed_in(holder, "bob") as bob, signed_in(holder, "alice") as alice:
+        bobs = (await bob.get("/api/history", params={"limit": 1})).json()["entries"]
+        alices = (await alice.get("/api/history", params={"limit": 2})).json()["entries"]
+        assert [e["id"] for e in bobs] == ["open-0"], bobs  # found behind 2 000 entries of another group's
+        assert [e["id"] for e in alices] == ["sre-1999", "sre-1998"], alices
+        await _settled_in_the_audit(redis, holder.namespace, 2_000, ["sre"], "more")  # 4 400: past the bound
+        bobs = (await bob.get("/api/history", params={"limit": 1})).json()["entries"]
+        assert bobs == [], bobs  # the one bob may see is further back than one request reads
