@@ -109,13 +109,18 @@ def asked_of(request: AskUserQuestionRequest) -> str:
     return msgspec.json.encode(summary).decode()
 
 
-async def newest(commands: Commands, keys: Keys, count: int) -> list[tuple[str, dict[str, str]]]:
-    """The newest ``count`` entries of the audit and its human record together (each once), newest first.
+async def newest(
+    commands: Commands, keys: Keys, count: int, *, before: str | None = None
+) -> list[tuple[str, dict[str, str]]]:
+    """The newest ``count`` entries of the audit and its human record together (each once), newest first; with
+    ``before`` (an entry id), those older than it: the next page of a reader that has read down to it.
 
     The record keeps people's decisions the audit's cap trimmed (askers' volume), so a history still finds them.
+    It copies the audit's entries under the same ids, so one ``before`` pages both.
     """
-    audit = await commands.call("XREVRANGE", keys.audit, "+", "-", "COUNT", count)
-    human = await commands.call("XREVRANGE", keys.audit_human, "+", "-", "COUNT", count)
+    end = f"({before}" if before else "+"
+    audit = await commands.call("XREVRANGE", keys.audit, end, "-", "COUNT", count)
+    human = await commands.call("XREVRANGE", keys.audit_human, end, "-", "COUNT", count)
     merged = {entry_id: _parse(entry_id, flat).fields for entry_id, flat in [*audit, *human]}
     return sorted(merged.items(), key=lambda item: _id_key(item[0]), reverse=True)[:count]
 

@@ -97,13 +97,16 @@ class Reads:
             for fields, (state, created, stored) in zip(asks, hashes, strict=True)
         ]
 
-    async def newest_audit(self, count: int) -> list[tuple[str, dict[str, str]]]:
-        """The newest ``count`` entries of the audit and its human record, newest first (``audit.newest``)."""
-        return await audit.newest(self._broker.commands, self._broker.keys, count)
+    async def newest_audit(self, count: int, *, before: str | None = None) -> list[tuple[str, dict[str, str]]]:
+        """The newest ``count`` entries of the audit and its human record, newest first (``audit.newest``); with
+        ``before`` (an entry id), the newest of those older than it."""
+        return await audit.newest(self._broker.commands, self._broker.keys, count, before=before)
 
-    async def newest_asker_log(self, count: int) -> list[tuple[str, dict[str, str]]]:
-        """The newest ``count`` entries of the askers' log (what askers say they did), newest first."""
-        entries = await self._broker.commands.call("XREVRANGE", self._broker.keys.asklog, "+", "-", "COUNT", count)
+    async def newest_asker_log(self, count: int, *, before: str | None = None) -> list[tuple[str, dict[str, str]]]:
+        """The newest ``count`` entries of the askers' log (what askers say they did), newest first; with ``before``
+        (an entry id), the newest of those older than it."""
+        end = f"({before}" if before else "+"
+        entries = await self._broker.commands.call("XREVRANGE", self._broker.keys.asklog, end, "-", "COUNT", count)
         return [(entry_id, _pairs(flat)) for entry_id, flat in entries]
 
     async def verify_audit(self) -> audit.AuditReport:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from broker._keys import Keys
 from tests.helpers import KEYS
 from tests.redis_server import RedisServer
 from tests.web.conftest import WebProcess, write_users_file
-from tests.web.test_api import eventually, signed_in
+from tests.web.test_api import eventually, read_events, signed_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
@@ -42,7 +43,7 @@ def webs(redis_server: RedisServer, namespace: str, tmp_path: Path) -> Iterator[
     users = write_users_file(tmp_path / "users.toml")
     users.write_text(users.read_text() + '[groups]\nsre = ["alice"]\n')
     (tmp_path / "policy.toml").write_text(POLICY)
-    extra = ["--policy-file", str(tmp_path / "policy.toml")]
+    extra = ["--policy-file", str(tmp_path / "policy.toml"), "--handover-grace", "1"]  # a take-over within 2 s
     started = [WebProcess(redis_server.url, namespace, users, tmp_path / "web-1.log", extra=extra).start()]
     try:
         started.append(
@@ -142,3 +143,102 @@ async def test_a_late_click_on_a_card_routed_elsewhere_is_not_told_how_it_was_se
             told = (await alice.post(f"/api/requests/{routed}/answer", json=body)).json()
     assert late["code"] == "NOT_PENDING" and "winner" not in late and "alice" not in json.dumps(late), late
     assert told["winner"]["by"] == "alice", told  # a member is told who was first
+
+
+@asynccontextmanager
+async def _stream(client: httpx.AsyncClient) -> AsyncIterator[list[dict[str, Any]]]:
+    """The change stream's events as they come (read by a task of its own while the block runs)."""
+    seen: list[dict[str, Any]] = []
+
+    async def read() -> None:
+        async with client.stream("GET", "/api/events", timeout=None) as response:
+            async for kind, data in read_events(response):
+                seen.append({"event": kind, **data})
+
+    reading = asyncio.create_task(read())
+    try:
+        await eventually(lambda: _has(seen, "snapshot"), "the stream's snapshot")
+        yield seen
+    finally:
+        reading.cancel()
+
+
+_ADDED = ("added", "addedMany")
+
+
+async def _has(seen: list[dict[str, Any]], kind: str | tuple[str, ...], **fields: Any) -> bool:
+    kinds = (kind,) if isinstance(kind, str) else kind
+    return any(e["event"] in kinds and all(e.get(k) == v for k, v in fields.items()) for e in seen)
+
+
+async def _take_over(client: httpx.AsyncClient) -> None:
+    """Ask the holder to hand the lease to ``client``'s server, and wait until it serves."""
+    response = await client.post("/api/takeover", json={})
+    assert response.status_code == 200, response.text
+
+    async def serving() -> bool:
+        return bool((await client.get("/api/requests")).json()["status"] == "active")
+
+    await eventually(serving, "the take-over")
+
+
+async def test_a_lost_cards_follow_up_goes_only_to_the_pages_the_card_went_to(webs: list[WebProcess]) -> None:
+    """web-1 shows a card routed to sre and loses the lease (a take-over); web-2 serves and alice answers there;
+    web-1 serves again and follows the lost card up (removed, how it was settled): to alice's stream, not bob's.
+    The card is gone from web-1's live routes by then: the follow-up is routed as the card was shown."""
+    first, second = webs
+    async with (
+        Broker(first.redis_url, first.namespace, **KEYS) as asker,
+        signed_in(first, "alice") as alice,
+        signed_in(first, "bob") as bob,
+        signed_in(second, "alice") as alice_on_second,
+        _stream(alice) as alices,
+        _stream(bob) as bobs,
+    ):
+        asked = asyncio.create_task(asker.ask(_request(ROUTED, "Billing"), timeout=30))
+        await eventually(lambda: _has(alices, _ADDED), "the routed card on alice's page")
+        routed = next((e.get("request") or e["requests"][0])["id"] for e in alices if e["event"] in _ADDED)
+        await _take_over(alice_on_second)
+        await eventually(lambda: _has(alices, "removed", id=routed, reason="lost"), "taken down on web-1")
+        assert await _answer(alice_on_second, ROUTED) == routed
+        await asked
+        await _take_over(alice)  # web-1 serves again and follows its lost card up
+        await eventually(lambda: _has(alices, "removed", id=routed, reason="answered"), "alice is told")
+        opened = asyncio.create_task(asker.ask(_request(OPEN, "Chores"), timeout=30))
+        # Every page is sent this one: once bob's stream has it, the follow-up before it was sent or left out.
+        await eventually(lambda: _has(bobs, _ADDED), "the unrouted card on bob's page")
+        opened.cancel()
+    assert not [e for e in bobs if routed in json.dumps(e)], f"bob (not in sre) was sent {routed}: {bobs}"
+    followed_up = [e for e in alices if e["event"] == "removed" and e["id"] == routed and e["reason"] == "answered"]
+    assert followed_up[0]["by"] == "alice" and followed_up[0].get("routes") == ["sre"], followed_up
+
+
+async def _settled_in_the_audit(redis: Redis, namespace: str, count: int, route: list[str], tag: str) -> None:
+    """``count`` settlements routed to ``route`` as the answering side records them (the audit's ``route``), an ask
+    in the askers' log between every ten (History reads both streams, each a page at a time)."""
+    keys = Keys(namespace)
+    async with redis.pipeline(transaction=False) as pipe:
+        for i in range(count):
+            rid = f"{tag}-{i}"
+            pipe.xadd(keys.audit, {"event": "answered", "rid": rid, "by": "alice", "route": json.dumps(route)})
+            if i % 10 == 0:
+                pipe.xadd(keys.asklog, {"event": "asked", "rid": rid})
+        await pipe.execute()
+
+
+async def test_history_fills_a_page_with_what_its_person_may_see_reading_at_most_its_bound(
+    webs: list[WebProcess], redis: Redis
+) -> None:
+    """The page of History a person gets holds up to ``limit`` entries they may see, read on past the newer ones
+    routed away from them, though no further than 4 000 events (``READ_BOUND``, docs/approvals.md)."""
+    holder, _ = webs
+    await _settled_in_the_audit(redis, holder.namespace, 1, [], "open")
+    await _settled_in_the_audit(redis, holder.namespace, 2_000, ["sre"], "sre")  # 2 200 events with their asks
+    async with signed_in(holder, "bob") as bob, signed_in(holder, "alice") as alice:
+        bobs = (await bob.get("/api/history", params={"limit": 1})).json()["entries"]
+        alices = (await alice.get("/api/history", params={"limit": 2})).json()["entries"]
+        assert [e["id"] for e in bobs] == ["open-0"], bobs  # found behind 2 000 entries of another group's
+        assert [e["id"] for e in alices] == ["sre-1999", "sre-1998"], alices
+        await _settled_in_the_audit(redis, holder.namespace, 2_000, ["sre"], "more")  # 4 400: past the bound
+        bobs = (await bob.get("/api/history", params={"limit": 1})).json()["entries"]
+        assert bobs == [], bobs  # the one bob may see is further back than one request reads

@@ -439,7 +439,8 @@ class SlackFace:
             if service.pending_request(request_id) is not None:
                 self._tell(channel, slack_user, "That click does not fit this card: answer it on the web.")
                 return 200, None
-            late = await service.settled_how(request_id)  # gone meanwhile: say who was first
+            # gone meanwhile: who was first, if the clicker (the person, not the Slack id) could see the card
+            late = await service.settled_how(request_id, user)
             self._tell(channel, slack_user, _late_text(late))
             return 200, None
         self._via_slack[request_id] = user

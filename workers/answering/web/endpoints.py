@@ -6,6 +6,7 @@ A refusal is raised (``WebError``, ``UserQuestionError``) and answered by the ap
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -279,11 +280,12 @@ async def history(request: Request) -> Response:
         raise WebError(400, "BAD_REQUEST", "limit is a number") from None
     entries: list[dict[str, Any]] = []
     for service in services_of(request, identity):
-        every = service.sees_every_card(identity.user)
-        for entry in await read_history(service.broker, limit=limit, known=service.shown):
-            # routed as the live page is (docs/approvals.md): what they could not see pending, they do not see now
-            if (seen := seen_by(entry, identity.user, service.may_see, every)) is not None:
-                entries.append({**seen, "namespace": service.broker.namespace})
+        # routed as the live page is (docs/approvals.md): what they could not see pending, they do not see now
+        seen = functools.partial(
+            seen_by, user=identity.user, may_see=service.may_see, sees_every_card=service.sees_every_card(identity.user)
+        )
+        for entry in await read_history(service.broker, limit=limit, known=service.shown, seen=seen):
+            entries.append({**entry, "namespace": service.broker.namespace})
     entries.sort(key=lambda entry: entry["atMs"], reverse=True)
     return JSONResponse({"entries": entries[:limit]})
 

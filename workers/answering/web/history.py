@@ -31,16 +31,24 @@ TERMINAL = frozenset({"answered", "cancelled", "withdrawn", "expired", "dead-let
 _SEARCH_DEPTH = 2_000
 """audit events searched for one request's settlement (newest first)"""
 _SCAN_FACTOR = 6
-"""audit events read per history entry wanted (asks and deliveries sit between settlements)"""
+"""audit events read per history entry wanted (asks and deliveries sit between settlements), at first"""
+READ_BOUND = 4_000
+"""events (of the audit, its human record and the askers' log, together) one history request reads per namespace at
+most, reading on past the entries routed away from its person: a namespace whose audit (10 000 by default) is all
+another group's cards does not make each request read all of it (docs/approvals.md)"""
 
 
-async def _newest(broker: Broker, count: int) -> list[tuple[str, dict[str, str]]]:
-    """The newest ``count`` events of the audit and the askers' log together, newest first.
+async def _newest(broker: Broker, count: int, before: dict[str, str] | None = None) -> list[tuple[str, dict[str, str]]]:
+    """The newest ``count`` events of the audit and the askers' log together, newest first; ``before``: by
+    ``_source``, the oldest entry id read so far of each (the next page is older).
 
     Entry ids of one Redis server order across streams; each event's fields gain ``_source``.
     """
     reads = Reads(broker)
-    audited, asklog = await asyncio.gather(reads.newest_audit(count), reads.newest_asker_log(count))
+    before = before or {}
+    audited, asklog = await asyncio.gather(
+        reads.newest_audit(count, before=before.get("audit")), reads.newest_asker_log(count, before=before.get("asker"))
+    )
     merged = [(entry_id, {**fields, "_source": "audit"}) for entry_id, fields in audited]
     merged += [(entry_id, {**fields, "_source": "asker"}) for entry_id, fields in asklog]
     merged.sort(key=_when, reverse=True)
@@ -140,15 +148,25 @@ def _shown_all(texts: Any) -> Any:
     return [_shown(text) for text in texts] if isinstance(texts, list) else texts
 
 
+Seen = Callable[[dict[str, Any]], dict[str, Any] | None]
+
+
+def _unrouted(entry: dict[str, Any]) -> dict[str, Any] | None:
+    return {name: value for name, value in entry.items() if name != "routes"}
+
+
 async def read_history(
-    broker: Broker, *, limit: int = 50, known: Callable[[str], dict[str, Any] | None] = lambda rid: None
+    broker: Broker,
+    *,
+    limit: int = 50,
+    known: Callable[[str], dict[str, Any] | None] = lambda rid: None,
+    seen: Seen = _unrouted,
 ) -> list[dict[str, Any]]:
-    """The last ``limit`` settlements of the namespace, newest first."""
-    raw = await _newest(broker, limit * _SCAN_FACTOR)
-    settled = [(entry_id, fields) for entry_id, fields in raw if fields.get("event") in TERMINAL]
-    settled = settled[:limit]
+    """The last ``limit`` settlements of the namespace that ``seen`` shows (History's routing for one person:
+    ``seen_by``), newest first, as it shows them. Those it leaves out do not count: it reads on until ``limit``
+    are shown, the streams end, or ``READ_BOUND`` events were read."""
+    settled, views = await _settled(broker, limit, known, seen)
     # What this server showed (the whole text), else what the audit entry says was asked.
-    views = [known(fields.get("rid", "")) for _, fields in settled]
     shown = [view or _json(fields.get("asked")) for view, (_, fields) in zip(views, settled, strict=True)]
     stored = await asyncio.gather(
         *(
@@ -166,10 +184,41 @@ async def read_history(
         for i, (_, fields) in enumerate(settled):
             if requests[i] is None and str(fields.get("by", "")).startswith("decision:"):
                 requests[i] = _decided_request(fields, decisions)
-    return [
-        {**_entry(entry_id, fields, request, setters), "routes": _routes(fields, view)}
+    entries = (
+        seen({**_entry(entry_id, fields, request, setters), "routes": _routes(fields, view)})
         for (entry_id, fields), request, view in zip(settled, requests, views, strict=True)
-    ]
+    )
+    return [entry for entry in entries if entry is not None]
+
+
+async def _settled(
+    broker: Broker, limit: int, known: Callable[[str], dict[str, Any] | None], seen: Seen
+) -> tuple[list[tuple[str, dict[str, str]]], list[dict[str, Any] | None]]:
+    """The newest ``limit`` settlements ``seen`` shows, and this server's view of each (``known``), judged by their
+    route alone (before anything else is read for them), at most ``READ_BOUND`` events read: a page at a time, each
+    twice the last, older than the oldest entry read of each stream."""
+    settled: list[tuple[str, dict[str, str]]] = []
+    views: list[dict[str, Any] | None] = []
+    before: dict[str, str] = {}
+    count, read = limit * _SCAN_FACTOR, 0
+    while read < READ_BOUND:
+        count = min(count, READ_BOUND - read)
+        raw = await _newest(broker, count, before)
+        read += len(raw)
+        for entry_id, fields in raw:
+            before[fields["_source"]] = entry_id
+            if fields.get("event") not in TERMINAL:
+                continue
+            view = known(fields.get("rid", ""))
+            if seen({"routes": _routes(fields, view)}) is not None:  # the rule the entry is shown by, on its route
+                settled.append((entry_id, fields))
+                views.append(view)
+                if len(settled) == limit:
+                    return settled, views
+        if len(raw) < count:  # every stream read to its start
+            break
+        count *= 2
+    return settled, views
 
 
 def _routes(fields: dict[str, str], view: dict[str, Any] | None) -> list[str] | None:

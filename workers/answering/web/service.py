@@ -170,9 +170,10 @@ class WebProvider:
         """What the pages are shown of a pending request."""
         return self.cards.view(request_id, keep=False)
 
-    async def settled_how(self, request_id: str) -> AlreadySettled:
-        """How a request no longer pending here was settled, and by whom (when known)."""
-        return await self._not_pending(request_id)
+    async def settled_how(self, request_id: str, user: str) -> AlreadySettled:
+        """How a request no longer pending here was settled, and by whom, as ``user`` may be told it (another
+        face's late click: Slack's); routed like the page's (``_not_pending``)."""
+        return await self._not_pending(request_id, user)
 
     def shown(self, request_id: str) -> dict[str, Any] | None:
         """The view of a request this server showed (pending or recently gone), for the history."""
@@ -274,10 +275,11 @@ class WebProvider:
                 self.cards.remove(request_id, "settled", "")
                 raise await self._not_pending(request_id, by) from error
 
-    async def _not_pending(self, request_id: str, user: str | None = None) -> AlreadySettled:
-        """Who settled a card no longer pending, and how; to ``user`` only if History would show them (routing)."""
+    async def _not_pending(self, request_id: str, user: str) -> AlreadySettled:
+        """Who settled a card no longer pending, and how; to ``user`` only if History would show them (routing).
+        Every face's late click comes here with the person clicking: nobody is told without being judged."""
         settled = self.cards.settled.get(request_id) or await settled_in_redis(self.broker, request_id)
-        if settled is None or (user is not None and not self._may_know(request_id, settled, user)):
+        if settled is None or not self._may_know(request_id, settled, user):
             return AlreadySettled(f"request {request_id} is not pending here", None)
         by = f" by {settled.by}" if settled.by else ""
         return AlreadySettled(f"request {request_id} was already {settled.state}{by}", settled.view())
