@@ -57,6 +57,7 @@ async def test_a_restarted_agent_supersedes_every_earlier_process_of_its_id(make
         await next_pending(answering)
         async with new_process.agent("deployer", restart=True) as new:
             assert await code_of(other.ask(one_question())) == "CALLER_NOT_LIVE"
+            assert other.superseded and not other.alive  # the refused ask tried to revive it: it learnt, not retried
             report = await run_housekeeping(new_process)
             assert len(report.withdrawn) == 1
             assert await code_of(waiting) == "CALLER_NOT_LIVE"
@@ -133,6 +134,37 @@ async def test_a_waiting_ask_survives_a_redis_restart_longer_than_the_agent_ttl(
                 await asyncio.sleep(0.05)
         await provider.pending[0].answer(pick("yes"))
         assert await asyncio.wait_for(task, 15) == pick("yes")
+
+
+@pytest.mark.timeout(30)
+async def test_a_live_agent_asks_at_once_after_redis_restarted_without_its_data(redis_factory):
+    """Redis came back empty (no persistence, kill -9): the agent's record is gone until its next heartbeat, a
+    third of its TTL away (20 s here). An ask meanwhile is not refused CALLER_NOT_LIVE: the gate's refusal of a
+    live process puts its record back (as that heartbeat would) and the ask goes on; the agent stays live."""
+    server = redis_factory()
+    asking = Broker(server.url, "agents", agent_ttl=60, **KEYS)
+    await asking.__aenter__()
+    judging = await _open(server.url)
+    try:
+        async with asking.agent("deployer") as agent:
+            await asyncio.to_thread(server.restart)
+            async with asyncio.timeout(10):  # both brokers' connections find the new server
+                await asking.commands.call("PING")
+                await judging.commands.call("PING")
+            assert await asking.commands.call("EXISTS", asking.keys.agent("deployer")) == 0  # the fault fired
+            async with judging.provider("ui") as provider:
+                task = asyncio.create_task(agent.ask(one_question("yes", "no"), timeout=20))
+                shown = asyncio.ensure_future(next_pending(provider, 10))
+                await asyncio.wait([task, shown], timeout=12, return_when=asyncio.FIRST_COMPLETED)
+                if task.done():
+                    shown.cancel()
+                assert not task.done(), task.exception()  # refused at once before: CALLER_NOT_LIVE
+                await (await shown).answer(pick("yes"))
+                assert await asyncio.wait_for(task, 10) == pick("yes")
+            assert agent.alive
+    finally:
+        await asking.aclose()
+        await judging.aclose()
 
 
 @pytest.mark.timeout(45)

@@ -57,11 +57,21 @@ async def test_a_restarted_instance_of_the_same_id_makes_the_older_not_live(make
         assert await code_of(old.ask(one_question())) == "CALLER_NOT_LIVE"
 
 
-async def test_an_expired_agent_record_is_not_live(make_broker, answering, redis):
-    broker = await make_broker()
+async def test_an_expired_agent_record_is_put_back_by_its_live_process_not_by_a_superseded_one(
+    make_broker, answering, redis
+):
+    """The record decides at the gate; a process that is live (its heartbeats go on) puts a lapsed record back, as
+    its next heartbeat would, and asks; one a restart of the id superseded is refused (test_agents: Redis restarted
+    without its data)."""
+    broker, restarted = await make_broker(), await make_broker()
     async with broker.agent("root") as agent:
         await redis.delete(broker.keys.agent("root"))  # what expiry does
-        assert await code_of(agent.ask(one_question())) == "CALLER_NOT_LIVE"
+        task = asyncio.create_task(agent.ask(one_question("yes", "no")))
+        await (await next_pending(answering)).answer(pick("yes"))
+        assert await task == pick("yes") and await redis.exists(broker.keys.agent("root")) == 1
+        async with restarted.agent("root", restart=True):
+            assert await code_of(agent.ask(one_question())) == "CALLER_NOT_LIVE"
+            assert agent.superseded
 
 
 async def test_an_owned_agent_is_a_delegated_caller(make_broker, answering):

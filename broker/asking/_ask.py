@@ -28,7 +28,7 @@ from ..errors import (
 )
 from ..types import AskUserQuestionAnswer, AskUserQuestionRequest, Outcome, answered, decode_outcome, encode
 from ..validation import check_answer
-from ._ask_script import ask_script
+from ._ask_script import ask_script, asked
 from ._ask_state import TRANSITIONS, AskState
 from ._core import Answerer, AskingCore, Caller
 from ._outcomes import answer_of, outcome_of
@@ -215,7 +215,7 @@ class Ask:
         try:
             try:
                 try:
-                    reply = await self._enqueue()
+                    reply = await asked(self.agent, self._enqueue)
                     future = self.future or future  # a keyed ask may have re-attached to another request id
                     kept = await self._kept_outcome(reply.value) if reply.kind == "settled" else None
                     if reply.kind == "decided":  # a remembered decision answered it in the script
@@ -261,8 +261,8 @@ class Ask:
             self.raced(None)
         return answer
 
-    async def _enqueue(self) -> Asked:
-        """ask.lua for this ask (keyed: ``_ask_keyed``), with what is left of its deadline; a refusal raised."""
+    async def _enqueue(self) -> Asked | Refusal:
+        """ask.lua for this ask (keyed: ``_ask_keyed``), with what is left of its deadline."""
         timeout_ms = ""
         if self.deadline is not None:
             remaining = self.deadline - asyncio.get_running_loop().time()
@@ -279,8 +279,6 @@ class Ask:
             )
         else:
             asked = await self._ask_keyed(timeout_ms)
-        if isinstance(asked, Refusal):
-            raise asked.error()
         return asked
 
     def _coded(self, error: Exception, future: asyncio.Future[str]) -> UserQuestionError:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable, Callable
 
 from .._scripts import AskArgv, Asked, AskEnqueue, AskKeys, Refusal
 from .._scripts import ask as ask_lua
 from ..decisions import decision_keys
+from ..errors import CALLER_NOT_LIVE
 from ..types import AskUserQuestionRequest, encode
 from ._core import AskingCore, Caller
 from .options import DEFAULT_ROUTING, Durable, Routing
 
-__all__ = ["ask_script", "gate"]
+__all__ = ["ask_script", "asked", "gate"]
 
 
 async def ask_script(
@@ -87,6 +89,17 @@ async def ask_script(
 
 async def gate(core: AskingCore, request: AskUserQuestionRequest, agent: Caller) -> None:
     """The seeds' caller gate alone (a live, unowned instance), before an answerer or a bad request is told."""
-    reply = await ask_script(core, request, agent, "", gate_only=True)
+    await asked(agent, lambda: ask_script(core, request, agent, "", gate_only=True))
+
+
+async def asked(agent: Caller | None, send: Callable[[], Awaitable[Asked | Refusal]]) -> Asked:
+    """``send``'s reply, an ask.lua call; a refusal raised. When the gate refused a live asker whose record Redis
+    lost (a restart that kept no data, a pause past the TTL), the asker is put back and ``send`` runs once more:
+    it is live, and its next heartbeat would put it back anyway (a refusal changed nothing: the second call is the
+    first that counts)."""
+    reply = await send()
+    if isinstance(reply, Refusal) and reply.code == CALLER_NOT_LIVE and agent is not None and await agent.revive():
+        reply = await send()
     if isinstance(reply, Refusal):
         raise reply.error()
+    return reply

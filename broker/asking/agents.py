@@ -114,16 +114,7 @@ class Agent:
         while True:
             await asyncio.sleep(ttl / 3)
             try:
-                held = await agent_heartbeat(
-                    commands,
-                    record=keys.agent(self.id),
-                    agents=keys.agents,
-                    fingerprint=self._fingerprint,
-                    ttl=int(ttl * 1000),
-                    agent=self.id,
-                    registered=self._registered,
-                    owner=self.owner or "",
-                )
+                held = await self._beat(commands, keys, int(ttl * 1000))
             except Exception as error:
                 log.log(
                     logging.WARNING if is_transient(error) else logging.ERROR,
@@ -141,18 +132,35 @@ class Agent:
             self.alive = True
             valid_until = loop.time() + ttl
 
-    async def remove(self, commands: Commands, keys: Keys) -> None:
-        self.alive = False
-        held = await agent_heartbeat(
+    async def revive(self) -> bool:
+        """The caller gate refused this live process (its record lapsed in Redis: a restart that kept no data, a
+        pause past its TTL): put it back now, as its next heartbeat would, rather than fail asks until then.
+        False when it is not live here, or a restart of the id superseded it (the gate's refusal then stands)."""
+        if not self.alive:
+            return False
+        core = self._core
+        if await self._beat(core.commands, core.keys, int(core.settings.agent_ttl * 1000)):
+            return True
+        self._learn_superseded()
+        return False
+
+    async def _beat(self, commands: Commands, keys: Keys, ttl_ms: int | str) -> bool:
+        """One heartbeat (``ttl_ms`` '0': this process leaves the record): False once a restart of the id
+        superseded this process."""
+        return await agent_heartbeat(
             commands,
             record=keys.agent(self.id),
             agents=keys.agents,
             fingerprint=self._fingerprint,
-            ttl="0",
+            ttl=ttl_ms,
             agent=self.id,
             registered=self._registered,
             owner=self.owner or "",
         )
+
+    async def remove(self, commands: Commands, keys: Keys) -> None:
+        self.alive = False
+        held = await self._beat(commands, keys, "0")
         if not held:  # superseded before any heartbeat saw it (its asks withdrawn at once): say so now
             self._learn_superseded()
 
