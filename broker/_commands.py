@@ -118,8 +118,9 @@ class Commands:
         self._connection: Any = None
         self._refilling: dict[str, asyncio.Future[None]] = {}
         """the scripts whose source one call is sending again after NOSCRIPT, by SHA (``_refilled``)"""
-        self._leads: list[tuple[Script, list[str], list[Any], Callable[[Any], None]]] = []
-        """script calls sent first in every pipeline while Redis fails (``lead_after_outage``)"""
+        self._leads: list[tuple[Callable[[], tuple[Any, ...]], Callable[[Any], None]]] = []
+        """commands sent first in every pipeline while Redis fails (``lead_after_outage``): each one's arguments
+        (made when sent) and what takes its reply"""
         self.last_refusal: BaseException | None = None
         """the transient failure the commands last met, None once a pipeline went through: what
         a caller that gives up waiting tells its user (a full server, an unknown host)"""
@@ -184,7 +185,19 @@ class Commands:
         that is to take back a lease lapsed in a restart must run before the fenced scripts queued before it
         (broker/answering/provider.py). Sent as EVAL: a restarted server's script cache is empty. Returns what
         stops it."""
-        lead = (script, keys, args, on_reply)
+
+        def call() -> tuple[Any, ...]:
+            return ("EVAL", script.plain if self._plain_scripts else script.source, len(keys), *keys, *args)
+
+        return self._lead_with(call, on_reply)
+
+    def lead_command_after_outage(self, *args: Any) -> Callable[[], None]:
+        """``lead_after_outage`` for a plain command whose reply nobody reads (an asking process's liveness: an ask
+        queued in the outage must not reach a provider before the key that says its asker lives)."""
+        return self._lead_with(lambda: args, lambda reply: None)
+
+    def _lead_with(self, call: Callable[[], tuple[Any, ...]], on_reply: Callable[[Any], None]) -> Callable[[], None]:
+        lead = (call, on_reply)
         self._leads.append(lead)
 
         def stop() -> None:
@@ -196,8 +209,7 @@ class Commands:
     def _lead(self) -> list[_Queued]:
         loop = asyncio.get_running_loop()
         queued: list[_Queued] = []
-        for script, keys, args, on_reply in self._leads:
-            source = script.plain if self._plain_scripts else script.source
+        for call, on_reply in self._leads:
             future: asyncio.Future[Any] = loop.create_future()
 
             def done(future: asyncio.Future[Any], on_reply: Callable[[Any], None] = on_reply) -> None:
@@ -205,7 +217,7 @@ class Commands:
                     on_reply(future.result())
 
             future.add_done_callback(done)
-            queued.append(_Queued(("EVAL", source, len(keys), *keys, *args), future, loop.time(), {}))
+            queued.append(_Queued(call(), future, loop.time(), {}))
         return queued
 
     @overload

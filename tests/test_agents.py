@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 from broker import Agent, AskUserQuestionAnswer, Broker, Provider
 from broker.operating.housekeeping import run_housekeeping
+from tests.faultproxy import FaultProxy
 from tests.helpers import KEYS, code_of, next_pending, one_question, pick
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,6 +167,42 @@ async def test_a_live_agent_asks_at_once_after_redis_restarted_without_its_data(
     finally:
         await asking.aclose()
         await judging.aclose()
+
+
+@pytest.mark.timeout(30)
+async def test_an_ask_queued_in_an_outage_reaches_a_redis_back_empty_behind_its_askers_liveness(redis_factory):
+    """The ask waited in the commands' queue while Redis was gone and came back empty. The first pipeline that
+    goes through leads with the asking process's liveness key, so a provider's delivery does not find the asker
+    gone (before: the ask went first, and a provider quick enough withdrew it, 'the asking process stopped', until
+    the process beat again: a third of its TTL, 20 s here). Agentless, so the gate's revival of an agent
+    (above) does not put a round trip, and with it the inbox's own beat, before the ask."""
+    server = redis_factory()
+    with FaultProxy(server.port) as proxy:
+        asking = Broker(proxy.url, "agents", agent_ttl=60, client_ttl=60, **KEYS)
+        await asking.__aenter__()
+        judging = await _open(server.url)
+        watching = Redis(port=server.port, decode_responses=True)
+        try:
+            proxy.refuse()
+            proxy.reset()
+            await asyncio.to_thread(server.restart)  # kill -9: back empty
+            task = asyncio.create_task(asking.ask(one_question("yes", "no"), timeout=20))
+            async with judging.provider("ui") as provider:  # a provider first (else: NO_PROVIDER)
+                seen: list[list[str]] = []
+                async with watching.monitor() as monitor:
+                    proxy.heal()
+                    async with asyncio.timeout(10):
+                        while not seen or seen[-1][:2] != ["XADD", asking.keys.requests]:
+                            seen.append((await monitor.next_command())["command"].split())
+                liveness = asking.keys.client(asking.client_id)
+                assert ["SET", liveness] in [words[:2] for words in seen]  # before the ask's XADD, the last seen
+                await (await next_pending(provider, 10)).answer(pick("yes"))
+                assert await asyncio.wait_for(task, 10) == pick("yes")
+        finally:
+            proxy.heal()
+            await watching.aclose()
+            await asking.aclose()
+            await judging.aclose()
 
 
 @pytest.mark.timeout(45)

@@ -14,7 +14,8 @@ per-request key, which is what makes the rest safe:
   once two sweeps in a row have found neither the request nor its outcome; both reads go in
   batches of 1000 ids (one MGET, one multi-key EXISTS), so a waiting question costs Redis about
   0.0004 commands a second at the default 5 s rather than an EXISTS of its own every sweep;
-- the liveness beat runs on its own timer, never behind a blocking read.
+- the liveness beat runs on its own timer, never behind a blocking read, and leads the first pipeline after an
+  outage (a Redis back empty lost the key that tells a provider this asker lives).
 
 Bounds (``BLOCK_S`` + ``REPLY_MARGIN_S`` = 5 s): a silent connection is noticed within 5 s;
 asks waiting on an unreachable or silent Redis fail with ``BROKER_UNAVAILABLE`` within
@@ -113,8 +114,19 @@ class Inbox:
         await self._commands.call("PEXPIRE", self._inbox_key, self._ttl_ms)
 
     async def keep_alive(self) -> None:
-        """Beat every third of the liveness TTL until cancelled, whatever the blocking read does."""
-        await _every(self._beat_every, self.beat, "liveness beat")
+        """Beat every third of the liveness TTL until cancelled, whatever the blocking read does; and first in
+        every pipeline after an outage, ahead of the asks queued in it: a Redis that came back empty has lost the
+        key, and a provider withdraws the ask of a process without one (deliver.lua)."""
+        commands, ttl_ms = self._commands, self._ttl_ms
+        stops = (
+            commands.lead_command_after_outage("SET", self._liveness_key, "1", "PX", ttl_ms),
+            commands.lead_command_after_outage("PEXPIRE", self._inbox_key, ttl_ms),
+        )
+        try:
+            await _every(self._beat_every, self.beat, "liveness beat")
+        finally:
+            for stop in stops:
+                stop()
 
     async def run(self) -> None:
         """Block on the inbox until cancelled; never ends on a Redis failure."""
