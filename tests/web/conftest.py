@@ -68,9 +68,9 @@ class WebProcess:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
-        # One client for the whole wait: each new httpx client loads certifi's CA bundle into a fresh SSL
-        # context (30 ms of CPU), and a poll every 50 ms made that most of a web test's own CPU.
-        with httpx.Client(base_url=self.url, timeout=0.5) as client:
+        # One client for the whole wait, on the one SSL context: a new httpx client loads certifi's CA bundle
+        # into a fresh one (30 ms of CPU), and a poll every 50 ms made that most of a web test's own CPU.
+        with httpx.Client(base_url=self.url, timeout=0.5, verify=SSL_CONTEXT) as client:
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
                     raise RuntimeError(f"web process exited: {self.log_path.read_text()}")
