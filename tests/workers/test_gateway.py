@@ -591,11 +591,13 @@ async def test_the_gateway_ends_its_waiting_asks_with_a_code_when_redis_is_gone_
             assert reply.json()["error"]["code"] == "BROKER_UNAVAILABLE", reply.text
             server.start()  # empty: the agent's question is gone with the old server, and it was told so
             broker = await make_broker(url=server.url)
-            # The gateway still holds ci-bot's record, gone with the old server: an ask before its heartbeat
-            # (every client_ttl / 3) puts it back is CALLER_NOT_LIVE. (A 30 s outage outlasted the record, and
-            # the gateway registered ci-bot anew.)
+            # ci-bot's record and the gateway's liveness key went with the old server, and each comes back at its
+            # next beat (every client_ttl / 3): an ask before is CALLER_NOT_LIVE, "not the live instance" or, at
+            # delivery, "the asking process stopped". (A 30 s outage outlasted both, and the gateway registered
+            # ci-bot anew.) Two liveness keys: the gateway's and this test's broker's.
+            keys = Keys(namespace)
             async with Redis.from_url(server.url) as redis, asyncio.timeout(15):
-                while not await redis.exists(Keys(namespace).agent("ci-bot")):
+                while not (await redis.exists(keys.agent("ci-bot")) and len(await redis.keys(keys.client("*"))) >= 2):
                     await asyncio.sleep(0.1)
             async with answering(broker) as seen:
                 again = await http.post("/v1/asks", json={"request": YES_NO, "wait": 30})
