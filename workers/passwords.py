@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import secrets
 
-__all__ = ["hash_password", "verify_password"]
+__all__ = ["hash_password", "unmatchable_hash", "verify_password"]
 
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
 
@@ -20,6 +20,13 @@ def hash_password(password: str, *, salt: bytes | None = None) -> str:
     salt = salt or secrets.token_bytes(16)
     key = hashlib.scrypt(password.encode(), salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P)
     return f"scrypt${_SCRYPT_N}${_SCRYPT_R}${_SCRYPT_P}${salt.hex()}${key.hex()}"
+
+
+def unmatchable_hash() -> str:
+    """A stored hash at the default cost that no password matches (its key is 64 zero bytes, which scrypt
+    gives with a chance of 2^-512): checking a password against it costs the one scrypt a real hash does,
+    and making it costs none (it was a scrypt of its own at every web process start)."""
+    return f"scrypt${_SCRYPT_N}${_SCRYPT_R}${_SCRYPT_P}${'00' * 16}${'00' * 64}"
 
 
 def verify_password(password: str, stored: str) -> bool:

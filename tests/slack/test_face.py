@@ -36,7 +36,7 @@ from tests.slack.fake_slack import (
     signed,
     view_submission,
 )
-from tests.web.conftest import PASSWORDS, WebProcess, write_users_file
+from tests.web.conftest import PASSWORDS, SSL_CONTEXT, WebProcess, write_users_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(45)]
 
@@ -95,7 +95,7 @@ async def web(start_slack_web: Callable[..., Awaitable[WebProcess]]) -> WebProce
 
 async def post(web: WebProcess, payload: dict[str, Any], **signing: Any) -> httpx.Response:
     body, headers = signed(payload, **signing)
-    async with httpx.AsyncClient(base_url=web.url) as client:
+    async with httpx.AsyncClient(base_url=web.url, verify=SSL_CONTEXT) as client:
         return await client.post("/slack/interactive", content=body, headers=headers)
 
 
@@ -223,7 +223,7 @@ async def test_the_web_answers_first_and_a_late_slack_click_is_told(web, slack, 
     asker = await make_broker()
     asked = asking(asker, one_question("yes", "no"))
     posted = await card(slack)
-    async with httpx.AsyncClient(base_url=web.url) as page:
+    async with httpx.AsyncClient(base_url=web.url, verify=SSL_CONTEXT) as page:
         session = await page.post("/api/session", json={"user": "bob", "password": PASSWORDS["bob"]})
         page.headers["X-CSRF-Token"] = session.json()["csrf"]
         rid = json.loads(posted["blocks"][-1]["elements"][0]["value"])["r"]
@@ -242,7 +242,7 @@ async def test_slack_answers_first_and_the_page_is_told_who_won(web, slack, make
     rid = json.loads(posted["blocks"][-1]["elements"][0]["value"])["r"]
     await post(web, block_actions(posted, "qb_pick_1", user="UALICE"))
     assert (await asyncio.wait_for(asked, 10)).answers[0].selected == ("no",)
-    async with httpx.AsyncClient(base_url=web.url) as page:
+    async with httpx.AsyncClient(base_url=web.url, verify=SSL_CONTEXT) as page:
         session = await page.post("/api/session", json={"user": "bob", "password": PASSWORDS["bob"]})
         page.headers["X-CSRF-Token"] = session.json()["csrf"]
         late = await page.post(f"/api/requests/{rid}/answer", json={"answers": [{"id": "q1", "selected": ["yes"]}]})
@@ -257,7 +257,7 @@ async def test_a_bad_signature_and_a_replay_are_refused(web, slack, make_broker)
     assert forged.status_code == 401 and forged.json()["error"] == "bad signature"
     payload = block_actions(posted, "qb_pick_1", user="UALICE")
     body, headers = signed(payload)
-    async with httpx.AsyncClient(base_url=web.url) as client:
+    async with httpx.AsyncClient(base_url=web.url, verify=SSL_CONTEXT) as client:
         first = await client.post("/slack/interactive", content=body, headers=headers)
         replayed = await client.post("/slack/interactive", content=body, headers=headers)
     assert first.status_code == 200 and replayed.status_code == 401

@@ -2,27 +2,56 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
+import httpx._transports.default as httpx_transports
 import pytest
 
 from broker import AskUserQuestionAnswer, AskUserQuestionRequest, Broker
 from tests.helpers import KEYS
 from tests.redis_server import RedisServer, free_port
-from workers.answering.web.config import hash_password
 
 ROOT = Path(__file__).resolve().parents[2]
+SSL_CONTEXT = httpx.create_ssl_context()
+"""one for every test client: httpx loads certifi's CA bundle into a fresh context, 30 ms of CPU, for each
+client made without one, and the tests make one a request in many places (their HTTP is plain, to 127.0.0.1)"""
+
+
+def _shared_ssl_context(
+    verify: ssl.SSLContext | str | bool = True, cert: Any = None, trust_env: bool = True
+) -> ssl.SSLContext:
+    if verify is True and cert is None and trust_env:
+        return SSL_CONTEXT
+    return httpx.create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
+
+
+# Every httpx client of the run made with the default verify gets SSL_CONTEXT (the name its transports call).
+setattr(httpx_transports, "create_ssl_context", _shared_ssl_context)  # noqa: B010 (not re-exported there)
 PASSWORDS = {"alice": "alice-password", "bob": "bob-password"}
 TOKEN = "ci-bot-token-0123456789abcdef"
-_HASHES = {user: hash_password(password) for user, password in PASSWORDS.items()}
+
+
+def _quick_hash(password: str) -> str:
+    """A users-file scrypt hash at cost 2**10, not the default 2**14: the page checks a password at the cost its
+    hash names, and at the default each sign-in took 60 ms of a web process's CPU (a quarter of it in test_api
+    and test_security). What the default costs, for a known and an unknown name alike, is test_security's."""
+    salt = os.urandom(16)
+    key = hashlib.scrypt(password.encode(), salt=salt, n=2**10, r=8, p=1)
+    return f"scrypt${2**10}$8$1${salt.hex()}${key.hex()}"
+
+
+_HASHES = {user: _quick_hash(password) for user, password in PASSWORDS.items()}
 
 
 def write_users_file(path: Path) -> Path:
@@ -65,13 +94,17 @@ class WebProcess:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"web process exited: {self.log_path.read_text()}")
-            try:
-                if httpx.get(self.url + "/healthz", timeout=0.5).status_code == 200:
-                    return self
-            except httpx.TransportError:
+        # One client for the whole wait, on the one SSL context: a new httpx client loads certifi's CA bundle
+        # into a fresh one (30 ms of CPU), and a poll every 50 ms made that most of a web test's own CPU.
+        with httpx.Client(base_url=self.url, timeout=0.5, verify=SSL_CONTEXT) as client:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"web process exited: {self.log_path.read_text()}")
+                try:
+                    if client.get("/healthz").status_code == 200:
+                        return self
+                except httpx.TransportError:
+                    pass
                 time.sleep(0.05)
         raise RuntimeError(f"web process did not start: {self.log_path.read_text()}")
 

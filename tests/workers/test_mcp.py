@@ -7,15 +7,18 @@ The provider answering the questions is an automatic one running in the test pro
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import itertools
 import json
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
 import mcp_types as types
@@ -74,6 +77,78 @@ async def mcp_client(
         yield session
 
 
+_shared_namespaces = itertools.count()
+_T = TypeVar("_T")
+
+
+class SharedClient:
+    """One ``qbroker mcp`` process over stdio that several tests ask through, each with its own provider.
+
+    The SDK's import costs every server process about 1 s of CPU, and most tests here need a server, not a
+    fresh one: those that start, stop, restart or re-identify it (or give it flags of their own) keep one to
+    themselves. The session is the module's while the tests' event loops are each test's, so it runs on a
+    loop of its own in a thread, and each request is handed over to that loop (a cancelled call is cancelled
+    there too: the client sends notifications/cancelled). Its namespace is its own, for the tests' providers.
+    """
+
+    def __init__(self, client: Callable[[SharedClient], AbstractAsyncContextManager[ClientSession]]) -> None:
+        self.namespace = f"t{os.getpid()}-mcp{next(_shared_namespaces)}"
+        self.elicit: Callable[[Any, types.ElicitRequestParams], Awaitable[types.ElicitResult]] | None = None
+        """what the client answers an elicitation with (an eliciting client's), set by each test"""
+        self._client = client
+        self._loop = asyncio.new_event_loop()
+        self._ready: concurrent.futures.Future[ClientSession] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._serve(),), daemon=True)
+
+    def __enter__(self) -> SharedClient:
+        self._thread.start()
+        self._session = self._ready.result(timeout=30)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(20)
+        self._loop.close()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        try:
+            async with self._client(self) as session:
+                self._ready.set_result(session)
+                await self._stop.wait()
+        except BaseException as error:
+            if not self._ready.done():
+                self._ready.set_exception(error)
+            raise
+
+    async def _there(self, call: Coroutine[Any, Any, _T]) -> _T:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, self._loop))
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], **options: Any) -> types.CallToolResult:
+        return await self._there(self._session.call_tool(name, arguments, **options))
+
+    async def list_tools(self) -> types.ListToolsResult:
+        return await self._there(self._session.list_tools())
+
+    async def elicited(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert self.elicit is not None, "the test set no answer to an elicitation"
+        return await self.elicit(context, params)
+
+
+@pytest.fixture(scope="module")
+def shared(redis_server: RedisServer) -> Iterator[SharedClient]:
+    """A ``qbroker mcp`` that asks for progress every 0.3 s, with the client named test-client."""
+    with SharedClient(lambda it: mcp_client(redis_server, it.namespace, "--progress-interval", "0.3")) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def eliciting(redis_server: RedisServer) -> Iterator[SharedClient]:
+    """A ``qbroker mcp`` whose client (named local) answers elicitations with the test's ``elicit``."""
+    with SharedClient(lambda it: eliciting_client(redis_server, it.namespace, it.elicited)) as client:
+        yield client
+
+
 def provider(broker: Broker, policy: Policy | None) -> AbstractAsyncContextManager[asyncio.Queue[PendingRequest]]:
     """An automatic provider: every delivered request is queued, then handed to ``policy``."""
     return serving(broker, "test-auto", policy)
@@ -107,9 +182,8 @@ def structured(result: types.CallToolResult) -> Any:
 YES_NO = {"questions": [{"id": "deploy", "question": "Deploy now?", "options": [{"label": "yes"}, {"label": "no"}]}]}
 
 
-async def test_lists_the_tool_with_the_request_schema(redis_server: RedisServer, namespace: str) -> None:
-    async with mcp_client(redis_server, namespace) as session:
-        listed = await session.list_tools()
+async def test_lists_the_tool_with_the_request_schema(shared: SharedClient) -> None:
+    listed = await shared.list_tools()
     [tool] = listed.tools
     assert tool.name == "ask_user_question"
     item = tool.input_schema["properties"]["questions"]["items"]["properties"]
@@ -117,11 +191,11 @@ async def test_lists_the_tool_with_the_request_schema(redis_server: RedisServer,
 
 
 async def test_plain_question_is_answered_as_a_live_root_agent(
-    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+    shared: SharedClient, make_broker: Callable[..., Awaitable[Broker]]
 ) -> None:
-    broker = await make_broker()
-    async with provider(broker, pick_first) as seen, mcp_client(redis_server, namespace) as session:
-        result = await session.call_tool("ask_user_question", YES_NO)
+    broker = await make_broker(namespace=shared.namespace)
+    async with provider(broker, pick_first) as seen:
+        result = await shared.call_tool("ask_user_question", YES_NO)
         pending = seen.get_nowait()
     assert not result.is_error
     assert structured(result) == {"answers": [{"id": "deploy", "selected": ["yes"]}]}
@@ -129,7 +203,7 @@ async def test_plain_question_is_answered_as_a_live_root_agent(
 
 
 async def test_batch_in_the_coding_agent_shape_maps_generated_ids_back(
-    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+    shared: SharedClient, make_broker: Callable[..., Awaitable[Broker]]
 ) -> None:
     async def answer_batch(pending: PendingRequest) -> None:
         first, second = pending.request.questions
@@ -155,9 +229,9 @@ async def test_batch_in_the_coding_agent_shape_maps_generated_ids_back(
             {"question": "When?", "options": ["today", "tomorrow"], "multiSelect": False},
         ]
     }
-    broker = await make_broker()
-    async with provider(broker, answer_batch), mcp_client(redis_server, namespace) as session:
-        result = await session.call_tool("ask_user_question", arguments)
+    broker = await make_broker(namespace=shared.namespace)
+    async with provider(broker, answer_batch):
+        result = await shared.call_tool("ask_user_question", arguments)
     assert not result.is_error, result
     assert structured(result) == {
         "answers": [
@@ -168,7 +242,7 @@ async def test_batch_in_the_coding_agent_shape_maps_generated_ids_back(
 
 
 async def test_plan_review_reaches_the_provider_with_its_intent(
-    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+    shared: SharedClient, make_broker: Callable[..., Awaitable[Broker]]
 ) -> None:
     async def approve(pending: PendingRequest) -> None:
         [item] = pending.request.questions
@@ -179,9 +253,9 @@ async def test_plan_review_reaches_the_provider_with_its_intent(
         )
 
     arguments = plan_review_arguments("Approve the plan?", "# Plan\n1. migrate", ("Ship it", "Rework"), "Ship it")
-    broker = await make_broker()
-    async with provider(broker, approve), mcp_client(redis_server, namespace) as session:
-        result = await session.call_tool("ask_user_question", arguments)
+    broker = await make_broker(namespace=shared.namespace)
+    async with provider(broker, approve):
+        result = await shared.call_tool("ask_user_question", arguments)
     assert structured(result) == {"answers": [{"id": "plan", "selected": ["Ship it"]}]}
 
 
@@ -193,17 +267,17 @@ BAD_CALLS: dict[str, dict[str, Any]] = {
 
 
 async def test_invalid_calls_fail_with_their_codes(
-    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+    shared: SharedClient, make_broker: Callable[..., Awaitable[Broker]]
 ) -> None:
-    broker = await make_broker()
+    broker = await make_broker(namespace=shared.namespace)
     calls: list[tuple[str, dict[str, Any]]] = [
         *BAD_CALLS.items(),
         ("BAD_REQUEST", {"questions": "not a list"}),
         ("BAD_REQUEST", {}),
     ]
-    async with provider(broker, pick_first) as seen, mcp_client(redis_server, namespace) as session:
+    async with provider(broker, pick_first) as seen:
         for code, arguments in calls:
-            result = await session.call_tool("ask_user_question", arguments)
+            result = await shared.call_tool("ask_user_question", arguments)
             assert result.is_error, (code, result)
             error = structured(result)
             assert (error["name"], error["code"]) == ("UserQuestionError", code), arguments
@@ -211,9 +285,8 @@ async def test_invalid_calls_fail_with_their_codes(
         assert seen.empty()  # nothing invalid reached the provider
 
 
-async def test_no_provider(redis_server: RedisServer, namespace: str) -> None:
-    async with mcp_client(redis_server, namespace) as session:
-        result = await session.call_tool("ask_user_question", YES_NO)
+async def test_no_provider(shared: SharedClient) -> None:
+    result = await shared.call_tool("ask_user_question", YES_NO)
     assert result.is_error
     assert structured(result)["code"] == "NO_PROVIDER"
 
@@ -236,18 +309,18 @@ async def test_a_remembered_decision_answers_the_tool_unless_it_says_remember_fa
 
 
 async def test_dismissed_and_timed_out_questions(
-    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+    shared: SharedClient, make_broker: Callable[..., Awaitable[Broker]]
 ) -> None:
     async def dismiss_first_only(pending: PendingRequest) -> None:
         if pending.request.questions[0].id == "dismiss-me":
             await dismiss(pending)
 
-    broker = await make_broker()
+    broker = await make_broker(namespace=shared.namespace)
     dismissed = {"questions": [{"id": "dismiss-me", "question": "Really?"}]}
     ignored = {"questions": [{"id": "ignore-me", "question": "Anyone?"}], "timeoutSeconds": 0.5}
-    async with provider(broker, dismiss_first_only) as seen, mcp_client(redis_server, namespace) as session:
-        cancelled = await session.call_tool("ask_user_question", dismissed)
-        timed_out = await session.call_tool("ask_user_question", ignored)
+    async with provider(broker, dismiss_first_only) as seen:
+        cancelled = await shared.call_tool("ask_user_question", dismissed)
+        timed_out = await shared.call_tool("ask_user_question", ignored)
         await seen.get()
         shown = await seen.get()
         await asyncio.wait_for(shown.withdrawn.wait(), 10)  # the UI is told to take it down
@@ -268,17 +341,17 @@ async def test_another_instance_taking_the_agent_id(
 
 
 async def test_cancelled_call_withdraws_the_question(
-    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+    shared: SharedClient, make_broker: Callable[..., Awaitable[Broker]]
 ) -> None:
-    broker = await make_broker()
-    async with provider(broker, None) as seen, mcp_client(redis_server, namespace) as session:
-        call = asyncio.create_task(session.call_tool("ask_user_question", YES_NO))
+    broker = await make_broker(namespace=shared.namespace)
+    async with provider(broker, None) as seen:
+        call = asyncio.create_task(shared.call_tool("ask_user_question", YES_NO))
         pending = await asyncio.wait_for(seen.get(), 20)
         call.cancel()  # the client sends notifications/cancelled
         with contextlib.suppress(asyncio.CancelledError):
             await call
         await asyncio.wait_for(pending.withdrawn.wait(), 10)
-        after = await session.call_tool("ask_user_question", {"questions": []})
+        after = await shared.call_tool("ask_user_question", {"questions": []})
         assert structured(after)["code"] == "EMPTY_QUESTIONS"  # the server still serves
 
 
@@ -412,9 +485,8 @@ def test_a_key_must_be_a_string() -> None:
 # -- what MCP clients expect: an output schema, progress, protocol errors, elicitation ------------
 
 
-async def test_the_tool_declares_its_output_schema(redis_server: RedisServer, namespace: str) -> None:
-    async with mcp_client(redis_server, namespace) as session:
-        [tool] = (await session.list_tools()).tools
+async def test_the_tool_declares_its_output_schema(shared: SharedClient) -> None:
+    [tool] = (await shared.list_tools()).tools
     schema = tool.output_schema
     assert schema == OUTPUT_SCHEMA  # what structured() checks every result against
     answer, failure = schema["oneOf"]
@@ -424,16 +496,15 @@ async def test_the_tool_declares_its_output_schema(redis_server: RedisServer, na
     jsonschema.Draft202012Validator.check_schema(schema)
 
 
-async def test_an_unknown_tool_is_a_protocol_error(redis_server: RedisServer, namespace: str) -> None:
-    async with mcp_client(redis_server, namespace) as session:
-        with pytest.raises(MCPError) as caught:
-            await session.call_tool("no_such_tool", {})
-        assert caught.value.code == types.INVALID_PARAMS and "no_such_tool" in caught.value.message
-        assert structured(await session.call_tool("ask_user_question", {"questions": []}))["code"] == "EMPTY_QUESTIONS"
+async def test_an_unknown_tool_is_a_protocol_error(shared: SharedClient) -> None:
+    with pytest.raises(MCPError) as caught:
+        await shared.call_tool("no_such_tool", {})
+    assert caught.value.code == types.INVALID_PARAMS and "no_such_tool" in caught.value.message
+    assert structured(await shared.call_tool("ask_user_question", {"questions": []}))["code"] == "EMPTY_QUESTIONS"
 
 
 async def test_progress_is_reported_while_a_human_takes_their_time(
-    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+    shared: SharedClient, make_broker: Callable[..., Awaitable[Broker]]
 ) -> None:
     reports: list[tuple[float, float | None, str | None]] = []
 
@@ -444,17 +515,14 @@ async def test_progress_is_reported_while_a_human_takes_their_time(
         await asyncio.sleep(1.5)
         await pick_first(pending)
 
-    broker = await make_broker()
-    async with (
-        provider(broker, slow),
-        mcp_client(redis_server, namespace, "--progress-interval", "0.3") as session,
-    ):
+    broker = await make_broker(namespace=shared.namespace)
+    async with provider(broker, slow):  # the shared server reports progress every 0.3 s
         arguments = {**YES_NO, "timeoutSeconds": 60}
         result = await asyncio.wait_for(
-            session.call_tool("ask_user_question", arguments, progress_callback=on_progress), 20
+            shared.call_tool("ask_user_question", arguments, progress_callback=on_progress), 20
         )
         silent = await asyncio.wait_for(
-            session.call_tool("ask_user_question", YES_NO), 20
+            shared.call_tool("ask_user_question", YES_NO), 20
         )  # no progressToken: waits all the same
     assert structured(result) == {"answers": [{"id": "deploy", "selected": ["yes"]}]}
     assert not silent.is_error
@@ -502,11 +570,11 @@ BATCH = {
 }
 
 
-async def test_no_provider_asks_the_local_user_through_elicitation(redis_server: RedisServer, namespace: str) -> None:
+async def test_no_provider_asks_the_local_user_through_elicitation(eliciting: SharedClient) -> None:
     seen: list[Any] = []
     content = {"deploy": "no", "checks": ["lint", "tests"], "note": "ship on Monday"}
-    async with eliciting_client(redis_server, namespace, await _elicit_answering(content, seen=seen)) as session:
-        result = await session.call_tool("ask_user_question", BATCH)
+    eliciting.elicit = await _elicit_answering(content, seen=seen)
+    result = await eliciting.call_tool("ask_user_question", BATCH)
     assert not result.is_error, result
     assert structured(result) == {
         "answers": [
@@ -523,10 +591,9 @@ async def test_no_provider_asks_the_local_user_through_elicitation(redis_server:
     assert properties["note"]["type"] == "string"
 
 
-async def test_elicitation_typed_text_and_skips(redis_server: RedisServer, namespace: str) -> None:
-    content = {"deploy_other": "after the freeze"}
-    async with eliciting_client(redis_server, namespace, await _elicit_answering(content)) as session:
-        result = await session.call_tool("ask_user_question", BATCH)
+async def test_elicitation_typed_text_and_skips(eliciting: SharedClient) -> None:
+    eliciting.elicit = await _elicit_answering({"deploy_other": "after the freeze"})
+    result = await eliciting.call_tool("ask_user_question", BATCH)
     assert structured(result) == {
         "answers": [
             {"id": "deploy", "selected": [], "custom": "after the freeze"},
@@ -537,24 +604,20 @@ async def test_elicitation_typed_text_and_skips(redis_server: RedisServer, names
 
 
 @pytest.mark.parametrize("action", ["decline", "cancel"])
-async def test_a_declined_elicitation_is_a_dismissed_question(
-    redis_server: RedisServer, namespace: str, action: str
-) -> None:
-    async with eliciting_client(redis_server, namespace, await _elicit_answering(None, action)) as session:
-        result = await session.call_tool("ask_user_question", YES_NO)
+async def test_a_declined_elicitation_is_a_dismissed_question(eliciting: SharedClient, action: str) -> None:
+    eliciting.elicit = await _elicit_answering(None, action)
+    result = await eliciting.call_tool("ask_user_question", YES_NO)
     assert result.is_error and structured(result)["code"] == "ASK_CANCELLED"
 
 
 async def test_with_a_provider_the_team_answers_not_the_local_user(
-    redis_server: RedisServer, namespace: str, make_broker: Callable[..., Awaitable[Broker]]
+    eliciting: SharedClient, make_broker: Callable[..., Awaitable[Broker]]
 ) -> None:
     seen: list[Any] = []
-    broker = await make_broker()
-    async with (
-        provider(broker, pick_first),
-        eliciting_client(redis_server, namespace, await _elicit_answering({"deploy": "no"}, seen=seen)) as session,
-    ):
-        result = await session.call_tool("ask_user_question", YES_NO)
+    eliciting.elicit = await _elicit_answering({"deploy": "no"}, seen=seen)
+    broker = await make_broker(namespace=eliciting.namespace)
+    async with provider(broker, pick_first):
+        result = await eliciting.call_tool("ask_user_question", YES_NO)
     assert structured(result) == {"answers": [{"id": "deploy", "selected": ["yes"]}]}
     assert seen == []
 

@@ -275,6 +275,7 @@ async def _serve(config: WebConfig, *, log_json: bool) -> int:
             timeout_graceful_shutdown=3,
             proxy_headers=False,  # X-Forwarded-For is read only from --trusted-proxy peers
             server_header=False,
+            ws="none",  # the page's events stream over HTTP; a WebSocket library took 10% of a start's CPU to load
             # Under --log-json / QBROKER_LOG_JSON uvicorn's own lines (start-up, access log) go
             # through the CLI's JSON handler too, instead of uvicorn's plain-text formatters.
             log_config=None if log_json else uvicorn.config.LOGGING_CONFIG,

@@ -20,7 +20,6 @@ server reads it again when it changes (``workers.answering.web.users``).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import json
@@ -34,7 +33,11 @@ from broker import Policies
 from broker.answering.quorum import load_groups
 from workers.answering.slack.config import SlackConfig
 from workers.answering.web.throttle import Network, ThrottleLimits
-from workers.passwords import hash_password, verify_password  # moved to workers/ (quickstart writes them too)
+from workers.passwords import (
+    hash_password,
+    unmatchable_hash,
+    verify_password,
+)  # moved to workers/ (quickstart writes them too)
 
 __all__ = [
     "ConfigError",
@@ -52,10 +55,8 @@ class ConfigError(ValueError):
     """The users file or a flag is malformed."""
 
 
-@functools.cache
-def _unknown_user_hash() -> str:
-    """A hash no password matches (its key is not scrypt's output), at the default cost."""
-    return hash_password("", salt=b"\0" * 16)[:-8] + "00000000"
+_UNKNOWN_USER_HASH = unmatchable_hash()
+"""what an unknown name's password is checked against: one scrypt, as for a known name"""
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,6 @@ class Credentials:
     groups: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """``[groups]`` of the users file (docs/approvals.md)"""
     _grants: dict[str, str | None] = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.users:
-            _unknown_user_hash()  # computed now, not on the first unknown name (which would cost two)
 
     def current(self) -> Credentials:
         """These credentials (a fixed set; a ``UsersFile`` gives the file's as it is now)."""
@@ -104,7 +101,7 @@ class Credentials:
         """One scrypt whether or not ``user`` exists, so timing does not tell which names do."""
         stored = self.users.get(user)
         if stored is None:
-            verify_password(password, _unknown_user_hash())
+            verify_password(password, _UNKNOWN_USER_HASH)
             return False
         return verify_password(password, stored)
 

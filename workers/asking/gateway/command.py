@@ -71,6 +71,13 @@ def register(subparsers: Subparsers) -> None:
         metavar="SECONDS",
         help="withdraw (keyed: detach) an ask nobody has waited on for this long (default 60)",
     )
+    parser.add_argument(
+        "--unavailable-after",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="with Redis unreachable this long, end each waiting ask BROKER_UNAVAILABLE (default 30)",
+    )
     commands = parser.add_subparsers(dest="gateway_command", metavar="token", required=False)
     token = commands.add_parser("token", help="make, revoke or list the agents' tokens")
     actions = token.add_subparsers(dest="token_command", metavar="ACTION", required=True)
@@ -127,6 +134,9 @@ async def run(args: argparse.Namespace) -> int:
     if args.no_http and not args.socket:
         _say("--no-http leaves nothing to serve: give --socket PATH")
         return 2
+    if not args.unavailable_after > 0:
+        _say(f"--unavailable-after must be a positive number of seconds, not {args.unavailable_after}")
+        return 2
     gateway = GatewaySettings(
         tokens_file=args.tokens_file,
         host=args.host,
@@ -157,6 +167,7 @@ async def run(args: argparse.Namespace) -> int:
             lease_ttl=settings.lease_ttl,
             trusted_keys=settings.trusted_keys,
             attest_key=attest_key,
+            unavailable_after=args.unavailable_after,
         )
         async with broker:
             await serve(gateway, broker, stop, lambda address: _say(f"listening on {address}"))

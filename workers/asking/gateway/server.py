@@ -91,6 +91,7 @@ async def serve(
             http=OneWriteHttpToolsProtocol,
             log_config=None,
             lifespan="off",
+            ws="none",  # agents speak plain HTTP: no WebSocket library to load at start
             timeout_graceful_shutdown=3,
             server_header=False,
             # Nothing here reads the client's address, and the asks log themselves: neither the

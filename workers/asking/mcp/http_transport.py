@@ -72,8 +72,14 @@ async def serve_http(server: Server[Any], settings: McpSettings, stop: asyncio.E
     app: Any = server.streamable_http_app(host=settings.host)
     if settings.tokens_file is not None:
         app = BearerAuth(app, Tokens(settings.tokens_file))
-    config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_config=None, lifespan="on", timeout_graceful_shutdown=5
+    config = uvicorn.Config(  # streamable HTTP, no WebSockets: ws="none" loads no WebSocket library at start
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        ws="none",
     )
     http = _Uvicorn(config)
 
