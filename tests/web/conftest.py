@@ -5,17 +5,14 @@ import contextlib
 import hashlib
 import os
 import signal
-import ssl
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
-import httpx._transports.default as httpx_transports
 import pytest
 
 from broker import AskUserQuestionAnswer, AskUserQuestionRequest, Broker
@@ -24,20 +21,8 @@ from tests.redis_server import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SSL_CONTEXT = httpx.create_ssl_context()
-"""one for every test client: httpx loads certifi's CA bundle into a fresh context, 30 ms of CPU, for each
-client made without one, and the tests make one a request in many places (their HTTP is plain, to 127.0.0.1)"""
-
-
-def _shared_ssl_context(
-    verify: ssl.SSLContext | str | bool = True, cert: Any = None, trust_env: bool = True
-) -> ssl.SSLContext:
-    if verify is True and cert is None and trust_env:
-        return SSL_CONTEXT
-    return httpx.create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
-
-
-# Every httpx client of the run made with the default verify gets SSL_CONTEXT (the name its transports call).
-setattr(httpx_transports, "create_ssl_context", _shared_ssl_context)  # noqa: B010 (not re-exported there)
+"""one for every test client (``verify=SSL_CONTEXT``): httpx loads certifi's CA bundle into a fresh context,
+30 ms of CPU, for each client made without one"""
 PASSWORDS = {"alice": "alice-password", "bob": "bob-password"}
 TOKEN = "ci-bot-token-0123456789abcdef"
 
