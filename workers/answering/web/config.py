@@ -33,11 +33,7 @@ from broker import Policies
 from broker.answering.quorum import load_groups
 from workers.answering.slack.config import SlackConfig
 from workers.answering.web.throttle import Network, ThrottleLimits
-from workers.passwords import (
-    hash_password,
-    unmatchable_hash,
-    verify_password,
-)  # moved to workers/ (quickstart writes them too)
+from workers.passwords import hash_password, unmatchable_hash, verify_password  # in workers/: quickstart uses them
 
 __all__ = [
     "ConfigError",
