@@ -71,6 +71,7 @@ async def test_a_card_taken_down_before_its_view_was_built_stays_in_the_history(
         assert service.shown(shown["id"]) == {
             "agent": "builder",
             "questions": [{"id": "plan", "question": shown["questions"][0]["question"], "approve": "Approve"}],
+            "routes": None,  # not routed (History shows it to everyone)
         }
 
 
