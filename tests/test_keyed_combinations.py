@@ -83,7 +83,9 @@ class Asking:
 
 
 async def provider(url: str, namespace: str, name: str, delay: float) -> Worker:
-    args = (sys.executable, "-m", "tests.keyed_provider", url, namespace, name, str(delay), "1.0", "1", "60")
+    # a 2 s lease: renewed every 0.67 s with a WAIT for the replica, a 1 s one lapsed under a loaded suite (the
+    # standby took it before the test began)
+    args = (sys.executable, "-m", "tests.keyed_provider", url, namespace, name, str(delay), "2.0", "1", "60")
     process = await asyncio.create_subprocess_exec(
         *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         env=env_for(url, namespace),
