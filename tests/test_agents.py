@@ -144,26 +144,33 @@ async def test_a_live_agent_asks_at_once_after_redis_restarted_without_its_data(
     third of its TTL away (20 s here). An ask meanwhile is not refused CALLER_NOT_LIVE: the gate's refusal of a
     live process puts its record back (as that heartbeat would) and the ask goes on; the agent stays live."""
     server = redis_factory()
-    asking = Broker(server.url, "agents", agent_ttl=60, **KEYS)
+    async with _slow_beating(server.url, server.url) as (asking, judging), asking.agent("deployer") as agent:
+        await asyncio.to_thread(server.restart)
+        async with asyncio.timeout(10):  # both brokers' connections find the new server
+            await asking.commands.call("PING")
+            await judging.commands.call("PING")
+        assert await asking.commands.call("EXISTS", asking.keys.agent("deployer")) == 0  # the fault fired
+        async with judging.provider("ui") as provider:
+            task = asyncio.create_task(agent.ask(one_question("yes", "no"), timeout=20))
+            shown = asyncio.ensure_future(next_pending(provider, 10))
+            await asyncio.wait([task, shown], timeout=12, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                shown.cancel()
+            assert not task.done(), task.exception()  # refused at once before: CALLER_NOT_LIVE
+            await (await shown).answer(pick("yes"))
+            assert await asyncio.wait_for(task, 10) == pick("yes")
+        assert agent.alive
+
+
+@contextlib.asynccontextmanager
+async def _slow_beating(asking_url: str, judging_url: str) -> AsyncIterator[tuple[Broker, Broker]]:
+    """An asking broker whose agents and process beat once every 20 s (what Redis lost stays lost while the test
+    runs, unless the broker puts it back), and a judging one; both closed at the end."""
+    asking = Broker(asking_url, "agents", agent_ttl=60, client_ttl=60, **KEYS)
     await asking.__aenter__()
-    judging = await _open(server.url)
+    judging = await _open(judging_url)
     try:
-        async with asking.agent("deployer") as agent:
-            await asyncio.to_thread(server.restart)
-            async with asyncio.timeout(10):  # both brokers' connections find the new server
-                await asking.commands.call("PING")
-                await judging.commands.call("PING")
-            assert await asking.commands.call("EXISTS", asking.keys.agent("deployer")) == 0  # the fault fired
-            async with judging.provider("ui") as provider:
-                task = asyncio.create_task(agent.ask(one_question("yes", "no"), timeout=20))
-                shown = asyncio.ensure_future(next_pending(provider, 10))
-                await asyncio.wait([task, shown], timeout=12, return_when=asyncio.FIRST_COMPLETED)
-                if task.done():
-                    shown.cancel()
-                assert not task.done(), task.exception()  # refused at once before: CALLER_NOT_LIVE
-                await (await shown).answer(pick("yes"))
-                assert await asyncio.wait_for(task, 10) == pick("yes")
-            assert agent.alive
+        yield asking, judging
     finally:
         await asking.aclose()
         await judging.aclose()
@@ -178,31 +185,27 @@ async def test_an_ask_queued_in_an_outage_reaches_a_redis_back_empty_behind_its_
     (above) does not put a round trip, and with it the inbox's own beat, before the ask."""
     server = redis_factory()
     with FaultProxy(server.port) as proxy:
-        asking = Broker(proxy.url, "agents", agent_ttl=60, client_ttl=60, **KEYS)
-        await asking.__aenter__()
-        judging = await _open(server.url)
-        watching = Redis(port=server.port, decode_responses=True)
-        try:
-            proxy.refuse()
-            proxy.reset()
-            await asyncio.to_thread(server.restart)  # kill -9: back empty
-            task = asyncio.create_task(asking.ask(one_question("yes", "no"), timeout=20))
-            async with judging.provider("ui") as provider:  # a provider first (else: NO_PROVIDER)
-                seen: list[list[str]] = []
-                async with watching.monitor() as monitor:
-                    proxy.heal()
-                    async with asyncio.timeout(10):
-                        while not seen or seen[-1][:2] != ["XADD", asking.keys.requests]:
-                            seen.append((await monitor.next_command())["command"].split())
-                liveness = asking.keys.client(asking.client_id)
-                assert ["SET", liveness] in [words[:2] for words in seen]  # before the ask's XADD, the last seen
-                await (await next_pending(provider, 10)).answer(pick("yes"))
-                assert await asyncio.wait_for(task, 10) == pick("yes")
-        finally:
-            proxy.heal()
-            await watching.aclose()
-            await asking.aclose()
-            await judging.aclose()
+        async with _slow_beating(proxy.url, server.url) as (asking, judging):
+            watching = Redis(port=server.port, decode_responses=True)
+            try:
+                proxy.refuse()
+                proxy.reset()
+                await asyncio.to_thread(server.restart)  # kill -9: back empty
+                task = asyncio.create_task(asking.ask(one_question("yes", "no"), timeout=20))
+                async with judging.provider("ui") as provider:  # a provider first (else: NO_PROVIDER)
+                    seen: list[list[str]] = []
+                    async with watching.monitor() as monitor:
+                        proxy.heal()
+                        async with asyncio.timeout(10):
+                            while not seen or seen[-1][:2] != ["XADD", asking.keys.requests]:
+                                seen.append((await monitor.next_command())["command"].split())
+                    liveness = asking.keys.client(asking.client_id)
+                    assert ["SET", liveness] in [words[:2] for words in seen]  # before the ask's XADD, the last seen
+                    await (await next_pending(provider, 10)).answer(pick("yes"))
+                    assert await asyncio.wait_for(task, 10) == pick("yes")
+            finally:
+                proxy.heal()
+                await watching.aclose()
 
 
 @pytest.mark.timeout(45)
