@@ -172,3 +172,33 @@ async def test_a_redis_restart_that_lost_the_data_leaves_one_clear_state_and_ver
             await fill_sign_in(page, "alice")
             await expect(page.locator("#empty")).to_contain_text("No pending questions")
             await expect(page.locator("#banner")).to_be_hidden()
+
+
+@pytest.mark.timeout(50)
+async def test_the_page_says_when_history_was_not_searched_to_its_end(
+    browser: Browser, redis_factory: Callable[..., RedisServer], tmp_path: Path
+) -> None:
+    """4 400 events of cards routed to sre, bob outside it: History's request stops at its read bound (4 000) with
+    nothing for him, and the page says older entries were not searched rather than "Nothing settled yet."."""
+    from tests.web.test_history_routed import POLICY, _settled_in_the_audit
+
+    redis = redis_factory()
+    namespace = f"bounded{os.getpid()}"
+    users = write_users_file(tmp_path / "users.toml")
+    users.write_text(users.read_text() + '[groups]\nsre = ["alice"]\n')
+    (tmp_path / "policy.toml").write_text(POLICY)
+    web = WebProcess(
+        redis.url, namespace, users, tmp_path / "web.log", extra=["--policy-file", str(tmp_path / "policy.toml")]
+    )
+    async with Redis.from_url(redis.url, decode_responses=True) as client:
+        await _settled_in_the_audit(client, namespace, 4_000, ["sre"], "sre")
+    people = People(browser, web.start())
+    try:
+        page = await people.page("bob")
+        await page.click("#show-history")
+        await expect(page.locator("#history-truncated")).to_be_visible()
+        await expect(page.locator("#history-empty")).to_be_hidden()
+        await expect(page.locator("#history li.history-item")).to_have_count(0)
+    finally:
+        await people.close()
+        web.stop()

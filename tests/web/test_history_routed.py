@@ -235,10 +235,14 @@ async def test_history_fills_a_page_with_what_its_person_may_see_reading_at_most
     await _settled_in_the_audit(redis, holder.namespace, 1, [], "open")
     await _settled_in_the_audit(redis, holder.namespace, 2_000, ["sre"], "sre")  # 2 200 events with their asks
     async with signed_in(holder, "bob") as bob, signed_in(holder, "alice") as alice:
-        bobs = (await bob.get("/api/history", params={"limit": 1})).json()["entries"]
-        alices = (await alice.get("/api/history", params={"limit": 2})).json()["entries"]
-        assert [e["id"] for e in bobs] == ["open-0"], bobs  # found behind 2 000 entries of another group's
-        assert [e["id"] for e in alices] == ["sre-1999", "sre-1998"], alices
+        bobs = (await bob.get("/api/history", params={"limit": 1})).json()
+        alices = (await alice.get("/api/history", params={"limit": 2})).json()
+        assert [e["id"] for e in bobs["entries"]] == ["open-0"], bobs  # found behind 2 000 of another group's
+        assert [e["id"] for e in alices["entries"]] == ["sre-1999", "sre-1998"], alices
+        assert not bobs["truncated"] and not alices["truncated"]
         await _settled_in_the_audit(redis, holder.namespace, 2_000, ["sre"], "more")  # 4 400: past the bound
-        bobs = (await bob.get("/api/history", params={"limit": 1})).json()["entries"]
-        assert bobs == [], bobs  # the one bob may see is further back than one request reads
+        bobs = (await bob.get("/api/history", params={"limit": 1})).json()
+        assert bobs["entries"] == [], bobs  # the one bob may see is further back than one request reads
+        assert bobs["truncated"], bobs  # and the reply says its search stopped short, not that nothing is there
+        everything = (await bob.get("/api/history", params={"limit": 200})).json()
+        assert everything["entries"] == [] and everything["truncated"], everything

@@ -279,15 +279,18 @@ async def history(request: Request) -> Response:
     except ValueError:
         raise WebError(400, "BAD_REQUEST", "limit is a number") from None
     entries: list[dict[str, Any]] = []
+    truncated = False
     for service in services_of(request, identity):
         # routed as the live page is (docs/approvals.md): what they could not see pending, they do not see now
         seen = functools.partial(
             seen_by, user=identity.user, may_see=service.may_see, sees_every_card=service.sees_every_card(identity.user)
         )
-        for entry in await read_history(service.broker, limit=limit, known=service.shown, seen=seen):
-            entries.append({**entry, "namespace": service.broker.namespace})
+        found, cut_short = await read_history(service.broker, limit=limit, known=service.shown, seen=seen)
+        entries += ({**entry, "namespace": service.broker.namespace} for entry in found)
+        truncated = truncated or cut_short
     entries.sort(key=lambda entry: entry["atMs"], reverse=True)
-    return JSONResponse({"entries": entries[:limit]})
+    # truncated: a namespace's search stopped at its read bound, so older entries this person may see can exist
+    return JSONResponse({"entries": entries[:limit], "truncated": truncated and len(entries) < limit})
 
 
 async def answer(request: Request) -> Response:

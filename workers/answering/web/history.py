@@ -161,11 +161,12 @@ async def read_history(
     limit: int = 50,
     known: Callable[[str], dict[str, Any] | None] = lambda rid: None,
     seen: Seen = _unrouted,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], bool]:
     """The last ``limit`` settlements of the namespace that ``seen`` shows (History's routing for one person:
-    ``seen_by``), newest first, as it shows them. Those it leaves out do not count: it reads on until ``limit``
-    are shown, the streams end, or ``READ_BOUND`` events were read."""
-    settled, views = await _settled(broker, limit, known, seen)
+    ``seen_by``), newest first, as it shows them, and whether ``READ_BOUND`` cut the search short (fewer than
+    ``limit`` found, older ones not read). Those it leaves out do not count: it reads on until ``limit`` are shown,
+    the streams end, or ``READ_BOUND`` events were read."""
+    settled, views, cut_short = await _settled(broker, limit, known, seen)
     # What this server showed (the whole text), else what the audit entry says was asked.
     shown = [view or _json(fields.get("asked")) for view, (_, fields) in zip(views, settled, strict=True)]
     stored = await asyncio.gather(
@@ -188,12 +189,12 @@ async def read_history(
         seen({**_entry(entry_id, fields, request, setters), "routes": _routes(fields, view)})
         for (entry_id, fields), request, view in zip(settled, requests, views, strict=True)
     )
-    return [entry for entry in entries if entry is not None]
+    return [entry for entry in entries if entry is not None], cut_short
 
 
 async def _settled(
     broker: Broker, limit: int, known: Callable[[str], dict[str, Any] | None], seen: Seen
-) -> tuple[list[tuple[str, dict[str, str]]], list[dict[str, Any] | None]]:
+) -> tuple[list[tuple[str, dict[str, str]]], list[dict[str, Any] | None], bool]:
     """The newest ``limit`` settlements ``seen`` shows, and this server's view of each (``known``), judged by their
     route alone (before anything else is read for them), at most ``READ_BOUND`` events read: a page at a time, each
     twice the last, older than the oldest entry read of each stream."""
@@ -214,11 +215,11 @@ async def _settled(
                 settled.append((entry_id, fields))
                 views.append(view)
                 if len(settled) == limit:
-                    return settled, views
+                    return settled, views, False
         if len(raw) < count:  # every stream read to its start
-            break
+            return settled, views, False
         count *= 2
-    return settled, views
+    return settled, views, True
 
 
 def _routes(fields: dict[str, str], view: dict[str, Any] | None) -> list[str] | None:

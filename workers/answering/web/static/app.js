@@ -1472,10 +1472,15 @@
     list.replaceChildren();
     $(id + "-empty").hidden = items(data).length > 0;
     for (const entry of items(data)) list.append(item(entry, data));
+    return data;
   }
 
-  function loadHistory() {
-    return loadList("history", "/api/history?limit=50", (data) => data.entries, (entry) => historyItem(entry));
+  async function loadHistory() {
+    const data = await loadList("history", "/api/history?limit=50", (data) => data.entries, (entry) => historyItem(entry));
+    // The server reads a bounded number of events per request: say so rather than "Nothing settled yet."
+    const truncated = Boolean(data && data.truncated);
+    $("history-truncated").hidden = !truncated;
+    if (truncated) $("history-empty").hidden = true;
   }
 
   const VERB = { answered: "answered", cancelled: "dismissed", withdrawn: "withdrawn", expired: "expired", "dead-lettered": "could not be shown" };
