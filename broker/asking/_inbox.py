@@ -110,18 +110,18 @@ class Inbox:
 
     async def beat(self) -> None:
         """Mark this asking process alive (providers skip requests of processes that stopped)."""
-        await self._commands.call("SET", self._liveness_key, "1", "PX", self._ttl_ms)
-        await self._commands.call("PEXPIRE", self._inbox_key, self._ttl_ms)
+        for command in self._beat_commands():
+            await self._commands.call(*command)
+
+    def _beat_commands(self) -> tuple[tuple[str | int, ...], ...]:
+        """What marks this asking process alive: its liveness key, and its inbox kept as long."""
+        return ("SET", self._liveness_key, "1", "PX", self._ttl_ms), ("PEXPIRE", self._inbox_key, self._ttl_ms)
 
     async def keep_alive(self) -> None:
         """Beat every third of the liveness TTL until cancelled, whatever the blocking read does; and first in
         every pipeline after an outage, ahead of the asks queued in it: a Redis that came back empty has lost the
         key, and a provider withdraws the ask of a process without one (deliver.lua)."""
-        commands, ttl_ms = self._commands, self._ttl_ms
-        stops = (
-            commands.lead_command_after_outage("SET", self._liveness_key, "1", "PX", ttl_ms),
-            commands.lead_command_after_outage("PEXPIRE", self._inbox_key, ttl_ms),
-        )
+        stops = [self._commands.lead_command_after_outage(*command) for command in self._beat_commands()]
         try:
             await _every(self._beat_every, self.beat, "liveness beat")
         finally:
